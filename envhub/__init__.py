@@ -1,0 +1,63 @@
+"""envhub: a gym-style environment hub and agentic RL harness for multi-turn tool use.
+
+The core imported here is light (pydantic, httpx); servers, sandboxes, the gymnasium
+adapter and trainer integrations load only when their attribute is first used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from envhub.budgets import Budgets as Budgets
+from envhub.environment import Environment as Environment
+from envhub.errors import EnvhubError as EnvhubError
+from envhub.local import LocalEnvironment as LocalEnvironment
+from envhub.local import make as make
+from envhub.registry import list_environments as list_environments
+from envhub.session import Session as Session
+from envhub.sync import SyncSession as SyncSession
+from envhub.sync import session as session
+from envhub.task import GoldCall as GoldCall
+from envhub.task import Task as Task
+from envhub.task import TaskSet as TaskSet
+from envhub.tools import tool as tool
+from envhub.types import CloseResult as CloseResult
+from envhub.types import Observation as Observation
+from envhub.types import Reward as Reward
+from envhub.types import StepResult as StepResult
+from envhub.types import ToolCall as ToolCall
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "RemoteEnvironment": "envhub.client",
+}
+
+__all__ = [
+    "Budgets",
+    "CloseResult",
+    "EnvhubError",
+    "Environment",
+    "GoldCall",
+    "LocalEnvironment",
+    "Observation",
+    "RemoteEnvironment",
+    "Reward",
+    "Session",
+    "StepResult",
+    "SyncSession",
+    "Task",
+    "TaskSet",
+    "ToolCall",
+    "list_environments",
+    "make",
+    "session",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'envhub' has no attribute {name!r}")

@@ -1,0 +1,16 @@
+"""Command-line interface: ``envhub list|info|init|serve|rollout|check|export|sandbox|llm``.
+
+Each command family lives in its own module and registers itself on ``app`` when
+imported; heavy dependencies are imported inside the command bodies.
+"""
+
+from __future__ import annotations
+
+from envhub.cli import _registry_commands  # noqa: F401  (registers list/info/init)
+from envhub.cli._app import app
+
+__all__ = ["app", "main"]
+
+
+def main() -> None:
+    app()

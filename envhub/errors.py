@@ -1,0 +1,136 @@
+"""The one exception tree of envhub.
+
+Every failure that crosses a module boundary is one of these, so callers catch
+``EnvhubError`` and servers map ``code`` to an HTTP status in one place::
+
+    EnvhubError
+    ├── RegistryError            unknown or broken environment plugin      (unknown_environment)
+    ├── TaskNotFound             unknown task id                           (unknown_task)
+    ├── InvalidRequest           bad options, bad arguments to an API      (invalid_request)
+    ├── ToolError                a tool call failed; becomes an is_error observation
+    │   ├── ToolArgumentError    malformed JSON / wrong types / unknown tool
+    │   └── ToolTimeout          the call ran past its timeout
+    ├── SessionError             session lifecycle problems
+    │   ├── SessionNotFound      unknown or reaped session id              (session_not_found)
+    │   ├── SessionClosed        stepping a closed/finished session        (session_closed)
+    │   ├── CapacityError        too many sessions                         (capacity)
+    │   └── BudgetExceeded       a per-episode budget ran out
+    ├── SandboxError             a sandbox failed to start or died         (sandbox_error)
+    ├── EnvironmentFailure       reset/reward/close of an environment raised  (internal)
+    ├── PolicyError              the model endpoint failed
+    │   └── TransientPolicyError 429/5xx/timeouts: worth retrying
+    ├── RemoteError              an envhub server answered with an error body
+    └── Unauthorized             missing or wrong bearer token             (unauthorized)
+
+``code`` is the machine-readable error code of the HTTP API (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceeded",
+    "CapacityError",
+    "EnvhubError",
+    "EnvironmentFailure",
+    "InvalidRequest",
+    "PolicyError",
+    "RegistryError",
+    "RemoteError",
+    "SandboxError",
+    "SessionClosed",
+    "SessionError",
+    "SessionNotFound",
+    "TaskNotFound",
+    "ToolArgumentError",
+    "ToolError",
+    "ToolTimeout",
+    "TransientPolicyError",
+    "Unauthorized",
+]
+
+
+class EnvhubError(Exception):
+    """Root of all envhub errors; ``code`` is the HTTP API error code."""
+
+    code: str = "internal"
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class RegistryError(EnvhubError):
+    code = "unknown_environment"
+
+
+class TaskNotFound(EnvhubError):
+    code = "unknown_task"
+
+
+class InvalidRequest(EnvhubError):
+    code = "invalid_request"
+
+
+class ToolError(EnvhubError):
+    code = "tool_error"
+
+
+class ToolArgumentError(ToolError):
+    code = "invalid_tool_call"
+
+
+class ToolTimeout(ToolError):
+    code = "timeout"
+
+
+class SessionError(EnvhubError):
+    code = "session_error"
+
+
+class SessionNotFound(SessionError):
+    code = "session_not_found"
+
+
+class SessionClosed(SessionError):
+    code = "session_closed"
+
+
+class CapacityError(SessionError):
+    code = "capacity"
+
+
+class BudgetExceeded(SessionError):
+    code = "budget_exceeded"
+
+
+class SandboxError(EnvhubError):
+    code = "sandbox_error"
+
+
+class PolicyError(EnvhubError):
+    code = "policy_error"
+
+
+class TransientPolicyError(PolicyError):
+    code = "policy_transient"
+
+
+class RemoteError(EnvhubError):
+    """An envhub server answered with ``{"error": {code, message}}``; ``status`` is HTTP's."""
+
+    def __init__(self, message: str, *, code: str, status: int) -> None:
+        super().__init__(message, code=code)
+        self.status = status
+
+
+class Unauthorized(EnvhubError):
+    code = "unauthorized"
+
+
+class EnvironmentFailure(EnvhubError):
+    """The environment's own code failed (reset, reward, close): an infra failure that
+    masks the trajectory, unlike a tool exception, which the model gets to read."""
+
+    code = "internal"

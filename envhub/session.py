@@ -1,0 +1,305 @@
+"""In-process sessions: one environment instance bound to one task, with budgets.
+
+This is the only place tool calls are dispatched. The HTTP server and the gymnasium
+adapter drive this class too, so malformed calls, timeouts, truncation and metrics
+behave the same whichever transport a caller uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from envhub.budgets import Budgets
+from envhub.environment import Environment
+from envhub.errors import (
+    EnvhubError,
+    EnvironmentFailure,
+    SandboxError,
+    SessionClosed,
+    ToolArgumentError,
+    ToolTimeout,
+)
+from envhub.task import Task
+from envhub.tools import ToolSpec
+from envhub.types import (
+    CloseResult,
+    EpisodeMetrics,
+    Observation,
+    Reward,
+    SessionInfo,
+    SessionStart,
+    StepResult,
+    StopReason,
+    ToolCall,
+)
+
+__all__ = ["Session", "truncate_output"]
+
+_REPLAY_CACHE = 8  # step replies kept per session for request_id idempotency
+
+
+def truncate_output(text: str, limit: int) -> str:
+    """Keep the head and tail of ``text`` with a visible marker of what was cut."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    head = limit // 2
+    return f"{text[:head]}\n[truncated {cut} chars]\n{text[len(text) - (limit - head):]}"
+
+
+def _render_output(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class Session:
+    """One episode. Create with :meth:`LocalEnvironment.open` or ``envhub.make(...).session()``.
+
+    Steps are serialised per session; the session holds all per-episode state, so it can
+    live in any process that owns it (in-process, behind HTTP, or in a Ray actor).
+    """
+
+    def __init__(
+        self,
+        env: Environment,
+        task: Task,
+        *,
+        env_name: str,
+        budgets: Budgets,
+        session_id: str | None = None,
+    ) -> None:
+        self.env = env
+        self.task = task
+        self.env_name = env_name
+        self.budgets = budgets
+        self.session_id = session_id or uuid.uuid4().hex
+        self.metrics = EpisodeMetrics()
+        self.done = False
+        self.closed = False
+        self.stop_reason: StopReason | None = None
+        self.created_at = time.monotonic()
+        self.last_active = self.created_at
+        self._deadline = self.created_at + budgets.episode_timeout_s
+        self._start: SessionStart | None = None
+        self._reward: Reward | None = None
+        self._close_result: CloseResult | None = None
+        self._replies: OrderedDict[str, StepResult] = OrderedDict()
+        self._lock = asyncio.Lock()
+        self._specs: dict[str, ToolSpec] = type(env).tool_specs()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def reset(self) -> SessionStart:
+        """Start the episode (idempotent: a second call returns the same start)."""
+        if self._start is None:
+            try:
+                messages = await self.env.reset(self.task)
+            except EnvhubError:
+                raise
+            except Exception as exc:
+                raise EnvironmentFailure(f"reset failed: {type(exc).__name__}: {exc}") from exc
+            self._start = SessionStart(
+                session_id=self.session_id,
+                task_id=self.task.id,
+                messages=messages,
+                tools=type(self.env).tool_schemas(),
+            )
+        return self._start
+
+    async def step(
+        self,
+        tool_calls: list[ToolCall | dict[str, Any]],
+        content: str | None = None,
+        request_id: str | None = None,
+    ) -> StepResult:
+        """Run one assistant turn's tool calls and return one observation per call."""
+        if request_id is not None and request_id in self._replies:
+            return self._replies[request_id]
+        async with self._lock:
+            if request_id is not None and request_id in self._replies:
+                return self._replies[request_id]
+            result = await self._step(tool_calls, content)
+            if request_id is not None:
+                self._replies[request_id] = result
+                while len(self._replies) > _REPLAY_CACHE:
+                    self._replies.popitem(last=False)
+            return result
+
+    async def close(self) -> CloseResult:
+        """Score the episode and free its resources; closing twice returns the same result."""
+        async with self._lock:
+            if self._close_result is None:
+                if not self.done:
+                    self._end("closed")
+                reward = await self._compute_reward()
+                try:
+                    await self.env.close()
+                except Exception as exc:
+                    raise EnvironmentFailure(f"close failed: {type(exc).__name__}: {exc}") from exc
+                finally:
+                    self.closed = True
+                self._close_result = CloseResult(
+                    reward=reward.value,
+                    components=reward.components,
+                    info=reward.info,
+                    metrics=self.metrics,
+                    stop_reason=self.stop_reason,
+                )
+            return self._close_result
+
+    async def abort(self) -> None:
+        """Free resources without scoring (server reaper, crashed clients)."""
+        if not self.closed:
+            self.closed = True
+            try:
+                await self.env.close()
+            except Exception:  # noqa: BLE001 - best effort; the session is gone either way
+                pass
+
+    def info(self) -> SessionInfo:
+        now = time.monotonic()
+        return SessionInfo(
+            session_id=self.session_id,
+            env=self.env_name,
+            task_id=self.task.id,
+            done=self.done,
+            closed=self.closed,
+            stop_reason=self.stop_reason,
+            metrics=self.metrics,
+            age_s=now - self.created_at,
+            idle_s=now - self.last_active,
+        )
+
+    async def __aenter__(self) -> Session:
+        await self.reset()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            await self.close()
+        else:
+            await self.abort()
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _step(self, raw_calls: list[ToolCall | dict[str, Any]], content: str | None) -> StepResult:
+        if self.closed:
+            raise SessionClosed(f"session {self.session_id} is closed")
+        if self.done:
+            raise SessionClosed(
+                f"session {self.session_id} has ended (stop_reason={self.stop_reason}); close it"
+            )
+        if self._start is None:
+            await self.reset()
+        self.last_active = time.monotonic()
+        self.metrics.turns += 1
+        calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in raw_calls]
+        observations: list[Observation] = []
+        if not calls:
+            await self.env.on_final_answer(content or "")
+            if type(self.env).final_answer_ends_episode:
+                self._end("final_answer")
+        for call in calls:
+            if self.done:
+                observations.append(self._error(call, "not executed: the episode already ended", None))
+                continue
+            observations.append(await self._run_call(call))
+        if not self.done and self.metrics.turns >= self.budgets.max_turns:
+            self._end("max_turns")
+        if not self.done and time.monotonic() >= self._deadline:
+            self._end("timeout")
+        result = StepResult(observations=observations, done=self.done, stop_reason=self.stop_reason)
+        if self.done:
+            result.reward = (await self._compute_reward()).value
+        self.last_active = time.monotonic()
+        return result
+
+    def _end(self, reason: StopReason) -> None:
+        self.done = True
+        self.stop_reason = reason
+
+    def _error(self, call: ToolCall, message: str, kind: str | None) -> Observation:
+        if kind is not None:
+            self.metrics.count_error(kind)
+        return Observation(tool_call_id=call.id, name=call.name, content=f"Error: {message}", is_error=True)
+
+    async def _run_call(self, call: ToolCall) -> Observation:
+        self.metrics.tool_calls += 1
+        spec = self._specs.get(call.name)
+        if spec is None:
+            known = ", ".join(sorted(self._specs)) or "none"
+            return self._error(call, f"unknown tool {call.name!r}; available tools: {known}", "unknown_tool")
+        try:
+            arguments = self._parse_arguments(call)
+            kwargs = spec.validate(arguments)
+        except ToolArgumentError as exc:
+            return self._error(call, exc.message, "invalid_arguments")
+        remaining = self._deadline - time.monotonic()
+        timeout = min(spec.timeout or self.budgets.tool_timeout_s, max(remaining, 0.0))
+        started = time.perf_counter()
+        try:
+            output = await asyncio.wait_for(self._invoke(spec, kwargs), timeout=timeout)
+        except (asyncio.TimeoutError, ToolTimeout):
+            if time.monotonic() >= self._deadline:
+                self._end("timeout")
+            return self._error(call, f"{call.name} timed out after {timeout:.1f}s", "timeout")
+        except SandboxError:
+            raise  # infrastructure, not the model's fault: the caller masks the episode
+        except Exception as exc:
+            return self._error(call, f"{type(exc).__name__}: {exc}", "exception")
+        finally:
+            self.metrics.env_s += time.perf_counter() - started
+        text = _render_output(output)
+        if len(text) > self.budgets.max_output_chars:
+            self.metrics.truncated_outputs += 1
+            text = truncate_output(text, self.budgets.max_output_chars)
+        if spec.terminal:
+            self._end("terminal_tool")
+        return Observation(tool_call_id=call.id, name=call.name, content=text)
+
+    @staticmethod
+    def _parse_arguments(call: ToolCall) -> dict[str, Any]:
+        if isinstance(call.arguments, dict):
+            return call.arguments
+        text = call.arguments.strip() or "{}"
+        try:
+            parsed = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ToolArgumentError(
+                f"arguments of {call.name} are not valid JSON ({exc.msg} at position {exc.pos})"
+            ) from None
+        if not isinstance(parsed, dict):
+            raise ToolArgumentError(f"arguments of {call.name} must be a JSON object")
+        return parsed
+
+    async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
+        method = getattr(self.env, spec.attr)
+        if spec.is_async:
+            return await method(**kwargs)
+        return await asyncio.to_thread(method, **kwargs)
+
+    async def _compute_reward(self) -> Reward:
+        if self._reward is None:
+            try:
+                if inspect.iscoroutinefunction(self.env.reward):
+                    value = await self.env.reward()
+                else:  # sync rewards may run tests or queries: keep them off the event loop
+                    value = await asyncio.to_thread(self.env.reward)
+            except EnvhubError:
+                raise
+            except Exception as exc:
+                raise EnvironmentFailure(f"reward failed: {type(exc).__name__}: {exc}") from exc
+            self._reward = value if isinstance(value, Reward) else Reward(value=float(value))
+        return self._reward

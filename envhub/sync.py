@@ -1,0 +1,86 @@
+"""Blocking flavour of sessions for scripts, notebooks and the gymnasium adapter.
+
+All coroutines run on one private event loop in a daemon thread, so blocking callers
+never nest event loops and async environments keep working unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from envhub.session import Session
+from envhub.types import CloseResult, SessionStart, StepResult, ToolCall
+
+__all__ = ["SyncSession", "run_sync", "session"]
+
+T = TypeVar("T")
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="envhub-sync", daemon=True).start()
+        return _loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on envhub's background loop and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
+
+
+class SyncSession:
+    """``reset`` / ``step`` / ``close`` that block; wraps an async :class:`Session` factory."""
+
+    def __init__(self, factory: Any, task_id: str | None = None, seed: int | None = None) -> None:
+        self._factory = factory
+        self._task_id = task_id
+        self._seed = seed
+        self.session: Session | None = None
+
+    def reset(self, task_id: str | None = None, seed: int | None = None) -> SessionStart:
+        """Start a new episode (closing any unfinished previous one)."""
+        if self.session is not None and not self.session.closed:
+            run_sync(self.session.abort())
+        self.session = self._factory.new_session(
+            task_id if task_id is not None else self._task_id,
+            seed=seed if seed is not None else self._seed,
+        )
+        return run_sync(self.session.reset())
+
+    def step(
+        self, tool_calls: list[ToolCall | dict[str, Any]], content: str | None = None
+    ) -> StepResult:
+        return run_sync(self._require().step(tool_calls, content))
+
+    def close(self) -> CloseResult:
+        return run_sync(self._require().close())
+
+    def _require(self) -> Session:
+        if self.session is None:
+            self.reset()
+        assert self.session is not None
+        return self.session
+
+    def __enter__(self) -> SyncSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.session is not None and not self.session.closed:
+            self.close()
+
+
+def session(env: str, task_id: str | None = None, *, seed: int | None = None, **kwargs: Any) -> SyncSession:
+    """A blocking in-process session: ``s = envhub.session("calc"); s.reset(); s.step(...)``.
+
+    ``kwargs`` are the same as :func:`envhub.make` (budgets and environment options).
+    """
+    from envhub.local import make
+
+    return SyncSession(make(env, **kwargs), task_id, seed)

@@ -1,0 +1,142 @@
+"""Wire types of the function-call API, shared by local sessions, the server and clients.
+
+These pydantic models are the single definition of what crosses a session boundary:
+the in-process session returns them, the server serialises them, and the remote client
+parses them back, so the three transports cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "CloseResult",
+    "EpisodeMetrics",
+    "Message",
+    "Observation",
+    "Reward",
+    "SessionInfo",
+    "SessionStart",
+    "StepResult",
+    "StopReason",
+    "ToolCall",
+]
+
+Message = dict[str, Any]
+"""An OpenAI chat message (``role``, ``content``, optional ``tool_calls``/``tool_call_id``)."""
+
+StopReason = Literal[
+    "terminal_tool",  # a terminal tool (e.g. submit/answer) was called
+    "final_answer",  # an assistant message without tool calls
+    "max_turns",
+    "timeout",  # the per-episode wall clock ran out
+    "closed",  # closed by the client before the episode ended
+    "env_error",  # the environment itself failed
+]
+
+
+class ToolCall(BaseModel):
+    """One tool call of an assistant message.
+
+    Accepts the flat form ``{id, name, arguments}`` of the envhub API and OpenAI's nested
+    ``{id, type: "function", function: {name, arguments}}``. ``arguments`` stays the raw
+    JSON string the model produced (a dict is accepted and kept as is), so that malformed
+    JSON reaches the session and becomes an error observation instead of a 422.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = ""
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_openai_form(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("function"), dict):
+            fn = data["function"]
+            return {"id": data.get("id", ""), "name": fn.get("name"), "arguments": fn.get("arguments", "{}")}
+        return data
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI chat form, as it appears in an assistant message's ``tool_calls``."""
+        import json
+
+        arguments = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": arguments}}
+
+
+class Observation(BaseModel):
+    """The result of one tool call: becomes a ``tool`` message for the model."""
+
+    tool_call_id: str
+    name: str = ""
+    content: str
+    is_error: bool = False
+
+    def to_message(self) -> Message:
+        return {"role": "tool", "tool_call_id": self.tool_call_id, "content": self.content}
+
+
+class Reward(BaseModel):
+    """A scalar reward with its named components and free-form details."""
+
+    value: float
+    components: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class EpisodeMetrics(BaseModel):
+    """Counters every session keeps, whatever the environment."""
+
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    truncated_outputs: int = 0
+    env_s: float = 0.0
+
+    def count_error(self, kind: str) -> None:
+        self.tool_errors += 1
+        self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
+
+
+class SessionStart(BaseModel):
+    """What creating a session returns: the first messages and the tools."""
+
+    session_id: str
+    task_id: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+
+
+class StepResult(BaseModel):
+    observations: list[Observation]
+    reward: float | None = None
+    done: bool = False
+    stop_reason: StopReason | None = None
+    info: dict[str, Any] = Field(default_factory=dict)
+
+
+class CloseResult(BaseModel):
+    reward: float
+    components: dict[str, float] = Field(default_factory=dict)
+    info: dict[str, Any] = Field(default_factory=dict)
+    metrics: EpisodeMetrics
+    stop_reason: StopReason | None = None
+
+
+class SessionInfo(BaseModel):
+    """A session's state summary (``GET /v1/sessions/{id}``)."""
+
+    session_id: str
+    env: str
+    task_id: str
+    done: bool
+    closed: bool
+    stop_reason: StopReason | None = None
+    metrics: EpisodeMetrics
+    age_s: float
+    idle_s: float
