@@ -82,6 +82,7 @@ def option_names(cls: type[Environment]) -> list[str]:
     """The keyword options an environment class accepts (for ``envhub info``)."""
     params = inspect.signature(cls.__init__).parameters
     return [
-        p for p, v in params.items()
+        p
+        for p, v in params.items()
         if p != "self" and v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD)
     ]

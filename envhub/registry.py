@@ -47,7 +47,11 @@ class EnvSpec:
             module = importlib.import_module(module_name)
             cls = getattr(module, attr) if attr else module
         except Exception as exc:  # an import error of any kind must not crash listings
-            hint = f" (try `pip install --force-reinstall {self.distribution}`)" if self.distribution else ""
+            hint = (
+                f" (try `pip install --force-reinstall {self.distribution}`)"
+                if self.distribution
+                else ""
+            )
             raise RegistryError(
                 f"environment {self.name!r} failed to import from {self.entry_point}: "
                 f"{type(exc).__name__}: {exc}{hint}"
@@ -111,7 +115,7 @@ def describe(name: str, options: dict[str, Any] | None = None) -> EnvListing:
     try:
         env = LocalEnvironment(name, options or {})
         tasks = env.tasks
-    except Exception as exc:  # noqa: BLE001 - a broken plugin is listed with its error
+    except Exception as exc:
         spec = discover().get(name)
         return EnvListing(name=name, version=spec.version if spec else None, error=str(exc))
     return EnvListing(

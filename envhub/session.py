@@ -50,7 +50,7 @@ def truncate_output(text: str, limit: int) -> str:
         return text
     cut = len(text) - limit
     head = limit // 2
-    return f"{text[:head]}\n[truncated {cut} chars]\n{text[len(text) - (limit - head):]}"
+    return f"{text[:head]}\n[truncated {cut} chars]\n{text[len(text) - (limit - head) :]}"
 
 
 def _render_output(value: Any) -> str:
@@ -165,7 +165,7 @@ class Session:
             self.closed = True
             try:
                 await self.env.close()
-            except Exception:  # noqa: BLE001 - best effort; the session is gone either way
+            except Exception:
                 pass
 
     def info(self) -> SessionInfo:
@@ -194,7 +194,9 @@ class Session:
 
     # -- internals -----------------------------------------------------------------------
 
-    async def _step(self, raw_calls: list[ToolCall | dict[str, Any]], content: str | None) -> StepResult:
+    async def _step(
+        self, raw_calls: list[ToolCall | dict[str, Any]], content: str | None
+    ) -> StepResult:
         if self.closed:
             raise SessionClosed(f"session {self.session_id} is closed")
         if self.done:
@@ -213,7 +215,9 @@ class Session:
                 self._end("final_answer")
         for call in calls:
             if self.done:
-                observations.append(self._error(call, "not executed: the episode already ended", None))
+                observations.append(
+                    self._error(call, "not executed: the episode already ended", None)
+                )
                 continue
             observations.append(await self._run_call(call))
         if not self.done and self.metrics.turns >= self.budgets.max_turns:
@@ -233,14 +237,18 @@ class Session:
     def _error(self, call: ToolCall, message: str, kind: str | None) -> Observation:
         if kind is not None:
             self.metrics.count_error(kind)
-        return Observation(tool_call_id=call.id, name=call.name, content=f"Error: {message}", is_error=True)
+        return Observation(
+            tool_call_id=call.id, name=call.name, content=f"Error: {message}", is_error=True
+        )
 
     async def _run_call(self, call: ToolCall) -> Observation:
         self.metrics.tool_calls += 1
         spec = self._specs.get(call.name)
         if spec is None:
             known = ", ".join(sorted(self._specs)) or "none"
-            return self._error(call, f"unknown tool {call.name!r}; available tools: {known}", "unknown_tool")
+            return self._error(
+                call, f"unknown tool {call.name!r}; available tools: {known}", "unknown_tool"
+            )
         try:
             arguments = self._parse_arguments(call)
             kwargs = spec.validate(arguments)

@@ -76,7 +76,9 @@ class SyncSession:
             self.close()
 
 
-def session(env: str, task_id: str | None = None, *, seed: int | None = None, **kwargs: Any) -> SyncSession:
+def session(
+    env: str, task_id: str | None = None, *, seed: int | None = None, **kwargs: Any
+) -> SyncSession:
     """A blocking in-process session: ``s = envhub.session("calc"); s.reset(); s.step(...)``.
 
     ``kwargs`` are the same as :func:`envhub.make` (budgets and environment options).

@@ -118,7 +118,9 @@ class TaskSet:
         suffix = Path(path).suffix.lstrip(".").lower()
         builder = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}.get(suffix)
         if builder is None:
-            raise InvalidRequest(f"unsupported task file {path}: use .jsonl, .json, .parquet or .csv")
+            raise InvalidRequest(
+                f"unsupported task file {path}: use .jsonl, .json, .parquet or .csv"
+            )
         try:
             import datasets
         except ImportError:  # pragma: no cover - depends on the installed extras

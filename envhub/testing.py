@@ -16,7 +16,14 @@ from envhub.local import LocalEnvironment, make
 from envhub.task import Task
 from envhub.types import CloseResult, ToolCall
 
-__all__ = ["CheckFailure", "CheckReport", "check_environment", "check_tasks", "replay_gold", "run_noop"]
+__all__ = [
+    "CheckFailure",
+    "CheckReport",
+    "check_environment",
+    "check_tasks",
+    "replay_gold",
+    "run_noop",
+]
 
 
 class CheckFailure(BaseModel):
@@ -69,16 +76,26 @@ async def _check_one(env: LocalEnvironment, task: Task) -> list[CheckFailure]:
     for policy, runner, expected in (("reference", replay_gold, 1.0), ("noop", run_noop, 0.0)):
         try:
             result = await runner(env, task)
-        except Exception as exc:  # noqa: BLE001 - reported per task, the check goes on
-            failures.append(CheckFailure(
-                task_id=task.id, policy=policy, expected=expected, detail=f"{type(exc).__name__}: {exc}"
-            ))
+        except Exception as exc:
+            failures.append(
+                CheckFailure(
+                    task_id=task.id,
+                    policy=policy,
+                    expected=expected,
+                    detail=f"{type(exc).__name__}: {exc}",
+                )
+            )
             continue
         if result.reward != expected:
-            failures.append(CheckFailure(
-                task_id=task.id, policy=policy, reward=result.reward, expected=expected,
-                detail=f"stop_reason={result.stop_reason} components={result.components}",
-            ))
+            failures.append(
+                CheckFailure(
+                    task_id=task.id,
+                    policy=policy,
+                    reward=result.reward,
+                    expected=expected,
+                    detail=f"stop_reason={result.stop_reason} components={result.components}",
+                )
+            )
     return failures
 
 
@@ -94,7 +111,9 @@ async def check_tasks(
             return await _check_one(env, task)
 
     results = await asyncio.gather(*(bounded(t) for t in task_list))
-    return CheckReport(env=env.name, checked=len(task_list), failures=[f for r in results for f in r])
+    return CheckReport(
+        env=env.name, checked=len(task_list), failures=[f for r in results for f in r]
+    )
 
 
 def check_environment(
@@ -108,7 +127,9 @@ def check_environment(
 ) -> CheckReport:
     """Blocking check for tests: raises ``AssertionError`` listing the failing tasks."""
     local = env if isinstance(env, LocalEnvironment) else make(env, **options)
-    tasks = [local.tasks.get(t) for t in task_ids] if task_ids is not None else local.tasks.split(split)
+    tasks = (
+        [local.tasks.get(t) for t in task_ids] if task_ids is not None else local.tasks.split(split)
+    )
     if limit is not None:
         tasks = tasks[:limit]
     report = asyncio.run(check_tasks(local, tasks, concurrency=concurrency))

@@ -35,7 +35,10 @@ class ToolOptions:
 
 
 def tool(
-    fn: F | None = None, *, terminal: bool = False, timeout: float | None = None,
+    fn: F | None = None,
+    *,
+    terminal: bool = False,
+    timeout: float | None = None,
     name: str | None = None,
 ) -> Any:
     """Mark an environment method as a tool the model may call.

@@ -57,15 +57,25 @@ class ToolCall(BaseModel):
     def _flatten_openai_form(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("function"), dict):
             fn = data["function"]
-            return {"id": data.get("id", ""), "name": fn.get("name"), "arguments": fn.get("arguments", "{}")}
+            return {
+                "id": data.get("id", ""),
+                "name": fn.get("name"),
+                "arguments": fn.get("arguments", "{}"),
+            }
         return data
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI chat form, as it appears in an assistant message's ``tool_calls``."""
         import json
 
-        arguments = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": arguments}}
+        arguments = (
+            self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        )
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": arguments},
+        }
 
 
 class Observation(BaseModel):

@@ -9,7 +9,14 @@ from collections import Counter
 from collections.abc import Iterable
 from fractions import Fraction
 
-__all__ = ["exact_match", "f1", "normalize_answer", "numeric_match", "parse_number", "substring_match"]
+__all__ = [
+    "exact_match",
+    "f1",
+    "normalize_answer",
+    "numeric_match",
+    "parse_number",
+    "substring_match",
+]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.IGNORECASE)
 _PUNCT = str.maketrans("", "", string.punctuation)
@@ -95,7 +102,10 @@ def parse_number(text: str | float | int) -> float | None:
 
 
 def numeric_match(
-    prediction: str | float | int, gold: str | float | int, *, rel_tol: float = 1e-6,
+    prediction: str | float | int,
+    gold: str | float | int,
+    *,
+    rel_tol: float = 1e-6,
     abs_tol: float = 1e-9,
 ) -> float:
     """1.0 iff both parse as numbers equal within tolerance (relative and absolute)."""

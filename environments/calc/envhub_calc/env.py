@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from envhub import Budgets, Environment, Reward, TaskSet, tool
 from envhub.rewards import Rubric, numeric_match
 
+from envhub import Budgets, Environment, Reward, TaskSet, tool
 from envhub_calc.calculator import evaluate
 from envhub_calc.problems import generate_tasks
 
@@ -50,5 +50,11 @@ class CalcEnv(Environment):
 
     def reward(self) -> Reward:
         answered = self.submitted is not None
-        correct = numeric_match(self.submitted, self.task.answer, rel_tol=0, abs_tol=0.005) if answered else 0.0
-        return self.rubric.score({"correct": correct, "answered": float(answered)}, submitted=self.submitted)
+        correct = (
+            numeric_match(self.submitted, self.task.answer, rel_tol=0, abs_tol=0.005)
+            if answered
+            else 0.0
+        )
+        return self.rubric.score(
+            {"correct": correct, "answered": float(answered)}, submitted=self.submitted
+        )

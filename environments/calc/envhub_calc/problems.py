@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from envhub import GoldCall, Task
-
 from envhub_calc.calculator import evaluate
 
 __all__ = ["LEVELS", "SYSTEM_PROMPT", "generate_tasks"]
@@ -35,9 +34,14 @@ def _easy(rng: random.Random) -> Problem:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
     a, b = rng.randint(10, 999), rng.randint(10, 999)
     if rng.random() < 0.5:
-        return Problem(f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?", f"{a} + {b}")
+        return Problem(
+            f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?",
+            f"{a} + {b}",
+        )
     a, b = max(a, b), min(a, b)
-    return Problem(f"{name} had {a} {item} and gave away {b}. How many {item} are left?", f"{a} - {b}")
+    return Problem(
+        f"{name} had {a} {item} and gave away {b}. How many {item} are left?", f"{a} - {b}"
+    )
 
 
 def _medium(rng: random.Random) -> Problem:
@@ -78,7 +82,11 @@ def _hard(rng: random.Random) -> Problem:
     )
 
 
-LEVELS: dict[str, Callable[[random.Random], Problem]] = {"easy": _easy, "medium": _medium, "hard": _hard}
+LEVELS: dict[str, Callable[[random.Random], Problem]] = {
+    "easy": _easy,
+    "medium": _medium,
+    "hard": _hard,
+}
 
 
 def _format(value: float) -> str:
@@ -95,18 +103,20 @@ def generate_tasks(count: int = 3000, seed: int = 0, test_fraction: float = 0.2)
         level = levels[index % len(levels)]
         problem = LEVELS[level](random.Random(f"{seed}:{index}"))
         answer = _format(evaluate(problem.expression))
-        tasks.append(Task(
-            id=f"calc-{seed}-{index:05d}",
-            prompt=[
-                {"role": "system", "content": SYSTEM_PROMPT},
-                {"role": "user", "content": problem.question},
-            ],
-            answer=answer,
-            gold_actions=[
-                GoldCall(name="calculate", arguments={"expression": problem.expression}),
-                GoldCall(name="answer", arguments={"value": answer}),
-            ],
-            split="test" if stride and index % stride == stride - 1 else "train",
-            metadata={"level": level},
-        ))
+        tasks.append(
+            Task(
+                id=f"calc-{seed}-{index:05d}",
+                prompt=[
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": problem.question},
+                ],
+                answer=answer,
+                gold_actions=[
+                    GoldCall(name="calculate", arguments={"expression": problem.expression}),
+                    GoldCall(name="answer", arguments={"value": answer}),
+                ],
+                split="test" if stride and index % stride == stride - 1 else "train",
+                metadata={"level": level},
+            )
+        )
     return tasks

