@@ -55,6 +55,7 @@ class Environment:
 
     @classmethod
     def tool_schemas(cls) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list (cached with the specs; callers must not mutate it)."""
         return [spec.schema for spec in cls.tool_specs().values()]
 
     def load_tasks(self) -> TaskSet:

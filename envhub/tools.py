@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, TypeVar, get_type_hints
 
 import docstring_parser
@@ -70,7 +71,7 @@ class ToolSpec:
     timeout: float | None
     is_async: bool
 
-    @property
+    @cached_property
     def schema(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry (``{"type": "function", "function": {...}}``)."""
         params = self.args_model.model_json_schema()

@@ -6,7 +6,13 @@ imported; heavy dependencies are imported inside the command bodies.
 
 from __future__ import annotations
 
-from envhub.cli import _registry_commands  # noqa: F401  (registers list/info/init)
+from envhub.cli import (
+    _registry_commands,  # noqa: F401  (registers list/info/init)
+    llm,  # noqa: F401  (registers llm serve)
+    rollout,  # noqa: F401  (registers rollout/check/export)
+    sandbox,  # noqa: F401  (registers sandbox build/gc)
+    serve,  # noqa: F401  (registers serve)
+)
 from envhub.cli._app import app
 
 __all__ = ["app", "main"]

@@ -1,0 +1,220 @@
+"""The ``sql`` environment: explore a read-only SQLite database, then submit one query."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from envhub.rewards.sql import COMPARATORS, execution_match, has_order_by
+
+from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
+from envhub.errors import InvalidRequest
+from envhub_sql.catalog import Database, resolve_database
+from envhub_sql.connection import QueryError, QueryResult, open_readonly, run_query
+from envhub_sql.executor import QueryExecutor, make_executor
+from envhub_sql.guard import RejectedQuery
+from envhub_sql.render import describe, format_result, list_tables_text, table_names
+from envhub_sql.userdata import load_user_tasks
+
+__all__ = ["SqlEnv"]
+
+#: a submission with more rows than this is invalid (protects the reward from memory bombs)
+MAX_SUBMISSION_ROWS = 100_000
+SANDBOX_BACKENDS = ("local", "bwrap", "docker")
+#: gold queries get BIRD's 30 s: a slow user gold must not turn into a zero reward
+GOLD_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Submission:
+    query: str
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    error: str | None = None
+
+
+@lru_cache(maxsize=8192)
+def gold_rows(path: str, sql: str) -> tuple[tuple[Any, ...], ...]:
+    """The gold query's rows; deterministic for a read-only database, so cached per process."""
+    conn = open_readonly(path)
+    try:
+        return tuple(run_query(conn, sql, timeout_s=GOLD_TIMEOUT_S).rows)
+    finally:
+        conn.close()
+
+
+#: whether a gold query sorts (Spider's order rule); gold SQL repeats, so parse it once
+gold_is_ordered = lru_cache(maxsize=8192)(has_order_by)
+
+
+class SqlEnv(Environment):
+    """Text-to-SQL in the spirit of SkyRL-SQL and BIRD, scored by execution match.
+
+    Options: ``tasks``/``db_root`` load a Spider/BIRD dataset instead of the shipped tasks;
+    ``comparator`` is ``bird`` (set equality, default), ``spider`` or ``strict``;
+    ``invalid_reward`` scores a missing or failing submission (SkyRL uses -1);
+    ``query_timeout_s`` and ``max_rows`` bound ``run_sql``; ``sandbox`` (``local``,
+    ``bwrap`` or ``docker``) runs model-written queries in a sandbox instead of in-process.
+    """
+
+    name = "sql"
+    version = "0.1.0"
+    budgets = Budgets(max_turns=10, tool_timeout_s=30.0, episode_timeout_s=300.0)
+
+    def __init__(
+        self,
+        tasks: str | None = None,
+        db_root: str | None = None,
+        comparator: str = "bird",
+        invalid_reward: float = 0.0,
+        query_timeout_s: float = 5.0,
+        max_rows: int = 50,
+        sandbox: str | None = None,
+    ) -> None:
+        super().__init__()
+        if (tasks is None) != (db_root is None):
+            raise InvalidRequest("give both tasks= (a Spider/BIRD question file) and db_root=")
+        if comparator not in COMPARATORS:
+            raise InvalidRequest(
+                f"comparator must be one of {', '.join(COMPARATORS)}, not {comparator!r}"
+            )
+        if sandbox and sandbox not in SANDBOX_BACKENDS:
+            raise InvalidRequest(
+                f"sandbox must be one of {', '.join(SANDBOX_BACKENDS)} (or unset), not {sandbox!r}"
+            )
+        self.tasks_path = tasks
+        self.db_root = db_root
+        self.comparator = comparator
+        self.invalid_reward = float(invalid_reward)
+        self.query_timeout_s = float(query_timeout_s)
+        self.max_rows = int(max_rows)
+        self.sandbox = sandbox or None
+        self.database: Database | None = None
+        self.executor: QueryExecutor | None = None
+        self.submission: Submission | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    def load_tasks(self) -> TaskSet:
+        if self.tasks_path is not None and self.db_root is not None:
+            return load_user_tasks(self.tasks_path, self.db_root)
+        return TaskSet.from_package("envhub_sql", "data/tasks.jsonl")
+
+    async def reset(self, task: Task) -> list[dict[str, Any]]:
+        messages = await super().reset(task)
+        # the first use of a shipped database builds it (seconds): keep that off the loop
+        self.database = await asyncio.to_thread(
+            resolve_database, task.metadata["db_id"], self.db_root
+        )
+        self.executor = make_executor(self.database.path, self.sandbox)
+        return messages
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            assert self.database is not None, "reset() must run before tools"
+            self._conn = open_readonly(self.database.path)
+        return self._conn
+
+    # -- tools ------------------------------------------------------------------------------
+
+    @tool
+    def list_tables(self) -> str:
+        """List the tables of the database with their row counts."""
+        notes = self.database.notes.tables if self.database and self.database.notes else None
+        return list_tables_text(self.conn, notes)
+
+    @tool
+    def describe_table(self, name: str) -> str:
+        """Show a table's CREATE statement (keys included), column notes and 3 sample rows.
+
+        Args:
+            name: The table name, as list_tables shows it.
+        """
+        tables = table_names(self.conn)
+        if name not in tables:
+            raise ValueError(f"no table named {name!r}; tables: {', '.join(tables)}")
+        notes = self.database.notes if self.database else None
+        return describe(
+            self.conn, name, notes.tables.get(name) if notes else None, self.query_timeout_s
+        )
+
+    async def _execute(self, query: str, max_rows: int) -> QueryResult:
+        assert self.executor is not None, "reset() must run before tools"
+        return await self.executor.run(query, timeout_s=self.query_timeout_s, max_rows=max_rows)
+
+    @tool
+    async def run_sql(self, query: str) -> str:
+        """Run a read-only SQL query (one SELECT or WITH statement) and show up to 50 rows.
+
+        Args:
+            query: A single SQLite SELECT statement, e.g. "SELECT name FROM artist LIMIT 5".
+        """
+        try:
+            result = await self._execute(query, self.max_rows)
+        except RejectedQuery as exc:
+            raise ValueError(f"query rejected: {exc}") from None
+        except QueryError as exc:
+            raise ValueError(str(exc)) from None
+        return format_result(result, self.max_rows)
+
+    @tool(terminal=True)
+    async def submit_sql(self, query: str) -> str:
+        """Submit the final SQL query that answers the question; this ends the episode.
+
+        Args:
+            query: A single SQLite SELECT statement whose result answers the question.
+        """
+        self.submission = Submission(query=query)
+        try:
+            result = await self._execute(query, MAX_SUBMISSION_ROWS)
+        except RejectedQuery as exc:
+            self.submission.error = f"query rejected: {exc}"
+        except QueryError as exc:
+            self.submission.error = str(exc)
+        else:
+            if result.truncated:
+                self.submission.error = f"the result has more than {MAX_SUBMISSION_ROWS} rows"
+            self.submission.rows = result.rows
+        if self.submission.error:
+            return f"Submission recorded but invalid: {self.submission.error}"
+        return f"Submission recorded ({len(self.submission.rows)} rows)."
+
+    # -- scoring ----------------------------------------------------------------------------
+
+    def reward(self) -> Reward:
+        submission = self.submission
+        if submission is None or submission.error is not None:
+            return Reward(
+                value=self.invalid_reward,
+                components={"submitted": float(submission is not None), "executed": 0.0},
+                info={
+                    "comparator": self.comparator,
+                    "error": submission.error if submission else None,
+                },
+            )
+        assert self.database is not None
+        gold_sql = str(self.task.answer)
+        gold = gold_rows(str(self.database.path), gold_sql)
+        ordered = gold_is_ordered(gold_sql)
+        results = {
+            name: execution_match(submission.rows, gold, name, order_matters=ordered)
+            for name in COMPARATORS
+        }
+        return Reward(
+            value=results[self.comparator],
+            components={"submitted": 1.0, "executed": 1.0, **results},
+            info={
+                "comparator": self.comparator,
+                "pred_rows": len(submission.rows),
+                "gold_rows": len(gold),
+            },
+        )
+
+    async def close(self) -> None:
+        if self.executor is not None:
+            await self.executor.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
