@@ -1,0 +1,116 @@
+"""The two HTTP engines ``RemoteEnvironment`` can run on, behind one small interface.
+
+``aiohttp`` is the default when installed: its C parser and connection pool cost about a
+tenth of httpx's CPU per request, which bounds a rollout driving thousands of sessions
+(see ``benchmarks/server_throughput.py``). httpx, a core dependency, is the fallback. Its
+pool scans every connection on each request, so it is sharded into pools of
+``_HTTPX_POOL_SIZE`` connections, with each session pinned to one shard.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Literal, Protocol
+
+import httpx
+
+__all__ = ["HttpEngine", "Transport", "TransportFailure", "make_transport"]
+
+HttpEngine = Literal["auto", "aiohttp", "httpx"]
+_HTTPX_POOL_SIZE = 64
+
+
+class TransportFailure(Exception):
+    """The request did not get an HTTP answer (refused, reset, timed out)."""
+
+
+class Transport(Protocol):
+    async def request(
+        self, method: str, path: str, content: bytes | None, params: dict[str, Any] | None,
+        affinity: str,
+    ) -> tuple[int, bytes]:
+        """Send one request; return status and body, or raise :class:`TransportFailure`.
+        ``affinity`` keeps a session's requests on one pool where that matters."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class AiohttpTransport:
+    """One ``aiohttp.ClientSession``, created on first use inside the running loop."""
+
+    def __init__(self, url: str, headers: dict[str, str], timeout: float, max_connections: int):
+        self.url, self.headers = url, headers
+        self.timeout, self.max_connections = timeout, max_connections
+        self._session: Any = None
+
+    def _client(self) -> Any:
+        if self._session is None or self._session.closed:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession(
+                base_url=self.url,
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout, connect=min(self.timeout, 10.0)),
+                connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
+            )
+        return self._session
+
+    async def request(
+        self, method: str, path: str, content: bytes | None, params: dict[str, Any] | None,
+        affinity: str,
+    ) -> tuple[int, bytes]:
+        import aiohttp
+
+        try:
+            async with self._client().request(method, path, data=content, params=params) as resp:
+                return resp.status, await resp.read()
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise TransportFailure(f"{type(exc).__name__}: {exc}") from exc
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class HttpxTransport:
+    """``httpx.AsyncClient`` pools of at most ``_HTTPX_POOL_SIZE`` connections each."""
+
+    def __init__(self, url: str, headers: dict[str, str], timeout: float, max_connections: int):
+        shards = max(1, -(-max_connections // _HTTPX_POOL_SIZE))
+        per_shard = -(-max_connections // shards)
+        limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
+        self._clients = [
+            httpx.AsyncClient(base_url=url, headers=headers, limits=limits,
+                              timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+            for _ in range(shards)
+        ]
+
+    async def request(
+        self, method: str, path: str, content: bytes | None, params: dict[str, Any] | None,
+        affinity: str,
+    ) -> tuple[int, bytes]:
+        client = self._clients[zlib.crc32(affinity.encode()) % len(self._clients)]
+        try:
+            response = await client.request(method, path, content=content, params=params)
+        except httpx.TransportError as exc:
+            raise TransportFailure(f"{type(exc).__name__}: {exc}") from exc
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+
+def make_transport(
+    engine: HttpEngine, url: str, headers: dict[str, str], timeout: float, max_connections: int
+) -> Transport:
+    if engine == "auto":
+        try:
+            import aiohttp  # noqa: F401
+        except ImportError:
+            engine = "httpx"
+        else:
+            engine = "aiohttp"
+    cls = AiohttpTransport if engine == "aiohttp" else HttpxTransport
+    return cls(url, headers, timeout, max_connections)

@@ -1,0 +1,89 @@
+"""``envhub serve ENV [ENV...]``: host environments over HTTP with uvicorn.
+
+The server keeps sessions in process memory, so it runs as one process per port;
+scale out with several replicas behind a load balancer that routes by the session id in
+the path. Server dependencies (``pip install envhub[server]``) are imported in the body.
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Annotated
+
+import typer
+
+from envhub.cli._app import app
+from envhub.cli.options import EnvArgOption, parse_env_args
+from envhub.errors import EnvhubError
+
+__all__ = ["raise_open_files_limit", "serve"]
+
+
+def raise_open_files_limit() -> int:
+    """Lift the soft file-descriptor limit to the hard one (one socket per connection)
+    and return it; thousands of concurrent sessions need thousands of descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = 1_048_576 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+@app.command("serve")
+def serve(
+    envs: Annotated[list[str], typer.Argument(help="environments (plugin name or module:Class)")],
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+    max_sessions: Annotated[int, typer.Option(help="open sessions before 429")] = 4096,
+    session_ttl: Annotated[float, typer.Option(help="idle seconds before abort")] = 600.0,
+    max_body_bytes: Annotated[int, typer.Option(help="request size limit")] = 4_194_304,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="ENVHUB_TOKEN", help="require this bearer token"),
+    ] = None,
+    env_arg: EnvArgOption = None,
+    max_turns: Annotated[int | None, typer.Option(help="max turns per episode")] = None,
+    tool_timeout: Annotated[float | None, typer.Option(help="tool-call timeout (s)")] = None,
+    episode_timeout: Annotated[float | None, typer.Option(help="episode timeout (s)")] = None,
+    max_output_chars: Annotated[int | None, typer.Option(help="tool output cut-off")] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    access_log: Annotated[bool, typer.Option(help="log every request")] = False,
+) -> None:
+    """Serve ENVs at http://HOST:PORT (API under /v1, OpenAPI at /openapi.json) until Ctrl-C.
+
+    --env-arg options apply to every hosted environment; budget flags override theirs.
+    """
+    try:
+        import uvicorn
+
+        from envhub.local import make
+        from envhub.server import create_app
+    except ImportError as exc:
+        typer.echo(f"error: {exc.name} is missing: pip install 'envhub[server]'", err=True)
+        raise typer.Exit(2) from None
+    options = parse_env_args(env_arg or [])
+    try:
+        hosted = {}
+        for env_id in envs:
+            local = make(
+                env_id, max_turns=max_turns, tool_timeout_s=tool_timeout,
+                episode_timeout_s=episode_timeout, max_output_chars=max_output_chars, **options,
+            )
+            if local.name in hosted:
+                raise ValueError(f"environment {local.name!r} is listed twice")
+            hosted[local.name] = local
+        application = create_app(hosted, max_sessions=max_sessions, session_ttl_s=session_ttl,
+                                 max_body_bytes=max_body_bytes, token=token or None)
+    except (EnvhubError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    raise_open_files_limit()
+    typer.echo(f"envhub: serving {', '.join(hosted)} at http://{host}:{port}"
+               f"{' (bearer token required)' if token else ''}", err=True)
+    # loop/http "auto" pick uvloop and httptools when installed ([server] extra pulls them).
+    uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=access_log,
+                backlog=max(2048, min(max_sessions, 65535)), timeout_keep_alive=30)

@@ -1,0 +1,93 @@
+"""``create_app``: the FastAPI application that hosts environments over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from envhub.server.errors import install_error_handlers
+from envhub.server.fastpath import SessionFastPath
+from envhub.server.metrics import ServerMetrics
+from envhub.server.middleware import BearerAuth, BodySizeLimit
+from envhub.server.routes import environments_router, service_router, sessions_router
+from envhub.server.store import SessionStore
+from fastapi import FastAPI
+
+from envhub.local import LocalEnvironment
+
+__all__ = ["create_app"]
+
+OPEN_PATHS = frozenset({"/health"})
+
+
+def _hosted(envs: Sequence[str] | dict[str, LocalEnvironment]) -> dict[str, LocalEnvironment]:
+    """Environments by the name clients use: the dict key, or the environment's own name."""
+    if isinstance(envs, dict):
+        return dict(envs)
+    hosted: dict[str, LocalEnvironment] = {}
+    for env_id in envs:
+        local = LocalEnvironment(env_id)
+        if local.name in hosted:
+            raise ValueError(f"environment {local.name!r} is listed twice")
+        hosted[local.name] = local
+    return hosted
+
+
+def create_app(
+    envs: Sequence[str] | dict[str, LocalEnvironment],
+    *,
+    max_sessions: int = 4096,
+    session_ttl_s: float = 600.0,
+    max_body_bytes: int = 4 * 1024 * 1024,
+    token: str | None = None,
+) -> FastAPI:
+    """An app hosting ``envs`` (ids to load with their default options, or prepared
+    ``LocalEnvironment`` objects by name, e.g. from ``envhub.make`` with budgets).
+
+    ``token`` set: every route but ``/health`` needs ``Authorization: Bearer <token>``.
+    Idle sessions are aborted after ``session_ttl_s`` by a reaper running with the app.
+    """
+    from envhub import __version__
+
+    if max_sessions < 1 or session_ttl_s <= 0 or max_body_bytes < 1:
+        raise ValueError("max_sessions, session_ttl_s and max_body_bytes must be positive")
+    metrics = ServerMetrics()
+    store = SessionStore(
+        _hosted(envs), max_sessions=max_sessions, session_ttl_s=session_ttl_s, metrics=metrics
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.gather(*(hosted.warm() for hosted in store.envs.values()))
+        reaper = asyncio.create_task(store.run_reaper(), name="envhub-session-reaper")
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            await store.shutdown()
+
+    app = FastAPI(
+        title="envhub",
+        version=__version__,
+        summary="Tool-use environments as HTTP sessions: create, step, close.",
+        lifespan=lifespan,
+    )
+    app.state.store = store
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    for router in (service_router, environments_router, sessions_router):
+        app.include_router(router)
+
+    def count_error(code: str) -> None:
+        metrics.errors.labels(code).inc()
+
+    # Added last = runs first: authentication, then the size check, then the fast path.
+    app.add_middleware(SessionFastPath, store=store, metrics=metrics)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, on_error=count_error)
+    if token:
+        app.add_middleware(BearerAuth, token=token, open_paths=OPEN_PATHS, on_error=count_error)
+    return app

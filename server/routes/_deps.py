@@ -1,0 +1,18 @@
+"""What every route needs from the app, without FastAPI dependency-injection overhead."""
+
+from __future__ import annotations
+
+from envhub.server.models import ErrorBody
+from envhub.server.store import SessionStore
+from fastapi import Request
+
+__all__ = ["ERRORS", "store_of"]
+
+
+def store_of(request: Request) -> SessionStore:
+    return request.app.state.store
+
+
+def ERRORS(*statuses: int) -> dict[int | str, dict]:
+    """OpenAPI ``responses=`` entry documenting the error body for these statuses."""
+    return {status: {"model": ErrorBody} for status in statuses}

@@ -1,0 +1,28 @@
+"""Liveness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from envhub.server.metrics import CONTENT_TYPE_LATEST
+from envhub.server.models import Health
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from envhub import __version__
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["service"])
+
+
+@router.get("/health")
+async def health() -> Health:
+    """Liveness; stays open when a bearer token is required."""
+    return Health(version=__version__)
+
+
+@router.get(
+    "/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}
+)
+async def metrics(request: Request) -> Response:
+    """Prometheus text format: sessions, steps, latencies, errors by code, tool errors by kind."""
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

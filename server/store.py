@@ -1,0 +1,322 @@
+"""Hosted environments and the sessions opened on them.
+
+The store owns every server-side session. Each call goes straight to the in-process
+:class:`~envhub.session.Session` (no second dispatch path); the store only adds what
+HTTP needs: ids and idempotent creation, a capacity limit, keeping closed results for
+retried closes, the idle-session reaper, and metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from envhub.server.metrics import ServerMetrics
+from envhub.server.models import EnvironmentInfo
+
+from envhub.errors import (
+    CapacityError,
+    EnvhubError,
+    InvalidRequest,
+    RegistryError,
+    SessionNotFound,
+)
+from envhub.local import LocalEnvironment
+from envhub.session import Session
+from envhub.types import (
+    CloseResult,
+    EpisodeMetrics,
+    SessionInfo,
+    SessionStart,
+    StepResult,
+    ToolCall,
+)
+
+__all__ = ["HostedEnvironment", "SessionStore"]
+
+log = logging.getLogger("envhub.server")
+
+_MAX_VARIANTS = 32  # distinct client option sets kept built per environment
+
+
+class HostedEnvironment:
+    """One environment the server hosts, plus the variants clients asked for with ``options``.
+
+    Building a variant constructs the environment and loads its tasks, which can read
+    files or datasets, so it runs in a worker thread; concurrent requests for the same
+    option set wait for one build.
+    """
+
+    def __init__(self, name: str, base: LocalEnvironment) -> None:
+        self.name = name
+        self.base = base
+        self._variants: OrderedDict[str, asyncio.Future[LocalEnvironment]] = OrderedDict()
+        self._info: EnvironmentInfo | None = None
+
+    async def warm(self) -> None:
+        """Load the hosted option set's tasks before the first request needs them."""
+        await asyncio.to_thread(lambda: self.base.tasks)
+
+    async def info(self) -> EnvironmentInfo:
+        if self._info is None:
+            tasks = await asyncio.to_thread(lambda: self.base.tasks)
+            self._info = EnvironmentInfo(
+                name=self.name,
+                version=self.base.version,
+                tools=self.base.tools,
+                tasks=len(tasks),
+                splits=tasks.splits,
+                options=self.base.options,
+                budgets=self.base.budgets,
+            )
+        return self._info
+
+    async def variant(self, options: dict[str, Any] | None) -> LocalEnvironment:
+        """The environment with ``options`` merged over the hosted ones (built once, LRU-kept)."""
+        if not options:
+            return self.base
+        merged = {**self.base.options, **options}
+        key = json.dumps(merged, sort_keys=True, default=repr)
+        future = self._variants.get(key)
+        if future is None:
+            future = asyncio.ensure_future(asyncio.to_thread(self._build, merged))
+            self._variants[key] = future
+            while len(self._variants) > _MAX_VARIANTS:
+                self._variants.popitem(last=False)
+        else:
+            self._variants.move_to_end(key)
+        try:
+            return await asyncio.shield(future)
+        except BaseException:
+            if future.done() and self._variants.get(key) is future:
+                del self._variants[key]  # a failed build is not cached
+            raise
+
+    def _build(self, options: dict[str, Any]) -> LocalEnvironment:
+        try:
+            env = LocalEnvironment(self.base.env_class, options, self.base.budgets)
+            env.tasks  # noqa: B018 - load now, in this thread, not on the event loop later
+        except EnvhubError:
+            raise
+        except Exception as exc:  # the environment rejected its options (bad path, value)
+            message = f"bad options for {self.name}: {type(exc).__name__}: {exc}"
+            raise InvalidRequest(message) from exc
+        return env
+
+
+@dataclass(eq=False)
+class _Entry:
+    """A session plus the bookkeeping only the server needs."""
+
+    session: Session
+    env: str
+    last_seen: float = field(default_factory=time.monotonic)
+    busy: int = 0  # requests in flight; the reaper never aborts a busy session
+
+
+class SessionStore:
+    """Sessions by id. One per app; all methods run on the server's event loop."""
+
+    def __init__(
+        self,
+        envs: dict[str, LocalEnvironment],
+        *,
+        max_sessions: int,
+        session_ttl_s: float,
+        metrics: ServerMetrics,
+    ) -> None:
+        self.envs = {name: HostedEnvironment(name, env) for name, env in envs.items()}
+        self.max_sessions = max_sessions
+        self.session_ttl_s = session_ttl_s
+        self.metrics = metrics
+        self._open: dict[str, _Entry] = {}
+        # Closed sessions stay readable until the TTL so that a retried close gets the
+        # same result; oldest first, bounded like the open ones.
+        self._closed: OrderedDict[str, _Entry] = OrderedDict()
+        self._creating: dict[str, asyncio.Future[SessionStart]] = {}
+
+    # -- environments --------------------------------------------------------------------
+
+    def hosted(self, name: str) -> HostedEnvironment:
+        try:
+            return self.envs[name]
+        except KeyError:
+            hosted = ", ".join(sorted(self.envs))
+            raise RegistryError(
+                f"environment {name!r} is not hosted here (hosted: {hosted})"
+            ) from None
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def create(
+        self,
+        env: str,
+        *,
+        task_id: str | None = None,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> SessionStart:
+        """Open a session; with a known ``session_id`` return that session's start instead."""
+        hosted = self.hosted(env)
+        if session_id is not None:
+            existing = self._open.get(session_id) or self._closed.get(session_id)
+            if existing is not None:
+                if existing.env != env:
+                    raise InvalidRequest(
+                        f"session id {session_id!r} is in use by environment {existing.env!r}"
+                    )
+                existing.last_seen = time.monotonic()
+                return await existing.session.reset()
+            pending = self._creating.get(session_id)
+            if pending is not None:
+                return await asyncio.shield(pending)
+        if len(self._open) + len(self._creating) >= self.max_sessions:
+            raise CapacityError(
+                f"the server holds its maximum of {self.max_sessions} sessions; retry later"
+            )
+        sid = session_id or uuid.uuid4().hex
+        # The start runs as its own task: a client that disconnects mid-create does not
+        # cancel it, so its retry with the same id finds the session.
+        started = asyncio.ensure_future(self._start(hosted, sid, task_id, seed, options))
+        self._creating[sid] = started
+        return await asyncio.shield(started)
+
+    async def _start(
+        self,
+        hosted: HostedEnvironment,
+        sid: str,
+        task_id: str | None,
+        seed: int | None,
+        options: dict[str, Any] | None,
+    ) -> SessionStart:
+        try:
+            local = await hosted.variant(options)
+            session = await asyncio.to_thread(local.new_session, task_id, seed=seed, session_id=sid)
+            try:
+                start = await session.reset()
+            except BaseException:
+                await session.abort()
+                raise
+            self._open[sid] = _Entry(session, hosted.name)
+        finally:
+            del self._creating[sid]
+        self.metrics.sessions_created.labels(hosted.name).inc()
+        self.metrics.sessions_open.labels(hosted.name).inc()
+        return start
+
+    def _entry(self, session_id: str, *, touch: bool = True) -> _Entry:
+        entry = self._open.get(session_id)
+        if entry is None:
+            entry = self._closed.get(session_id)
+            if entry is None:
+                raise SessionNotFound(
+                    f"no session {session_id!r} (never created, or reaped after being idle)"
+                )
+            if touch:
+                self._closed.move_to_end(session_id)  # keeps the expiry scan in last-seen order
+        if touch:
+            entry.last_seen = time.monotonic()
+        return entry
+
+    async def step(
+        self,
+        session_id: str,
+        tool_calls: list[ToolCall],
+        content: str | None = None,
+        request_id: str | None = None,
+    ) -> StepResult:
+        entry = self._entry(session_id)
+        counts = entry.session.metrics
+        before = counts.model_copy(update={"errors_by_kind": dict(counts.errors_by_kind)})
+        entry.busy += 1
+        started = time.perf_counter()
+        try:
+            result = await entry.session.step(tool_calls, content, request_id)
+        finally:
+            entry.busy -= 1
+            entry.last_seen = time.monotonic()
+        self._record_step(entry, time.perf_counter() - started, before)
+        return result
+
+    def _record_step(self, entry: _Entry, seconds: float, before: EpisodeMetrics) -> None:
+        m, after = self.metrics.step_metrics(entry.env), entry.session.metrics
+        m.steps.inc()
+        m.step_seconds.observe(seconds)
+        calls = after.tool_calls - before.tool_calls
+        if calls:
+            m.tool_calls.inc(calls)
+            for _ in range(calls):
+                m.tool_seconds.observe((after.env_s - before.env_s) / calls)
+        if after.tool_errors != before.tool_errors:
+            for kind, count in after.errors_by_kind.items():
+                new = count - before.errors_by_kind.get(kind, 0)
+                if new:
+                    self.metrics.tool_errors.labels(entry.env, kind).inc(new)
+
+    async def close(self, session_id: str) -> CloseResult:
+        """Score and free the session; a repeated close returns the stored result."""
+        entry = self._entry(session_id)
+        entry.busy += 1
+        try:
+            return await entry.session.close()
+        finally:
+            entry.busy -= 1
+            if entry.session.closed and self._open.pop(session_id, None) is not None:
+                self._remember_closed(session_id, entry)
+                self.metrics.sessions_closed.labels(entry.env).inc()
+                self.metrics.sessions_open.labels(entry.env).dec()
+
+    def _remember_closed(self, session_id: str, entry: _Entry) -> None:
+        self._closed[session_id] = entry
+        while len(self._closed) > self.max_sessions:
+            self._closed.popitem(last=False)
+
+    def info(self, session_id: str) -> SessionInfo:
+        """The state summary; reading it does not count as activity for the reaper."""
+        return self._entry(session_id, touch=False).session.info()
+
+    # -- idle sessions ---------------------------------------------------------------------
+
+    async def reap(self) -> int:
+        """Abort sessions idle past the TTL (freeing their sandboxes) and forget old results."""
+        now = time.monotonic()
+        idle = [
+            (sid, e) for sid, e in self._open.items()
+            if e.busy == 0 and now - e.last_seen > self.session_ttl_s
+        ]
+        for sid, entry in idle:
+            del self._open[sid]
+            self.metrics.sessions_reaped.labels(entry.env).inc()
+            self.metrics.sessions_open.labels(entry.env).dec()
+        await asyncio.gather(*(e.session.abort() for _, e in idle), return_exceptions=True)
+        while self._closed:
+            sid, oldest = next(iter(self._closed.items()))
+            if now - oldest.last_seen <= self.session_ttl_s:
+                break
+            del self._closed[sid]
+        if idle:
+            log.info("reaped %d idle sessions", len(idle))
+        return len(idle)
+
+    async def run_reaper(self) -> None:
+        """Reap forever, checking a few times per TTL (at most every 10 s)."""
+        interval = min(max(self.session_ttl_s / 4, 0.05), 10.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.reap()
+            except Exception:  # the reaper must outlive any one bad session
+                log.exception("session reaper failed")
+
+    async def shutdown(self) -> None:
+        """Abort every open session (server stop)."""
+        entries = list(self._open.values())
+        self._open.clear()
+        await asyncio.gather(*(e.session.abort() for e in entries), return_exceptions=True)

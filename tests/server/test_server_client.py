@@ -1,0 +1,137 @@
+"""``RemoteEnvironment`` against a real server: same surface as local, typed errors, retries."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+import uvicorn
+from envhub.server import create_app
+
+import envhub
+from envhub._http_transports import HttpEngine
+from envhub.client import RemoteEnvironment
+from envhub.errors import (
+    CapacityError,
+    InvalidRequest,
+    RegistryError,
+    RemoteError,
+    SessionClosed,
+    SessionNotFound,
+    TaskNotFound,
+    Unauthorized,
+)
+from tests.server import probe_env
+
+# Every test runs on both HTTP engines of the client.
+pytestmark = pytest.mark.parametrize("http", ["aiohttp", "httpx"])
+
+
+async def test_remote_episode_matches_local(url: str, http: HttpEngine) -> None:
+    local = envhub.make("calc")
+    task = local.tasks.get("calc-0-00007")
+    async with RemoteEnvironment(url, "calc", http=http) as remote:
+        assert envhub.RemoteEnvironment is RemoteEnvironment
+        assert await remote.task_ids("test") == local.task_ids("test")
+        assert len(await remote.task_ids()) == 3000
+        info = await remote.info()
+        assert info["name"] == "calc" and info["tools"] == local.tools
+        async with remote.session(task.id) as session:
+            assert session.task_id == task.id
+            assert session.messages == task.prompt
+            assert session.tools == local.tools
+            for gold in task.gold_actions:
+                result = await session.step([{"id": "g", "name": gold.name,
+                                              "arguments": gold.arguments}])
+            assert result.done and result.reward == 1.0
+            assert session.done and session.stop_reason == "terminal_tool"
+        assert session.closed
+        assert (await session.close()).reward == 1.0  # idempotent
+        assert (await session.info()).closed
+
+
+async def test_step_accepts_toolcall_models_and_request_ids(url: str, http: HttpEngine) -> None:
+    async with RemoteEnvironment(url, "probe", http=http) as remote:
+        session = await remote.open("probe-1", session_id=f"fixed-id-{http}")
+        assert (await remote.open("probe-1", session_id=f"fixed-id-{http}")).start == session.start
+        call = envhub.ToolCall(id="t", name="echo", arguments={"text": "hi"})
+        first = await session.step([call], request_id="same")
+        again = await session.step([call], request_id="same")
+        assert first == again
+        assert (await session.info()).metrics.turns == 1
+        await session.abort()
+        assert session.closed
+
+
+async def test_errors_are_typed(start_server: Callable[..., str], http: HttpEngine) -> None:
+    url = start_server(max_sessions=1)
+    async with RemoteEnvironment(url, "probe", http=http) as remote:
+        with pytest.raises(TaskNotFound) as caught:
+            await remote.open("probe-99")
+        assert caught.value.status == 404  # type: ignore[attr-defined]
+        session = await remote.open()
+        with pytest.raises(CapacityError):
+            await remote.open()
+        await session.close()
+        with pytest.raises(SessionClosed):
+            await session.step([])
+        with pytest.raises(InvalidRequest):
+            await remote.task_ids("nope")
+    async with RemoteEnvironment(url, "nope", http=http) as missing:
+        with pytest.raises(RegistryError):
+            await missing.open()
+    async with RemoteEnvironment(url, "probe", http=http) as remote:
+        session = await remote.open()
+        real_id, session.session_id = session.session_id, "forgotten"
+        with pytest.raises(SessionNotFound):
+            await session.step([])
+        session.session_id = real_id
+        await session.abort()
+    async with RemoteEnvironment(url, "probe", options={"bogus": 1}, http=http) as remote:
+        with pytest.raises(InvalidRequest):
+            await remote.open()
+
+
+async def test_token(start_server: Callable[..., str], http: HttpEngine) -> None:
+    url = start_server(token="tok")
+    async with RemoteEnvironment(url, "probe", http=http) as anonymous:
+        with pytest.raises(Unauthorized):
+            await anonymous.open()
+    async with RemoteEnvironment(url, "probe", token="tok", http=http) as remote:
+        async with remote.session() as session:
+            assert session.task_id.startswith("probe-")
+
+
+async def test_unreachable_server_is_a_remote_error(http: HttpEngine) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        async with RemoteEnvironment(url, "probe", retries=1, backoff_s=0.01, http=http) as remote:
+            with pytest.raises(RemoteError) as caught:
+                await remote.open()
+    assert caught.value.code == "unreachable"
+
+
+async def test_create_is_retried_until_the_server_comes_up(http: HttpEngine) -> None:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(create_app([probe_env.ENV_ID]), log_level="warning"))
+    async with RemoteEnvironment(url, "probe", retries=8, backoff_s=0.1, http=http) as remote:
+        opening = asyncio.create_task(remote.open("probe-0"))
+        await asyncio.sleep(0.2)  # the first attempts are refused
+        assert not opening.done()
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        try:
+            session = await opening
+            assert session.task_id == "probe-0"
+            await session.close()
+        finally:
+            server.should_exit = True
+            await asyncio.to_thread(thread.join, 30)
+            sock.close()
