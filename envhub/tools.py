@@ -100,7 +100,7 @@ class ToolSpec:
 def _spec_from_function(attr: str, fn: Callable[..., Any], options: ToolOptions) -> ToolSpec:
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     arg_docs = {p.arg_name: p.description or "" for p in doc.params}
-    hints = get_type_hints(fn)
+    hints = get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     for pname, param in inspect.signature(fn).parameters.items():
         if pname == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
