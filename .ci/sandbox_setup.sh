@@ -25,7 +25,8 @@ fi
 
 if ! docker info >/dev/null 2>&1; then
   echo "starting dockerd (log: $LOG)"
-  nohup dockerd --bridge=none --iptables=false --ip6tables=false >>"$LOG" 2>&1 &
+  # setsid: the engine must outlive this script (and its process group) in CI
+  setsid nohup dockerd --bridge=none --iptables=false --ip6tables=false >>"$LOG" 2>&1 < /dev/null &
   for _ in $(seq 1 60); do
     docker info >/dev/null 2>&1 && break
     sleep 1

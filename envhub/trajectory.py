@@ -129,7 +129,7 @@ class TrajectoryWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._fh: BinaryIO = open(self.path, "a+b")
+        self._fh: BinaryIO = open(self.path, "a+b")  # closed by close()
         _cut_torn_tail(self._fh)
 
     def write(self, trajectory: Trajectory) -> None:

@@ -10,7 +10,7 @@ the goal attribute occurs in the title, features or description; an option match
 when a chosen option has a token-set ratio above 85. ``r_type`` (1, 0.5, 0.1 or 0)
 guards against buying the wrong kind of product: WebShop compares the noun tokens of
 the titles with spaCy; we compare content tokens (stop words removed), which needs no
-language model. The token-set ratio is rapidfuzz's (Indel similarity on sorted token
+language model. The token-set ratio is thefuzz's (Indel similarity on sorted token
 sets), reimplemented here so this module stays dependency-free.
 """
 
@@ -54,7 +54,9 @@ def _indel_ratio(a: str, b: str) -> float:
     for char_a in a:
         current = [0]
         for j, char_b in enumerate(b, start=1):
-            current.append(previous[j - 1] + 1 if char_a == char_b else max(previous[j], current[j - 1]))
+            current.append(
+                previous[j - 1] + 1 if char_a == char_b else max(previous[j], current[j - 1])
+            )
         previous = current
     return 200.0 * previous[-1] / (len(a) + len(b))
 
@@ -168,10 +170,22 @@ def webshop_reward(goal: ShopGoal, purchase: ShopPurchase | None) -> PurchaseSco
     """Score a purchase against the goal; no purchase scores 0."""
     n_attrs, n_opts = len(goal.attributes), len(goal.options)
     if purchase is None:
-        return PurchaseScore(0.0, 0.0, 0, 0, False, 0.0, {
-            "purchased": 0.0, "r_type": 0.0, "r_attribute": 0.0, "r_option": 0.0,
-            "r_price": 0.0, "success": 0.0,
-        })
+        return PurchaseScore(
+            0.0,
+            0.0,
+            0,
+            0,
+            False,
+            0.0,
+            {
+                "purchased": 0.0,
+                "r_type": 0.0,
+                "r_attribute": 0.0,
+                "r_option": 0.0,
+                "r_price": 0.0,
+                "success": 0.0,
+            },
+        )
     r_type, title_score = type_factor(goal, purchase)
     attrs = attribute_matches(goal.attributes, purchase)
     opts = option_matches(goal.options.values(), purchase.options.values())

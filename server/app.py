@@ -7,15 +7,15 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+from fastapi import FastAPI
+
+from envhub.local import LocalEnvironment
 from envhub.server.errors import install_error_handlers
 from envhub.server.fastpath import SessionFastPath
 from envhub.server.metrics import ServerMetrics
 from envhub.server.middleware import BearerAuth, BodySizeLimit
 from envhub.server.routes import environments_router, service_router, sessions_router
 from envhub.server.store import SessionStore
-from fastapi import FastAPI
-
-from envhub.local import LocalEnvironment
 
 __all__ = ["create_app"]
 

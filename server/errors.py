@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 
 import orjson
-from envhub.server.metrics import ServerMetrics
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from envhub.errors import EnvhubError
+from envhub.server.metrics import ServerMetrics
 
 __all__ = ["STATUS_BY_CODE", "envhub_error_response", "error_body", "install_error_handlers"]
 

@@ -11,14 +11,14 @@ routes, which stay the documented API and word the 422 messages.
 
 from __future__ import annotations
 
-from envhub.server.errors import envhub_error_response
-from envhub.server.metrics import ServerMetrics
-from envhub.server.models import StepRequest
-from envhub.server.store import SessionStore
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError
+from envhub.server.errors import envhub_error_response
+from envhub.server.metrics import ServerMetrics
+from envhub.server.models import StepRequest
+from envhub.server.store import SessionStore
 
 __all__ = ["SessionFastPath"]
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable
 
-from envhub.server.errors import error_body
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from envhub.server.errors import error_body
 
 __all__ = ["BearerAuth", "BodySizeLimit"]
 

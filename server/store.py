@@ -17,9 +17,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from envhub.server.metrics import ServerMetrics
-from envhub.server.models import EnvironmentInfo
-
 from envhub.errors import (
     CapacityError,
     EnvhubError,
@@ -28,6 +25,8 @@ from envhub.errors import (
     SessionNotFound,
 )
 from envhub.local import LocalEnvironment
+from envhub.server.metrics import ServerMetrics
+from envhub.server.models import EnvironmentInfo
 from envhub.session import Session
 from envhub.types import (
     CloseResult,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from fastapi import Request
+
 from envhub.server.models import ErrorBody
 from envhub.server.store import SessionStore
-from fastapi import Request
 
 __all__ = ["ERRORS", "store_of"]
 

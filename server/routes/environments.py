@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from fastapi import APIRouter, Query, Request
+
 from envhub.server.models import EnvironmentInfo, EnvironmentList, TaskPage
 from envhub.server.routes._deps import ERRORS, store_of
-from fastapi import APIRouter, Query, Request
 
 __all__ = ["router"]
 

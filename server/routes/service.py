@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from envhub.server.metrics import CONTENT_TYPE_LATEST
-from envhub.server.models import Health
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from envhub import __version__
+from envhub.server.metrics import CONTENT_TYPE_LATEST
+from envhub.server.models import Health
 
 __all__ = ["router"]
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from envhub.server.models import CreateSession, StepRequest
-from envhub.server.routes._deps import ERRORS, store_of
 from fastapi import APIRouter, Request
 
+from envhub.server.models import CreateSession, StepRequest
+from envhub.server.routes._deps import ERRORS, store_of
 from envhub.types import CloseResult, SessionInfo, SessionStart, StepResult
 
 __all__ = ["router"]

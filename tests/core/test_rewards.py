@@ -1,4 +1,5 @@
 import pytest
+
 from envhub.rewards import (
     Rubric,
     exact_match,

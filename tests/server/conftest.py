@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import uvicorn
-from envhub.server import create_app
 
+from envhub.server import create_app
 from tests.server import probe_env
 
 PROBE = probe_env.ENV_ID

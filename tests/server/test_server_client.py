@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import pytest
 import uvicorn
-from envhub.server import create_app
 
 import envhub
 from envhub._http_transports import HttpEngine
@@ -24,6 +23,7 @@ from envhub.errors import (
     TaskNotFound,
     Unauthorized,
 )
+from envhub.server import create_app
 from tests.server import probe_env
 
 # Every test runs on both HTTP engines of the client.

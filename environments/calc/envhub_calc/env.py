@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from envhub.rewards import Rubric, numeric_match
-
 from envhub import Budgets, Environment, Reward, TaskSet, tool
+from envhub.rewards import Rubric, numeric_match
 from envhub_calc.calculator import evaluate
 from envhub_calc.problems import generate_tasks
 

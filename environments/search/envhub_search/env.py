@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 
-from envhub.rewards import Rubric, exact_match, f1, substring_match
-
 from envhub import Budgets, Environment, Reward, TaskSet, tool
 from envhub.errors import InvalidRequest
+from envhub.rewards import Rubric, exact_match, f1, substring_match
 from envhub_search.corpus import CorpusOptions, load_corpus
 from envhub_search.index import Hit, SearchIndex, fts_query
 

@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from envhub.rewards.sql import COMPARATORS, execution_match, has_order_by
-
 from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
 from envhub.errors import InvalidRequest
+from envhub.rewards.sql import COMPARATORS, execution_match, has_order_by
 from envhub_sql.catalog import Database, resolve_database
 from envhub_sql.connection import QueryError, QueryResult, open_readonly, run_query
 from envhub_sql.executor import QueryExecutor, make_executor

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from envhub.rewards.sql import execution_match, has_order_by, spider_match
 
 GOLD = [(1, "Rock", 10.5), (2, "Jazz", 3.0), (3, "Metal", 7.25)]

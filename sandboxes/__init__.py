@@ -1,0 +1,45 @@
+"""Sandboxes: isolated places where an episode's commands run.
+
+``open_sandbox(spec, backend)`` is the one entry point; environments describe what they
+need with a ``SandboxSpec`` and the backend comes from configuration
+(``resolve_backend``), so the same environment runs on a laptop and in a cluster::
+
+    async with open_sandbox(SandboxSpec(image="python"), backend="docker") as sb:
+        result = await sb.exec("python3 -c 'print(1)'", timeout=10)
+
+Backends: ``local`` (no isolation; the default), ``bwrap`` (Linux namespaces),
+``docker`` (containers; needs ``pip install envhub[docker]``). ``SandboxPool`` keeps
+sandboxes pre-started so an episode gets one in milliseconds.
+"""
+
+from __future__ import annotations
+
+from envhub.sandboxes._select import (
+    BACKENDS as BACKENDS,
+)
+from envhub.sandboxes._select import (
+    make_sandbox as make_sandbox,
+)
+from envhub.sandboxes._select import (
+    open_sandbox as open_sandbox,
+)
+from envhub.sandboxes._select import (
+    resolve_backend as resolve_backend,
+)
+from envhub.sandboxes.base import ExecResult as ExecResult
+from envhub.sandboxes.base import Sandbox as Sandbox
+from envhub.sandboxes.base import SandboxSpec as SandboxSpec
+from envhub.sandboxes.pool import PoolMetrics as PoolMetrics
+from envhub.sandboxes.pool import SandboxPool as SandboxPool
+
+__all__ = [
+    "BACKENDS",
+    "ExecResult",
+    "PoolMetrics",
+    "Sandbox",
+    "SandboxPool",
+    "SandboxSpec",
+    "make_sandbox",
+    "open_sandbox",
+    "resolve_backend",
+]

@@ -1,0 +1,57 @@
+"""Choosing a backend: ``--sandbox`` beats ``ENVHUB_SANDBOX`` beats ``local``.
+
+Backends are imported on demand so ``import envhub.sandboxes`` never imports docker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from envhub.errors import InvalidRequest
+from envhub.sandboxes.base import Sandbox, SandboxSpec
+
+__all__ = ["BACKENDS", "make_sandbox", "open_sandbox", "resolve_backend"]
+
+BACKENDS = ("local", "bwrap", "docker")
+ENV_VAR = "ENVHUB_SANDBOX"
+DEFAULT_BACKEND = "local"
+
+
+def resolve_backend(explicit: str | None = None) -> str:
+    """The backend to use: ``explicit`` (a CLI flag or server option), else the
+    ``ENVHUB_SANDBOX`` environment variable, else ``local``."""
+    name = (explicit or os.environ.get(ENV_VAR) or DEFAULT_BACKEND).strip().lower()
+    if name not in BACKENDS:
+        raise InvalidRequest(
+            f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}"
+        )
+    return name
+
+
+def make_sandbox(spec: SandboxSpec, backend: str | None = None, **options: Any) -> Sandbox:
+    """An unstarted sandbox of the resolved backend (``start()`` or ``async with`` it)."""
+    name = resolve_backend(backend)
+    if name == "local":
+        from envhub.sandboxes.local import LocalSandbox
+
+        return LocalSandbox(spec, **options)
+    if name == "bwrap":
+        from envhub.sandboxes.bwrap import BwrapSandbox
+
+        return BwrapSandbox(spec, **options)
+    from envhub.sandboxes.docker import DockerSandbox
+
+    return DockerSandbox(spec, **options)
+
+
+@asynccontextmanager
+async def open_sandbox(
+    spec: SandboxSpec | None = None, backend: str | None = None, **options: Any
+) -> AsyncIterator[Sandbox]:
+    """Start a sandbox, yield it, and always close it (also if starting fails halfway)."""
+    sandbox = make_sandbox(spec or SandboxSpec(), backend, **options)
+    async with sandbox:
+        yield sandbox
