@@ -1,0 +1,229 @@
+"""Browser mode: one Playwright page in a fresh context from the pool, per episode.
+
+Every Playwright call runs on the runtime loop (:mod:`envhub_web.runtime`); the public
+methods hop there, so sessions on any event loop can drive the tab. Elements are
+found by their ``data-bid`` attribute; with ``tag_all`` (MiniWoB pages, which have no
+bids of their own) every element without one gets a numeric bid in document order,
+which is deterministic for a seeded page and therefore usable in gold actions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from envhub.errors import SandboxError, ToolError
+from envhub_web.pageview import format_observation
+from envhub_web.pool import BrowserPool
+from envhub_web.runtime import runtime
+from envhub_web.tab import SCROLL_DIRECTIONS, allowed_url
+
+if TYPE_CHECKING:
+    from playwright.async_api import BrowserContext, Locator, Page
+
+__all__ = ["OBSERVE_JS", "BrowserTab"]
+
+OBSERVE_JS = resources.files("envhub_web").joinpath("observe.js").read_text(encoding="utf-8")
+_SCROLL = {"up": (0, -500), "down": (0, 500), "left": (-500, 0), "right": (500, 0)}
+T = TypeVar("T")
+
+
+def _short(exc: Exception) -> str:
+    """Playwright messages carry a call log; the model only needs the first line."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class BrowserTab:
+    """A page in its own browser context; create with :meth:`open`, end with :meth:`close`."""
+
+    def __init__(
+        self,
+        pool: BrowserPool,
+        context: BrowserContext,
+        page: Page,
+        nav_timeout_s: float,
+        tag_all: bool,
+        owns_pool: bool = False,
+    ) -> None:
+        self._pool, self._context, self._page = pool, context, page
+        self.nav_timeout_s = nav_timeout_s
+        self.tag_all = tag_all
+        self.owns_pool = owns_pool
+
+    @classmethod
+    async def open(
+        cls,
+        pool: BrowserPool,
+        cookies: list[dict[str, Any]],
+        *,
+        nav_timeout_s: float = 10.0,
+        action_timeout_s: float = 5.0,
+        tag_all: bool = False,
+        owns_pool: bool = False,
+    ) -> BrowserTab:
+        """A tab in a fresh context of ``pool``; ``owns_pool``: close the pool with the tab."""
+
+        async def start() -> BrowserTab:
+            context = None
+            try:
+                context, page = await pool.new_page()
+                if cookies:
+                    await context.add_cookies(cookies)
+                context.set_default_timeout(action_timeout_s * 1000)
+                context.set_default_navigation_timeout(nav_timeout_s * 1000)
+            except BaseException:
+                if context is not None:
+                    await pool.release(context)
+                if owns_pool:
+                    await pool.close()
+                raise
+            return cls(pool, context, page, nav_timeout_s, tag_all, owns_pool)
+
+        return await runtime().run(start())
+
+    @property
+    def url(self) -> str:
+        return self._page.url
+
+    async def _on_runtime(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await runtime().run(coro)
+
+    def _alive(self) -> bool:
+        browser = self._context.browser
+        return not self._page.is_closed() and (browser is None or browser.is_connected())
+
+    def _failure(self, message: str) -> ToolError | SandboxError:
+        """A model-readable error, or an infra failure (masks the episode) if Chromium died."""
+        if self._alive():
+            return ToolError(message)
+        return SandboxError(f"the browser of this episode is gone ({message})")
+
+    async def _locator(self, bid: str) -> Locator:
+        locator = self._page.locator(f"[data-bid={json.dumps(bid)}]")
+        if await locator.count() == 0:
+            raise ToolError(f"no element with bid {bid!r} on this page ({self.url})")
+        return locator.first
+
+    async def _settle(self) -> None:
+        """Let a navigation an action started finish loading (bounded by the nav timeout)."""
+        try:
+            await self._page.wait_for_load_state(
+                "domcontentloaded", timeout=self.nav_timeout_s * 1000
+            )
+        except Exception as exc:
+            raise self._failure(f"the page did not finish loading: {_short(exc)}") from None
+
+    async def _act(
+        self, bid: str, what: str, operation: Callable[[Locator], Awaitable[Any]]
+    ) -> None:
+        """Find ``bid`` and run ``operation`` on it; Playwright errors become ToolErrors."""
+
+        async def run() -> None:
+            try:
+                await operation(await self._locator(bid))
+            except ToolError:
+                raise
+            except Exception as exc:
+                raise self._failure(f"{what} on [{bid}] failed: {_short(exc)}") from None
+            await self._settle()
+
+        await self._on_runtime(run())
+
+    async def goto(self, url: str) -> None:
+        target = allowed_url(self.url if self.url.startswith("http") else "", url)
+
+        async def run() -> None:
+            try:
+                await self._page.goto(target, wait_until="domcontentloaded")
+            except Exception as exc:
+                if not self._alive():
+                    raise self._failure(f"{target} did not load: {_short(exc)}") from None
+                cdp = await self._context.new_cdp_session(self._page)
+                try:
+                    await cdp.send("Page.stopLoading")
+                finally:
+                    await cdp.detach()
+                raise ToolError(
+                    f"{target} did not load: {_short(exc)}; still on {self.url}"
+                ) from None
+
+        await self._on_runtime(run())
+
+    async def click(self, bid: str) -> None:
+        await self._act(bid, "click", lambda el: el.click())
+
+    async def fill(self, bid: str, text: str) -> None:
+        await self._act(bid, "fill", lambda el: el.fill(text))
+
+    async def select_option(self, bid: str, value: str) -> None:
+        async def choose(el: Locator) -> None:
+            options = await el.evaluate(
+                "el => el.tagName === 'SELECT'"
+                " ? Array.from(el.options).map(o => [o.value, o.label]) : null"
+            )
+            if options is None:
+                raise ToolError(f"element [{bid}] is not a select box")
+            if not any(value in pair for pair in options):
+                choices = ", ".join(repr(v) for v, _ in options)
+                raise ToolError(f"no option {value!r} in [{bid}]; options: {choices}")
+            await el.select_option(value)
+
+        await self._act(bid, "select_option", choose)
+
+    async def press(self, bid: str, key: str) -> None:
+        await self._act(bid, "press", lambda el: el.press(key))
+
+    async def scroll(self, direction: str) -> None:
+        if direction not in _SCROLL:
+            raise ToolError(f"direction must be one of {', '.join(SCROLL_DIRECTIONS)}")
+        await self._on_runtime(self._page.mouse.wheel(*_SCROLL[direction]))
+
+    async def go_back(self) -> None:
+        async def run() -> None:
+            before = self.url
+            try:
+                response = await self._page.go_back(wait_until="domcontentloaded")
+                if self.url == "about:blank":  # the blank page every tab starts on
+                    await self._page.go_forward(wait_until="domcontentloaded")
+                    response = None
+            except Exception as exc:
+                raise self._failure(f"go_back failed: {_short(exc)}") from None
+            if response is None and self.url in (before, "about:blank"):
+                raise ToolError("there is no previous page")
+
+        await self._on_runtime(run())
+
+    async def evaluate(self, script: str, arg: Any = None) -> Any:
+        """Run JavaScript in the page (MiniWoB's seeding and reward)."""
+        return await self._on_runtime(self._page.evaluate(script, arg))
+
+    async def observe(self) -> str:
+        async def run() -> str:
+            for _ in range(3):
+                try:
+                    snapshot = await self._page.evaluate(OBSERVE_JS, {"tagAll": self.tag_all})
+                    return format_observation(self.url, snapshot["title"], snapshot["lines"])
+                except Exception:
+                    await self._settle()
+            try:
+                snapshot = await self._page.evaluate(OBSERVE_JS, {"tagAll": self.tag_all})
+            except Exception as exc:
+                raise self._failure(f"cannot read the page: {_short(exc)}") from None
+            return format_observation(self.url, snapshot["title"], snapshot["lines"])
+
+        return await self._on_runtime(run())
+
+    async def screenshot(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        await self._on_runtime(self._page.screenshot(path=str(path)))
+
+    async def close(self) -> None:
+        async def run() -> None:
+            await self._pool.release(self._context)
+            if self.owns_pool:
+                await self._pool.close()
+
+        await self._on_runtime(run())

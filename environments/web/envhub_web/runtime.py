@@ -1,0 +1,127 @@
+"""One background event loop per process for the shared web services.
+
+The MiniShop server (uvicorn) and the Playwright browser pool are started once per
+process and shared by all sessions. Playwright objects are bound to the loop that
+created them, while sessions may come from many loops (``asyncio.run`` per test, a
+server loop, a rollout loop), so both services live on this dedicated loop thread and
+sessions reach them through :meth:`Runtime.run`. ``shutdown()`` (also run at exit)
+stops the browsers and the server, so no Chromium process outlives the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from envhub_web.procs import chromium_pids
+
+__all__ = ["Runtime", "add_shutdown_hook", "runtime", "shutdown"]
+
+T = TypeVar("T")
+
+
+class Runtime:
+    """A daemon thread running an asyncio loop, with helpers to run coroutines on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        #: shared services started on this loop (sites, browser pool), by key
+        self.services: dict[Any, concurrent.futures.Future[Any]] = {}
+        self.services_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._main, name="envhub-web-runtime", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` on the runtime loop from any other loop (cancellation propagates)."""
+        if self.in_loop():
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Blocking variant of :meth:`run` for synchronous callers (atexit, benchmarks)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    async def service(self, key: Any, start: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """The service under ``key``, started once on this loop by ``start()``.
+
+        Concurrent first callers share one start; a failed start is retried next time.
+        """
+        with self.services_lock:
+            future = self.services.get(key)
+            if future is None or (future.done() and future.exception() is not None):
+                future = asyncio.run_coroutine_threadsafe(start(), self.loop)
+                self.services[key] = future
+        return await asyncio.wrap_future(future)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+_lock = threading.Lock()
+_runtime: Runtime | None = None
+_hooks: list[Callable[[], Awaitable[None]]] = []
+
+
+def runtime() -> Runtime:
+    """The process's runtime, started on first use."""
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = Runtime()
+        return _runtime
+
+
+def add_shutdown_hook(hook: Callable[[], Awaitable[None]]) -> None:
+    """Register a coroutine function that :func:`shutdown` awaits on the runtime loop."""
+    with _lock:
+        _hooks.append(hook)
+
+
+def shutdown(timeout: float = 30.0) -> None:
+    """Stop every shared service (browsers first, then servers) and the loop thread,
+    and wait until no Chromium process of ours is left.
+
+    Safe to call repeatedly; the next session starts everything again.
+    """
+    global _runtime
+    with _lock:
+        current, _runtime = _runtime, None
+        hooks = list(reversed(_hooks))
+        _hooks.clear()
+    if current is None:
+        return
+
+    async def run_hooks() -> None:
+        for hook in hooks:
+            try:
+                await hook()
+            except Exception:
+                pass
+
+    try:
+        current.call(run_hooks(), timeout)
+    finally:
+        current.stop()
+    # Chromium's helper processes exit shortly after the browser; wait, so that callers
+    # (and leak checks) see a clean process tree when this returns.
+    deadline = time.monotonic() + timeout
+    while chromium_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+atexit.register(shutdown)
