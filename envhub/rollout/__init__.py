@@ -1,1 +1,44 @@
-"""(being written)"""
+"""The rollout engine: episodes, continuous dispatch, GRPO groups, streaming, checks.
+
+- :class:`EpisodeRunner` runs one episode (policy <-> session) into a ``Trajectory``.
+- :func:`dispatch` keeps ``concurrency`` episodes in flight with no batch barrier;
+  :func:`run_rollout` is the file-backed, resumable run behind ``envhub rollout``.
+- :func:`stream` hands completed groups to a trainer loop (back-pressure, staleness).
+- :func:`check_tasks` is ``envhub check``: reference scores 1, no-op scores 0.
+"""
+
+from __future__ import annotations
+
+from envhub.rollout.check import CheckFailure as CheckFailure
+from envhub.rollout.check import CheckReport as CheckReport
+from envhub.rollout.check import check_tasks as check_tasks
+from envhub.rollout.dispatcher import dispatch as dispatch
+from envhub.rollout.dispatcher import plan_episodes as plan_episodes
+from envhub.rollout.dispatcher import run_rollout as run_rollout
+from envhub.rollout.episode import EpisodeRunner as EpisodeRunner
+from envhub.rollout.episode import EpisodeSpec as EpisodeSpec
+from envhub.rollout.stream import Group as Group
+from envhub.rollout.stream import RolloutStream as RolloutStream
+from envhub.rollout.stream import stream as stream
+from envhub.rollout.summary import RunSummary as RunSummary
+from envhub.rollout.summary import pass_at_k as pass_at_k
+from envhub.rollout.summary import summarize as summarize
+from envhub.rollout.tasks import select_task_ids as select_task_ids
+
+__all__ = [
+    "CheckFailure",
+    "CheckReport",
+    "EpisodeRunner",
+    "EpisodeSpec",
+    "Group",
+    "RolloutStream",
+    "RunSummary",
+    "check_tasks",
+    "dispatch",
+    "pass_at_k",
+    "plan_episodes",
+    "run_rollout",
+    "select_task_ids",
+    "stream",
+    "summarize",
+]

@@ -1,0 +1,356 @@
+"""``envhub rollout``, ``envhub check`` and ``envhub export``.
+
+The rollout engine, policies and ``datasets`` are imported inside the command bodies so
+that ``envhub --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envhub.cli._app import app
+from envhub.cli.options import EnvArgOption, parse_env_args
+from envhub.errors import EnvhubError
+
+if TYPE_CHECKING:
+    from envhub.rollout.summary import RunSummary
+    from envhub.trajectory import Trajectory
+
+console = Console(stderr=True)
+
+NO_MODEL_HINT = (
+    "no --base-url given. Start a local model server with `envhub llm serve` "
+    "(pip install 'envhub[local-llm]') and pass --base-url http://127.0.0.1:8080/v1 "
+    "--model smollm2-135m, point --base-url at any OpenAI-compatible server (vLLM, SGLang), "
+    "or replay gold actions with --policy reference."
+)
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    console.print(f"[red]error:[/red] {escape(message)}")
+    return typer.Exit(code)
+
+
+class _LiveStats:
+    """Progress bar fields updated per finished trajectory (reward, masked, throughput)."""
+
+    def __init__(self, progress: Progress, task: Any) -> None:
+        self.progress = progress
+        self.task = task
+        self.done = 0
+        self.reward_sum = 0.0
+        self.scored = 0
+        self.masked = 0
+        self.started = time.perf_counter()
+
+    def __call__(self, trajectory: Trajectory) -> None:
+        self.done += 1
+        if trajectory.masked:
+            self.masked += 1
+        else:
+            self.scored += 1
+            self.reward_sum += trajectory.reward or 0.0
+        rate = self.done / max(time.perf_counter() - self.started, 1e-9)
+        mean = self.reward_sum / self.scored if self.scored else float("nan")
+        self.progress.update(
+            self.task, advance=1, stats=f"reward {mean:.3f}  masked {self.masked}  {rate:.1f} ep/s"
+        )
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[stats]}"),
+        console=console,
+        refresh_per_second=4,
+    )
+
+
+def _summary_table(summary: RunSummary) -> Table:
+    table = Table("metric", "value", title="rollout summary")
+
+    def fmt(value: float | None, digits: int = 3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    table.add_row(
+        "episodes (scored / masked)", f"{summary.episodes} ({summary.scored} / {summary.masked})"
+    )
+    table.add_row("tasks", str(summary.tasks))
+    table.add_row("mean reward", fmt(summary.mean_reward))
+    for name, value in summary.pass_at_k.items():
+        table.add_row(name, fmt(value))
+    table.add_row(
+        "stop reasons", ", ".join(f"{k}: {v}" for k, v in sorted(summary.stop_reasons.items()))
+    )
+    if summary.errors:
+        table.add_row("errors", ", ".join(f"{k}: {v}" for k, v in sorted(summary.errors.items())))
+    table.add_row("mean turns", fmt(summary.mean_turns, 2))
+    table.add_row("tool errors", str(summary.tool_errors))
+    table.add_row(
+        "tokens (prompt / completion)", f"{summary.prompt_tokens} / {summary.completion_tokens}"
+    )
+    table.add_row("episodes/s (this run)", fmt(summary.episodes_per_s, 1))
+    return table
+
+
+@app.command("rollout")
+def rollout_command(
+    env: Annotated[str, typer.Argument(help="environment plugin name (or module:Class)")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="trajectory JSONL file")],
+    model: Annotated[str | None, typer.Option(help="model name sent to the server")] = None,
+    base_url: Annotated[
+        list[str] | None, typer.Option("--base-url", help="OpenAI-compatible base URL (repeatable)")
+    ] = None,
+    policy: Annotated[str, typer.Option(help="openai | litellm | reference")] = "openai",
+    tasks: Annotated[
+        str | None,
+        typer.Option(help="SPLIT, [SPLIT]START:END, or ID,ID,... (default: the test split)"),
+    ] = None,
+    group_size: Annotated[int, typer.Option(help="samples per task (a GRPO group)")] = 1,
+    concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 64,
+    max_turns: Annotated[int | None, typer.Option(help="assistant turns per episode")] = None,
+    temperature: Annotated[float, typer.Option()] = 1.0,
+    top_p: Annotated[float, typer.Option()] = 1.0,
+    max_tokens: Annotated[int | None, typer.Option(help="completion tokens per turn")] = None,
+    resume: Annotated[bool, typer.Option(help="append the episodes missing from OUTPUT")] = False,
+    env_arg: EnvArgOption = None,
+    env_url: Annotated[str | None, typer.Option(help="use an `envhub serve` server")] = None,
+    api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", show_envvar=True)] = None,
+    token_ids: Annotated[str, typer.Option(help="ask for token ids: auto | on | off")] = "auto",
+    endpoint_concurrency: Annotated[
+        int | None, typer.Option(help="cap on requests in flight per base URL")
+    ] = None,
+    request_timeout: Annotated[float, typer.Option(help="seconds per model request")] = 600.0,
+    max_env_attempts: Annotated[
+        int, typer.Option(help="tries of an episode whose environment fails, then masked")
+    ] = 3,
+    policy_version: Annotated[int | None, typer.Option(help="recorded on every turn")] = None,
+    success_threshold: Annotated[float, typer.Option(help="reward counted as a pass")] = 1.0,
+    wrong_action_p: Annotated[
+        float, typer.Option(help="reference policy: chance of a wrong action per turn")
+    ] = 0.0,
+) -> None:
+    """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
+
+    Writes one JSON line per episode as it finishes, then OUTPUT.summary.json.
+    """
+    from envhub.policies import SamplingParams, make_policy
+    from envhub.rollout.runtime import run_async
+
+    if policy == "openai" and not base_url:
+        raise _fail(NO_MODEL_HINT)
+    if policy == "reference" and env_url:
+        raise _fail(
+            "--policy reference replays gold actions, which only an in-process "
+            "environment has: drop --env-url"
+        )
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+    options: dict[str, Any] = {}
+    if policy == "openai":
+        options = {
+            "api_key": api_key,
+            "token_ids": token_ids,
+            "request_timeout_s": request_timeout,
+            "endpoint_concurrency": endpoint_concurrency,
+        }
+    elif policy == "litellm":
+        options = {"api_key": api_key, "request_timeout_s": request_timeout}
+    elif policy == "reference":
+        options = {"wrong_action_p": wrong_action_p}
+    try:
+        chosen = make_policy(policy, model=model, base_urls=base_url, sampling=sampling, **options)
+        summary = run_async(
+            _rollout(
+                env,
+                chosen,
+                output=output,
+                options=parse_env_args(env_arg or []),
+                env_url=env_url,
+                tasks=tasks,
+                group_size=group_size,
+                concurrency=concurrency,
+                max_turns=max_turns,
+                resume=resume,
+                max_env_attempts=max_env_attempts,
+                    policy_version=policy_version,
+                success_threshold=success_threshold,
+            )
+        )
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
+    console.print(_summary_table(summary))
+    console.print(f"trajectories: {output}   summary: {output}.summary.json")
+
+
+async def _open_env(
+    env: str, options: dict[str, Any], env_url: str | None, max_turns: int | None
+) -> tuple[Any, str, bool]:
+    """(environment, version, in_process); a local env enforces max_turns itself."""
+    if env_url is None:
+        from envhub.local import make
+
+        local = make(env, max_turns=max_turns, **options)
+        return local, local.version, True
+    from envhub.client import RemoteEnvironment
+
+    remote = RemoteEnvironment(env_url, env, options, max_connections=1024)
+    try:
+        info = await remote.info()
+    except BaseException:
+        await remote.aclose()
+        raise
+    return remote, str(info.get("version", "unknown")), False
+
+
+async def _rollout(
+    env_name: str,
+    policy: Any,
+    *,
+    output: Path,
+    options: dict[str, Any],
+    env_url: str | None,
+    tasks: str | None,
+    group_size: int,
+    concurrency: int,
+    max_turns: int | None,
+    resume: bool,
+    max_env_attempts: int,
+    policy_version: int | None,
+    success_threshold: float,
+) -> RunSummary:
+    from envhub.rollout.dispatcher import run_rollout
+    from envhub.rollout.episode import EpisodeRunner
+    from envhub.rollout.tasks import select_task_ids
+
+    env, version, in_process = await _open_env(env_name, options, env_url, max_turns)
+    try:
+        task_ids = await select_task_ids(env, tasks)
+        runner = EpisodeRunner(
+            env,
+            policy,
+            env_version=version,
+            max_turns=None if in_process else max_turns,
+            max_env_attempts=max_env_attempts,
+            policy_version=lambda: policy_version,
+            task_of=env.tasks.get if in_process else (lambda task_id: None),
+        )
+        with _progress() as progress:
+            bar = progress.add_task(f"{env_name} x {policy.model}", total=None, stats="")
+            live = _LiveStats(progress, bar)
+
+            def planned(total: int, done: int) -> None:
+                progress.update(bar, total=total, completed=done)
+
+            return await run_rollout(
+                runner,
+                task_ids,
+                output,
+                group_size=group_size,
+                concurrency=concurrency,
+                resume=resume,
+                success_threshold=success_threshold,
+                on_result=live,
+                on_plan=planned,
+            )
+    finally:
+        await policy.aclose()
+        closer = getattr(env, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+@app.command("check")
+def check_command(
+    env: Annotated[str, typer.Argument(help="environment plugin name (or module:Class)")],
+    tasks: Annotated[
+        str | None,
+        typer.Option(
+            help="SPLIT, [SPLIT]START:END, or ID,ID,... (default: every task of every split)"
+        ),
+    ] = None,
+    env_arg: EnvArgOption = None,
+    concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 32,
+) -> None:
+    """Check that the reference policy scores 1 and a no-op policy 0 on every selected task.
+
+    Prints the failing tasks and exits 1 if any fails.
+    """
+    from envhub.rollout.runtime import run_async
+
+    try:
+        report, elapsed = run_async(_check(env, parse_env_args(env_arg or []), tasks, concurrency))
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
+    if report.ok:
+        console.print(
+            f"[green]ok[/green]: {report.checked} tasks of {report.env}: reference scores 1, "
+            f"no-op scores 0 ({elapsed:.1f}s)"
+        )
+        return
+    table = Table(
+        "task", "policy", "reward", "expected", "detail", title=f"{report.env}: failing tasks"
+    )
+    for failure in report.failures:
+        reward = "masked" if failure.reward is None else f"{failure.reward:g}"
+        table.add_row(
+            failure.task_id, failure.policy, reward, f"{failure.expected:g}", failure.detail[:120]
+        )
+    console.print(table)
+    console.print(
+        f"[red]{len(report.failing_tasks)} of {report.checked} tasks fail[/red]: "
+        + ", ".join(report.failing_tasks[:50])
+    )
+    raise typer.Exit(1)
+
+
+async def _check(env: str, options: dict[str, Any], tasks: str | None, concurrency: int) -> Any:
+    from envhub.local import make
+    from envhub.rollout.check import check_tasks
+    from envhub.rollout.tasks import select_task_ids
+
+    local = make(env, **options)
+    ids = local.task_ids(None) if tasks is None else await select_task_ids(local, tasks)
+    started = time.perf_counter()
+    with _progress() as progress:
+        bar = progress.add_task(f"check {env}", total=2 * len(ids), stats="")
+        report = await check_tasks(
+            local, ids, concurrency=concurrency, on_result=lambda t: progress.advance(bar)
+        )
+    return report, time.perf_counter() - started
+
+
+@app.command("export")
+def export_command(
+    file: Annotated[Path, typer.Argument(help="trajectory JSONL file written by envhub rollout")],
+    format: Annotated[str, typer.Option("--format", help="parquet | jsonl")] = "parquet",
+    output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
+) -> None:
+    """Export trajectories for `datasets.load_dataset` (Parquet or clean JSONL).
+
+    messages, tools, sampling and reward_components become JSON strings.
+    """
+    from envhub.trajectory import export_trajectories
+
+    if format not in ("parquet", "jsonl"):
+        raise _fail(f"--format must be parquet or jsonl, not {format!r}")
+    if not file.is_file():
+        raise _fail(f"{file} does not exist")
+    target = output or file.with_suffix(".parquet" if format == "parquet" else ".export.jsonl")
+    try:
+        rows = export_trajectories(file, target, format)  # type: ignore[arg-type]
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
+    except ImportError:
+        raise _fail("export needs `pip install 'envhub[rollout]'` (datasets)") from None
+    console.print(f"{rows} trajectories -> {target}")

@@ -1,0 +1,84 @@
+"""What a policy is: given the chat so far and the tools, produce one assistant message.
+
+The rollout engine only sees :class:`Policy`; OpenAI-compatible endpoints, litellm
+providers and the reference (gold replay) policy are interchangeable behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from envhub.task import Task
+from envhub.types import Message, ToolCall
+
+__all__ = ["Completion", "GenerateRequest", "Policy", "SamplingParams"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling parameters sent with every request and recorded on every trajectory."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_request(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p}
+        if self.max_tokens is not None:
+            params["max_tokens"] = self.max_tokens
+        params.update(self.extra)
+        return params
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    """One model call of one episode.
+
+    ``task`` is set when the environment is in-process (the reference policy needs its
+    gold actions); ``turn`` counts the assistant messages already in ``messages``.
+    """
+
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    turn: int
+    task_id: str
+    sample_index: int
+    task: Task | None = None
+
+
+@dataclass(slots=True)
+class Completion:
+    """One assistant message plus what the server reported about producing it.
+
+    ``tool_calls`` keep the model's raw argument strings (malformed JSON included), so
+    the session, not the policy, turns bad calls into error observations.
+    """
+
+    content: str | None
+    tool_calls: list[ToolCall]
+    finish_reason: str | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_message(self) -> Message:
+        """The assistant message as it goes into the chat history."""
+        message: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        return message
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Produces assistant messages. ``model`` is recorded on trajectories."""
+
+    model: str
+
+    async def generate(self, request: GenerateRequest) -> Completion: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,190 @@
+"""The ``openai`` policy: OpenAI-compatible chat endpoints (vLLM, SGLang, llama.cpp, OpenAI).
+
+Requests go out through one ``aiohttp`` session per base URL with ``orjson`` bodies,
+neither through the ``openai`` SDK nor ``httpx``: both use httpcore's connection pool,
+which scans every pooled connection on every request, so at hundreds of concurrent
+episodes the pool alone cost over 10 CPU-ms per episode and capped the harness near 35
+episodes/s (``benchmarks/rollout_overhead.py``; README has the figures). The wire format
+is the same ``POST {base_url}/chat/completions``.
+
+Token ids: with ``token_ids="auto"`` (default) every request asks for ``logprobs`` and
+vLLM's ``return_token_ids``; a server that rejects these fields with HTTP 400 gets them
+dropped for the rest of the run, and a server that ignores them simply returns none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any, Literal
+
+import aiohttp
+import orjson
+
+from envhub.errors import PolicyError, TransientPolicyError
+from envhub.policies.base import Completion, GenerateRequest, SamplingParams
+from envhub.policies.endpoints import EndpointPool
+from envhub.policies.retry import RetryPolicy
+from envhub.types import ToolCall
+
+__all__ = ["OpenAIPolicy", "parse_chat_response"]
+
+TokenIdMode = Literal["auto", "on", "off"]
+_TOKEN_FIELDS = {"logprobs": True, "return_token_ids": True}
+
+
+class OpenAIPolicy:
+    """Chat completions against one or more base URLs, load-balanced (:class:`EndpointPool`)."""
+
+    def __init__(
+        self,
+        model: str,
+        base_urls: list[str],
+        *,
+        sampling: SamplingParams | None = None,
+        api_key: str | None = None,
+        token_ids: TokenIdMode = "auto",
+        request_timeout_s: float = 600.0,
+        retry: RetryPolicy | None = None,
+        endpoint_concurrency: int | None = None,
+        eject_after: int = 3,
+        probe_interval_s: float = 2.0,
+    ) -> None:
+        self.model = model
+        self.sampling = sampling or SamplingParams()
+        self.retry = retry or RetryPolicy()
+        self.token_ids: TokenIdMode = token_ids
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        self._headers = {"content-type": "application/json"}
+        if key:
+            self._headers["authorization"] = f"Bearer {key}"
+        self._timeout = aiohttp.ClientTimeout(
+            total=request_timeout_s, sock_connect=min(10.0, request_timeout_s)
+        )
+        self._connection_limit = endpoint_concurrency or 0  # 0: aiohttp's "unlimited"
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self.pool = EndpointPool(
+            base_urls,
+            self._probe,
+            cap=endpoint_concurrency,
+            eject_after=eject_after,
+            probe_interval_s=probe_interval_s,
+        )
+        self._static_body = {"model": model, **self.sampling.to_request()}
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        body: dict[str, Any] = {**self._static_body, "messages": request.messages}
+        if request.tools:
+            body["tools"] = request.tools
+        completion = await self.retry.call(lambda: self._post(body))
+        for index, call in enumerate(completion.tool_calls):
+            if not call.id:  # some servers omit ids; the chat history needs unique ones
+                call.id = f"call_{request.turn}_{index}"
+        return completion
+
+    async def _post(self, body: dict[str, Any]) -> Completion:
+        send_token_fields = self.token_ids != "off"
+        payload = orjson.dumps({**body, **_TOKEN_FIELDS} if send_token_fields else body)
+        endpoint = await self.pool.acquire()
+        connection_failed = False
+        try:
+            session = self._session(endpoint.url)
+            async with session.post(f"{endpoint.url}/chat/completions", data=payload) as response:
+                status = response.status
+                content = await response.read()
+        except asyncio.TimeoutError as exc:
+            connection_failed = True
+            raise TransientPolicyError(f"{endpoint.url}: timed out") from exc
+        except aiohttp.ClientError as exc:
+            connection_failed = True
+            raise TransientPolicyError(f"{endpoint.url}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            self.pool.release(endpoint, connection_failed=connection_failed)
+        if status == 429 or status >= 500:
+            raise TransientPolicyError(f"{endpoint.url}: HTTP {status}: {content[:200]!r}")
+        text = content.decode(errors="replace")
+        if status == 400 and self.token_ids == "auto" and _mentions_token_fields(text):
+            self.token_ids = "off"  # the server rejects vLLM's token fields: stop asking
+            raise TransientPolicyError(
+                f"{endpoint.url}: rejected token-id fields, retrying without"
+            )
+        if status >= 400:
+            raise PolicyError(f"{endpoint.url}: HTTP {status}: {text[:500]}")
+        try:
+            data = orjson.loads(content)
+        except orjson.JSONDecodeError as exc:
+            raise TransientPolicyError(f"{endpoint.url}: reply is not JSON: {exc}") from exc
+        completion = parse_chat_response(data)
+        if self.token_ids == "auto" and completion.completion_token_ids is not None:
+            self.token_ids = "on"  # the server supports them: a later 400 is about something else
+        return completion
+
+    def _session(self, url: str) -> aiohttp.ClientSession:
+        """The endpoint's pooled session, created inside the running event loop."""
+        session = self._sessions.get(url)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=self._connection_limit, limit_per_host=0)
+            session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, timeout=self._timeout
+            )
+            self._sessions[url] = session
+        return session
+
+    async def _probe(self, url: str) -> bool:
+        """Whether an ejected endpoint answers ``GET /models`` again."""
+        try:
+            async with self._session(url).get(
+                f"{url}/models", timeout=aiohttp.ClientTimeout(total=5)
+            ) as response:
+                return response.status < 500
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
+
+
+def _mentions_token_fields(error_text: str) -> bool:
+    return "token_ids" in error_text or "logprobs" in error_text
+
+
+def parse_chat_response(data: dict[str, Any]) -> Completion:
+    """The first choice of a chat-completions reply, with token data where present.
+
+    vLLM puts ``prompt_token_ids`` on the reply (newer versions) or on the choice, and the
+    sampled ids in ``choices[0].token_ids``; logprobs are ``choices[0].logprobs.content[i]
+    .logprob``. Tool-call arguments are kept verbatim (a non-string is JSON-encoded).
+    """
+    choices = data.get("choices") or []
+    if not choices:
+        raise PolicyError(f"the model server returned no choices: {str(data)[:200]}")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    calls = []
+    for raw in message.get("tool_calls") or []:
+        function = raw.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append(
+            ToolCall(id=raw.get("id") or "", name=function.get("name") or "", arguments=arguments)
+        )
+    logprobs = choice.get("logprobs")
+    content_logprobs = logprobs.get("content") if isinstance(logprobs, dict) else None
+    usage = data.get("usage") or {}
+    return Completion(
+        content=message.get("content"),
+        tool_calls=calls,
+        finish_reason=choice.get("finish_reason"),
+        prompt_token_ids=choice.get("prompt_token_ids") or data.get("prompt_token_ids"),
+        completion_token_ids=choice.get("token_ids"),
+        completion_logprobs=[entry["logprob"] for entry in content_logprobs]
+        if content_logprobs
+        else None,
+        prompt_tokens=usage.get("prompt_tokens") or 0,
+        completion_tokens=usage.get("completion_tokens") or 0,
+    )

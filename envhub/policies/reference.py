@@ -1,0 +1,64 @@
+"""Policies that need no model: gold-action replay and the do-nothing policy.
+
+``reference`` replays a task's gold actions, one call per turn, then gives the task's
+answer as a final message if the episode is still running. It validates environments
+(``envhub check``), powers demos without a model server, and, with ``wrong_action_p``,
+produces a known mix of good and bad episodes for testing the harness.
+"""
+
+from __future__ import annotations
+
+import random
+
+from envhub.errors import PolicyError
+from envhub.policies.base import Completion, GenerateRequest
+from envhub.types import ToolCall
+
+__all__ = ["NoopPolicy", "ReferencePolicy"]
+
+
+class ReferencePolicy:
+    """Replays ``task.gold_actions``; with probability ``wrong_action_p`` per turn it gives
+    an empty final answer instead (deterministic per ``seed``, task, sample and turn)."""
+
+    def __init__(self, *, wrong_action_p: float = 0.0, seed: int = 0) -> None:
+        if not 0.0 <= wrong_action_p <= 1.0:
+            raise PolicyError(f"wrong_action_p must be in [0, 1], got {wrong_action_p}")
+        self.model = "reference" if wrong_action_p == 0 else f"reference(wrong_p={wrong_action_p})"
+        self.wrong_action_p = wrong_action_p
+        self.seed = seed
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        task = request.task
+        if task is None:
+            raise PolicyError(
+                "the reference policy needs the task's gold actions, which only an in-process "
+                "environment provides: drop --env-url or use a model policy"
+            )
+        if self.wrong_action_p and self._draws_wrong(request):
+            return Completion(content="", tool_calls=[], finish_reason="stop")
+        if request.turn < len(task.gold_actions):
+            gold = task.gold_actions[request.turn]
+            call = ToolCall(id=f"ref-{request.turn}", name=gold.name, arguments=gold.arguments)
+            return Completion(content=None, tool_calls=[call], finish_reason="tool_calls")
+        answer = "" if task.answer is None else str(task.answer)
+        return Completion(content=answer, tool_calls=[], finish_reason="stop")
+
+    def _draws_wrong(self, request: GenerateRequest) -> bool:
+        rng = random.Random(f"{self.seed}:{request.task_id}:{request.sample_index}:{request.turn}")
+        return rng.random() < self.wrong_action_p
+
+    async def aclose(self) -> None:
+        """Holds no resources."""
+
+
+class NoopPolicy:
+    """Answers every task with an empty final message: a correct environment scores 0."""
+
+    model = "noop"
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        return Completion(content="", tool_calls=[], finish_reason="stop")
+
+    async def aclose(self) -> None:
+        """Holds no resources."""

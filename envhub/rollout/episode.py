@@ -1,0 +1,286 @@
+"""One episode: policy and environment session in a loop, recorded as a :class:`Trajectory`.
+
+The environment is anything with ``open(task_id, seed=, session_id=)`` returning a session
+(in-process :class:`envhub.LocalEnvironment` or HTTP ``RemoteEnvironment``), so this loop
+is transport-agnostic. Failures are sorted here: an environment/sandbox/transport error
+retries the whole episode on a fresh session up to ``max_env_attempts`` times, a model
+error (after the policy's own retries) ends it at once, and either way the episode is
+written ``masked`` with the error, never scored zero. Episode retries back off
+exponentially with jitter, like model retries, so a restarting server is not stampeded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from envhub.errors import EnvhubError, PolicyError
+from envhub.policies.base import GenerateRequest, Policy, SamplingParams
+from envhub.policies.retry import RetryPolicy
+from envhub.task import Task
+from envhub.trajectory import (
+    EnvRef,
+    ErrorInfo,
+    Timings,
+    Trajectory,
+    TrajectoryMetrics,
+    Turn,
+    Usage,
+)
+from envhub.types import CloseResult, Message
+
+__all__ = ["EnvironmentLike", "EpisodeRunner", "EpisodeSpec"]
+
+
+class EnvironmentLike(Protocol):
+    """The session factory surface shared by ``LocalEnvironment`` and ``RemoteEnvironment``."""
+
+    name: str
+
+    async def open(
+        self, task_id: str | None = None, *, seed: int | None = None, session_id: str | None = None
+    ) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSpec:
+    """Which episode to run: sample ``sample_index`` of ``task_id`` in GRPO group ``group_id``."""
+
+    task_id: str
+    sample_index: int
+    group_id: str
+
+
+class _PolicyFailure(Exception):
+    """A model error that ends the episode without an episode retry."""
+
+
+@dataclass
+class _Record:
+    """What one attempt has gathered so far (kept when the attempt fails, for the mask)."""
+
+    trajectory_id: str
+    messages: list[Message] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    llm_s: float = 0.0
+    env_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class EpisodeRunner:
+    """Runs episodes of one environment with one policy (shared by all workers of a run).
+
+    ``policy_version`` is read at every model call and recorded on the turn; ``task_of``
+    gives the in-process task (for the reference policy) or ``None``.
+    """
+
+    def __init__(
+        self,
+        env: EnvironmentLike,
+        policy: Policy,
+        *,
+        env_version: str,
+        sampling: dict[str, Any] | None = None,
+        max_turns: int | None = None,
+        max_env_attempts: int = 3,
+        policy_version: Callable[[], int | None] = lambda: None,
+        task_of: Callable[[str], Task | None] = lambda task_id: None,
+    ) -> None:
+        self.env = env
+        self.policy = policy
+        self.env_ref = EnvRef(name=env.name, version=env_version)
+        if sampling is None:  # record what the policy sends, when it says
+            params = getattr(policy, "sampling", None)
+            sampling = params.to_request() if isinstance(params, SamplingParams) else {}
+        self.sampling = dict(sampling)
+        self.max_turns = max_turns
+        self.max_env_attempts = max(1, max_env_attempts)
+        self.env_backoff = RetryPolicy(base_delay_s=0.25, max_delay_s=5.0)
+        self.policy_version = policy_version
+        self.task_of = task_of
+
+    async def run(self, spec: EpisodeSpec) -> Trajectory:
+        """Run the episode to completion; never raises for env or model failures."""
+        started = time.perf_counter()
+        trajectory_id = uuid.uuid4().hex
+        attempt = 0
+        while True:
+            attempt += 1
+            record = _Record(trajectory_id)
+            try:
+                return await self._attempt(spec, record, attempt, started)
+            except _PolicyFailure as failure:
+                cause = failure.__cause__
+                kind = cause.code if isinstance(cause, EnvhubError) else "internal"
+                return self._masked(
+                    spec, record, attempt, started, "model_error", kind, str(failure)
+                )
+            except Exception as exc:  # env side: sandbox, transport, environment code
+                if attempt >= self.max_env_attempts:
+                    kind = exc.code if isinstance(exc, EnvhubError) else type(exc).__name__
+                    message = f"{type(exc).__name__}: {exc}"
+                    return self._masked(spec, record, attempt, started, "env_error", kind, message)
+                await asyncio.sleep(self.env_backoff.delay(attempt - 1))
+
+    async def _attempt(
+        self, spec: EpisodeSpec, record: _Record, attempt: int, started: float
+    ) -> Trajectory:
+        env_started = time.perf_counter()
+        session = await self.env.open(spec.task_id, session_id=f"{record.trajectory_id}-{attempt}")
+        try:
+            record.messages, record.tools = await _first_messages(session)
+            record.env_s += time.perf_counter() - env_started
+            stop_override = await self._loop(spec, record, session)
+            env_started = time.perf_counter()
+            closed: CloseResult = await session.close()
+            record.env_s += time.perf_counter() - env_started
+        except BaseException:
+            await _abort(session)
+            raise
+        return Trajectory(
+            trajectory_id=record.trajectory_id,
+            group_id=spec.group_id,
+            task_id=spec.task_id,
+            sample_index=spec.sample_index,
+            env=self.env_ref,
+            model=self.policy.model,
+            sampling=self.sampling,
+            messages=record.messages,
+            tools=record.tools,
+            turns=record.turns,
+            reward=closed.reward,
+            reward_components=closed.components,
+            stop_reason=stop_override or closed.stop_reason,
+            metrics=TrajectoryMetrics(
+                turns=closed.metrics.turns,
+                tool_calls=closed.metrics.tool_calls,
+                tool_errors=closed.metrics.tool_errors,
+                errors_by_kind=closed.metrics.errors_by_kind,
+                episode_attempts=attempt,
+            ),
+            timings=_timings(record, started),
+            usage=Usage(
+                prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens
+            ),
+        )
+
+    async def _loop(self, spec: EpisodeSpec, record: _Record, session: Any) -> str | None:
+        """Alternate model and environment until the session ends; returns ``"max_turns"``
+        when this runner's own turn cap (not the session's budget) stopped the episode."""
+        task = self.task_of(spec.task_id)
+        previous_ids: list[int] | None = None
+        turn = 0
+        while True:
+            if self.max_turns is not None and turn >= self.max_turns:
+                return "max_turns"
+            request = GenerateRequest(
+                messages=record.messages,
+                tools=record.tools,
+                turn=turn,
+                task_id=spec.task_id,
+                sample_index=spec.sample_index,
+                task=task,
+            )
+            version = self.policy_version()
+            call_started = time.perf_counter()
+            try:
+                completion = await self.policy.generate(request)
+            except PolicyError as exc:
+                raise _PolicyFailure(f"{type(exc).__name__}: {exc}") from exc
+            except Exception as exc:
+                raise _PolicyFailure(f"policy bug: {type(exc).__name__}: {exc}") from exc
+            latency = time.perf_counter() - call_started
+            record.llm_s += latency
+            record.prompt_tokens += completion.prompt_tokens
+            record.completion_tokens += completion.completion_tokens
+            prompt_ids = completion.prompt_token_ids
+            prefix_ok = None
+            if previous_ids is not None and prompt_ids is not None:
+                prefix_ok = prompt_ids[: len(previous_ids)] == previous_ids
+            completion_ids = completion.completion_token_ids
+            previous_ids = (
+                prompt_ids + completion_ids
+                if prompt_ids is not None and completion_ids is not None
+                else None
+            )
+            record.turns.append(
+                Turn(
+                    message_index=len(record.messages),
+                    finish_reason=completion.finish_reason,
+                    latency_s=latency,
+                    policy_version=version,
+                    prompt_token_ids=prompt_ids,
+                    completion_token_ids=completion_ids,
+                    completion_logprobs=completion.completion_logprobs,
+                    prefix_ok=prefix_ok,
+                )
+            )
+            record.messages.append(completion.to_message())
+            env_started = time.perf_counter()
+            result = await session.step(
+                completion.tool_calls,
+                content=completion.content,
+                request_id=f"{record.trajectory_id}-t{turn}",
+            )
+            record.env_s += time.perf_counter() - env_started
+            record.messages.extend(o.to_message() for o in result.observations)
+            turn += 1
+            if result.done:
+                return None
+
+    def _masked(
+        self,
+        spec: EpisodeSpec,
+        record: _Record,
+        attempt: int,
+        started: float,
+        stop_reason: str,
+        kind: str,
+        message: str,
+    ) -> Trajectory:
+        return Trajectory(
+            trajectory_id=record.trajectory_id,
+            group_id=spec.group_id,
+            task_id=spec.task_id,
+            sample_index=spec.sample_index,
+            env=self.env_ref,
+            model=self.policy.model,
+            sampling=self.sampling,
+            messages=record.messages,
+            tools=record.tools,
+            turns=record.turns,
+            stop_reason=stop_reason,
+            error=ErrorInfo(kind=kind, message=message[:2000]),
+            masked=True,
+            metrics=TrajectoryMetrics(turns=len(record.turns), episode_attempts=attempt),
+            timings=_timings(record, started),
+            usage=Usage(
+                prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens
+            ),
+        )
+
+
+def _timings(record: _Record, started: float) -> Timings:
+    return Timings(llm_s=record.llm_s, env_s=record.env_s, total_s=time.perf_counter() - started)
+
+
+async def _first_messages(session: Any) -> tuple[list[Message], list[dict[str, Any]]]:
+    """The opening messages and tools (``reset()`` is idempotent on every transport)."""
+    start = await session.reset()
+    return list(start.messages), list(start.tools)
+
+
+async def _abort(session: Any) -> None:
+    """Free a failed session without scoring it (sync or async ``abort``)."""
+    with contextlib.suppress(Exception):
+        result = session.abort()
+        if inspect.isawaitable(result):
+            await result

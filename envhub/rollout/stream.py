@@ -1,0 +1,263 @@
+"""Streaming GRPO groups to a trainer loop, with back-pressure and bounded staleness.
+
+    async with stream(env, policy, task_ids, group_size=8, batch_size=16,
+                      max_staleness=1, overprovision=4) as rollouts:
+        while training:
+            groups = await rollouts.next_batch()      # the first 16 groups to complete
+            train_on(groups)
+            rollouts.policy_version += 1              # after each weight update
+
+Each group is ``group_size`` episodes of one task (a sampling round), finished before it
+is handed over. Completed groups wait in a bounded queue; when the trainer falls behind
+the queue fills and no new group starts (back-pressure). ``policy_version`` is read at
+every model call and recorded on each turn. With ``max_staleness=k`` (AReaL), a group may
+start only while ``groups_started < (version - initial_version + k + 1) * batch_size +
+overprovision``: no episode starts while the consumer lags more than ``k`` versions behind.
+``overprovision`` (APRIL) starts extra groups beyond the batch; the batch takes whichever
+groups complete first and the rest keep running for the next one, so one slow group does
+not stall a batch (their turns record the older version they were sampled with).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+
+from envhub.errors import InvalidRequest
+from envhub.policies.base import Policy
+from envhub.rollout.dispatcher import group_id
+from envhub.rollout.episode import EnvironmentLike, EpisodeRunner, EpisodeSpec
+from envhub.trajectory import Trajectory
+
+__all__ = ["Group", "RolloutStream", "stream"]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """One GRPO group; ``masked`` trajectories (infra failures) must not be trained on."""
+
+    group_id: str
+    task_id: str
+    round: int
+    start_version: int
+    trajectories: list[Trajectory]
+
+    @property
+    def scored(self) -> list[Trajectory]:
+        return [t for t in self.trajectories if not t.masked]
+
+
+class RolloutStream:
+    """The object behind :func:`stream`; iterate it, or call :meth:`next_batch`."""
+
+    def __init__(
+        self,
+        runner: EpisodeRunner,
+        task_ids: list[str],
+        *,
+        group_size: int,
+        batch_size: int,
+        concurrency: int,
+        max_staleness: int | None,
+        overprovision: int,
+        queue_size: int | None,
+        policy_version: int,
+        epochs: int | None,
+    ) -> None:
+        if not task_ids:
+            raise InvalidRequest("stream needs at least one task")
+        if group_size < 1 or batch_size < 1 or concurrency < 1:
+            raise InvalidRequest("group_size, batch_size and concurrency must be >= 1")
+        self.runner = runner
+        runner.policy_version = lambda: self.policy_version
+        self.group_size = group_size
+        self.batch_size = batch_size
+        self.max_staleness = max_staleness
+        self.overprovision = max(0, overprovision)
+        self.initial_version = policy_version
+        self._version = policy_version
+        self.groups_started = 0
+        self.groups_in_flight = 0
+        self._max_groups_in_flight = max(1, concurrency // group_size) + self.overprovision
+        self._episodes = asyncio.Semaphore(concurrency)
+        self._queue: asyncio.Queue[Group | None] = asyncio.Queue(queue_size or 2 * batch_size)
+        self._changed = asyncio.Condition()
+        self._rounds = self._plan(task_ids, epochs)
+        self._groups: set[asyncio.Task[None]] = set()
+        self._producer: asyncio.Task[None] | None = None
+        self._finished = False
+        self._error: BaseException | None = None
+
+    # -- the trainer's side ----------------------------------------------------------
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @policy_version.setter
+    def policy_version(self, version: int) -> None:
+        """Set after a weight update; releases groups held back by the staleness bound."""
+        self._version = version
+        self._notify()
+
+    async def next_batch(self, size: int | None = None) -> list[Group]:
+        """The next ``size`` (default ``batch_size``) completed groups; fewer only at the end."""
+        batch: list[Group] = []
+        while len(batch) < (size or self.batch_size):
+            group = await self._next()
+            if group is None:
+                break
+            batch.append(group)
+        return batch
+
+    def __aiter__(self) -> AsyncIterator[Group]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Group]:
+        while (group := await self._next()) is not None:
+            yield group
+
+    async def _next(self) -> Group | None:
+        if self._finished:
+            return None
+        self._ensure_started()
+        if self._error is not None and self._queue.empty():
+            self._finished = True
+            raise self._error
+        group = await self._queue.get()
+        if group is None:
+            self._finished = True
+            if self._error is not None:
+                raise self._error
+        return group
+
+    # -- production ------------------------------------------------------------------
+
+    @staticmethod
+    def _plan(task_ids: list[str], epochs: int | None) -> Iterator[tuple[int, str]]:
+        rounds: Iterable[int] = range(epochs) if epochs is not None else itertools.count()
+        return ((r, t) for r in rounds for t in task_ids)
+
+    def _may_start(self) -> bool:
+        if self.groups_in_flight >= self._max_groups_in_flight:
+            return False
+        if self.max_staleness is None:
+            return True
+        lag_allowance = self._version - self.initial_version + self.max_staleness + 1
+        return self.groups_started < lag_allowance * self.batch_size + self.overprovision
+
+    def _ensure_started(self) -> None:
+        if self._producer is None:
+            self._producer = asyncio.get_running_loop().create_task(self._produce())
+
+    def _notify(self) -> None:
+        async def notify() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        if self._producer is not None:
+            asyncio.get_running_loop().create_task(notify())
+
+    async def _produce(self) -> None:
+        try:
+            for round_index, task_id in self._rounds:
+                async with self._changed:
+                    await self._changed.wait_for(self._may_start)
+                self.groups_started += 1
+                self.groups_in_flight += 1
+                task = asyncio.get_running_loop().create_task(self._run_group(round_index, task_id))
+                self._groups.add(task)
+                task.add_done_callback(self._group_done)
+            while self._groups:
+                await asyncio.gather(*list(self._groups))
+        except asyncio.CancelledError:
+            if self._error is None:
+                raise  # closed by aclose(): nobody reads the queue any more
+            for task in list(self._groups):
+                task.cancel()
+        await self._queue.put(None)  # end of stream, after the groups already queued
+
+    def _group_done(self, task: asyncio.Task[None]) -> None:
+        self._groups.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._error is None:
+            self._error = task.exception()  # a bug, not an episode failure: stop and surface it
+            if self._producer is not None:
+                self._producer.cancel()
+
+    async def _run_group(self, round_index: int, task_id: str) -> None:
+        start_version = self._version
+        gid = group_id(task_id, round_index)
+
+        async def one(index: int) -> Trajectory:
+            async with self._episodes:
+                return await self.runner.run(EpisodeSpec(task_id, index, gid))
+
+        trajectories = await asyncio.gather(*(one(i) for i in range(self.group_size)))
+        await self._queue.put(Group(gid, task_id, round_index, start_version, list(trajectories)))
+        self.groups_in_flight -= 1
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def aclose(self) -> None:
+        """Stop producing and cancel running episodes (their sessions are aborted)."""
+        tasks = [t for t in (self._producer, *self._groups) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._finished = True
+
+    async def __aenter__(self) -> RolloutStream:
+        self._ensure_started()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def stream(
+    env: EnvironmentLike,
+    policy: Policy,
+    task_ids: list[str],
+    *,
+    env_version: str = "0.0.0",
+    group_size: int = 8,
+    batch_size: int = 16,
+    concurrency: int = 256,
+    max_staleness: int | None = None,
+    overprovision: int = 0,
+    queue_size: int | None = None,
+    policy_version: int = 0,
+    epochs: int | None = None,
+    max_turns: int | None = None,
+    max_env_attempts: int = 3,
+    sampling: dict[str, object] | None = None,
+) -> RolloutStream:
+    """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
+    times, or forever), delivered in completion order. Use as ``async with``."""
+    task_of = getattr(getattr(env, "tasks", None), "get", None)
+    runner = EpisodeRunner(
+        env,
+        policy,
+        env_version=getattr(env, "version", env_version),
+        sampling=sampling,
+        max_turns=max_turns,
+        max_env_attempts=max_env_attempts,
+        task_of=task_of or (lambda task_id: None),
+    )
+    return RolloutStream(
+        runner,
+        list(task_ids),
+        group_size=group_size,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        max_staleness=max_staleness,
+        overprovision=overprovision,
+        queue_size=queue_size,
+        policy_version=policy_version,
+        epochs=epochs,
+    )

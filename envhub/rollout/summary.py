@@ -1,0 +1,117 @@
+"""The end-of-run summary: mean reward, pass@1 and unbiased pass@k, stop reasons, tokens.
+
+pass@k uses the unbiased estimator of Chen et al. (2021): for a task with ``n`` scored
+samples of which ``c`` succeed, ``pass@k = 1 - C(n-c, k) / C(n, k)``, averaged over the
+tasks with at least ``k`` scored samples. Masked samples are not scored, so they count
+neither as failures nor as samples.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from math import comb
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+__all__ = ["RunSummary", "k_values", "pass_at_k", "summarize"]
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Chance that ``k`` of ``n`` samples (``c`` of them correct) include a correct one."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def k_values(group_size: int) -> list[int]:
+    """1, then powers of two below the group size, then the group size itself."""
+    ks = [1]
+    while ks[-1] * 2 < group_size:
+        ks.append(ks[-1] * 2)
+    if group_size > 1:
+        ks.append(group_size)
+    return ks
+
+
+class RunSummary(BaseModel):
+    episodes: int
+    scored: int
+    masked: int
+    tasks: int
+    mean_reward: float | None
+    pass_at_k: dict[str, float] = Field(default_factory=dict)
+    success_threshold: float
+    stop_reasons: dict[str, int] = Field(default_factory=dict)
+    errors: dict[str, int] = Field(default_factory=dict)
+    mean_turns: float | None = None
+    tool_errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    elapsed_s: float | None = None
+    episodes_this_run: int | None = None
+    episodes_per_s: float | None = None
+
+
+def summarize(
+    records: Iterable[dict[str, Any]],
+    *,
+    success_threshold: float = 1.0,
+    elapsed_s: float | None = None,
+    episodes_this_run: int | None = None,
+) -> RunSummary:
+    """Summarize raw trajectory records (as read from a trajectory file).
+
+    A sample succeeds when its reward is at least ``success_threshold``.
+    """
+    episodes = masked = prompt_tokens = completion_tokens = tool_errors = turns = 0
+    rewards: list[float] = []
+    by_task: dict[str, list[bool]] = defaultdict(list)
+    stops: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    for record in records:
+        episodes += 1
+        stops[record.get("stop_reason") or "none"] += 1
+        usage = record.get("usage") or {}
+        prompt_tokens += usage.get("prompt_tokens", 0)
+        completion_tokens += usage.get("completion_tokens", 0)
+        metrics = record.get("metrics") or {}
+        tool_errors += metrics.get("tool_errors", 0)
+        turns += metrics.get("turns", 0)
+        by_task.setdefault(record["task_id"], [])
+        if record.get("masked"):
+            masked += 1
+            errors[(record.get("error") or {}).get("kind", "unknown")] += 1
+            continue
+        reward = float(record["reward"])
+        rewards.append(reward)
+        by_task[record["task_id"]].append(reward >= success_threshold)
+    group = max((len(v) for v in by_task.values()), default=0)
+    passes: dict[str, float] = {}
+    for k in k_values(group) if group else []:
+        eligible = [v for v in by_task.values() if len(v) >= k]
+        if eligible:
+            passes[f"pass@{k}"] = sum(pass_at_k(len(v), sum(v), k) for v in eligible) / len(
+                eligible
+            )
+    return RunSummary(
+        episodes=episodes,
+        scored=len(rewards),
+        masked=masked,
+        tasks=len(by_task),
+        mean_reward=sum(rewards) / len(rewards) if rewards else None,
+        pass_at_k=passes,
+        success_threshold=success_threshold,
+        stop_reasons=dict(stops),
+        errors=dict(errors),
+        mean_turns=turns / episodes if episodes else None,
+        tool_errors=tool_errors,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        elapsed_s=elapsed_s,
+        episodes_this_run=episodes_this_run,
+        episodes_per_s=(episodes_this_run / elapsed_s) if elapsed_s and episodes_this_run else None,
+    )

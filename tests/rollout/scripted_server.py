@@ -1,0 +1,264 @@
+"""A scripted OpenAI-compatible chat server: the stand-in for a remote LLM in tests.
+
+A real FastAPI app served by a real uvicorn on 127.0.0.1. Each reply follows a script
+indexed by the turn (the number of assistant messages in the request), with optional
+vLLM-style token ids and logprobs, injected latency (with a slow tail), and injected
+faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang_s``),
+``"malformed"`` (a tool call whose arguments are not JSON). It counts requests and those
+in flight (``GET /stats``, which the saturation benchmark samples).
+
+In-process: ``with ScriptedServer(ScriptConfig(...)) as server: server.base_url``.
+As a process (benchmarks): ``python tests/rollout/scripted_server.py --port 8123``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import socket
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import orjson
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from starlette.requests import ClientDisconnect
+
+CALC_SCRIPT: list[dict[str, Any]] = [
+    {"tool_calls": [{"name": "calculate", "arguments": '{"expression": "2 + 3"}'}]},
+    {"tool_calls": [{"name": "calculate", "arguments": '{"expression": "5 * 4"}'}]},
+    {"tool_calls": [{"name": "answer", "arguments": '{"value": "20"}'}]},
+]
+"""Three turns on ``calc``: two calculations, then a (usually wrong) terminal answer."""
+
+MALFORMED_CALL = {"name": "calculate", "arguments": '{"expression": "2 +'}
+
+
+@dataclass
+class ScriptConfig:
+    turns: list[dict[str, Any]] = field(default_factory=lambda: list(CALC_SCRIPT))
+    latency_s: float = 0.0
+    tail_latency_s: float = 0.0
+    tail_fraction: float = 0.0
+    token_ids: bool = False
+    break_prefix_at_turn: int | None = None
+    faults: deque[str] = field(default_factory=deque)
+    hang_s: float = 30.0
+    reject_token_fields: bool = False  # answer 400 to vLLM's fields, as OpenAI's API does
+    seed: int = 0
+
+
+@dataclass
+class ServerStats:
+    requests: int = 0
+    inflight: int = 0
+    max_inflight: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    models: Counter[str] = field(default_factory=Counter)
+    token_fields_requested: int = 0
+
+    def enter(self) -> None:
+        self.requests += 1
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
+
+    def leave(self) -> None:
+        self.inflight -= 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "inflight": self.inflight,
+            "max_inflight": self.max_inflight,
+            "faults": dict(self.faults),
+            "models": dict(self.models),
+            "token_fields_requested": self.token_fields_requested,
+        }
+
+
+def tokenize(message: dict[str, Any]) -> list[int]:
+    """A deterministic stand-in tokenizer (bytes of the message's role, text and calls), so
+    that consecutive prompts extend each other exactly as with a real chat template."""
+    parts = [message.get("role", ""), message.get("content") or ""]
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        parts.append(f"{function.get('name')}({function.get('arguments')})")
+    if message.get("role") == "tool":
+        parts.append(message.get("tool_call_id", ""))
+    return list("|".join(parts).encode())
+
+
+def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
+    app = FastAPI()
+    rng = random.Random(config.seed)
+
+    async def chat(request: Request) -> Response:
+        stats.enter()
+        try:
+            return await _reply(orjson.loads(await request.body()))
+        except ClientDisconnect:  # the client gave up (timeout, killed): nobody to answer
+            return Response(status_code=499)
+        finally:
+            stats.leave()
+
+    # a plain Starlette route: FastAPI's request-model machinery would make this stand-in
+    # slower than the harness it is meant to measure
+    app.router.add_route("/v1/chat/completions", chat, methods=["POST"])
+
+    async def _reply(body: dict[str, Any]) -> Response:
+        stats.models[body.get("model", "")] += 1
+        if body.get("return_token_ids"):
+            stats.token_fields_requested += 1
+            if config.reject_token_fields:
+                error = {
+                    "error": {"message": "Unrecognized request argument supplied: return_token_ids"}
+                }
+                return Response(orjson.dumps(error), status_code=400)
+        fault = config.faults.popleft() if config.faults else None
+        if fault:
+            stats.faults[fault] += 1
+        if fault in ("500", "429"):
+            return Response(
+                orjson.dumps({"error": {"message": f"injected {fault}"}}), status_code=int(fault)
+            )
+        delay = config.latency_s
+        if config.tail_fraction and rng.random() < config.tail_fraction:
+            delay = config.tail_latency_s
+        if fault == "hang":
+            delay = config.hang_s
+        if delay:
+            await asyncio.sleep(delay)
+        messages = body.get("messages") or []
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
+        calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
+        message: dict[str, Any] = {"role": "assistant", "content": step.get("content")}
+        if calls:
+            message["tool_calls"] = [
+                {"id": f"call_{turn}_{i}", "type": "function", "function": dict(c)}
+                for i, c in enumerate(calls)
+            ]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": "tool_calls" if calls else "stop",
+        }
+        reply: dict[str, Any] = {
+            "id": f"chatcmpl-{stats.requests}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", ""),
+            "choices": [choice],
+            "usage": {"prompt_tokens": 10 * len(messages), "completion_tokens": 7},
+        }
+        if config.token_ids and body.get("return_token_ids"):
+            prompt_ids = [token for m in messages for token in tokenize(m)]
+            if config.break_prefix_at_turn == turn:
+                prompt_ids.insert(0, 1)  # a re-rendered history: the prefix no longer matches
+            completion_ids = tokenize(message)
+            reply["prompt_token_ids"] = prompt_ids
+            choice["token_ids"] = completion_ids
+            choice["logprobs"] = {
+                "content": [
+                    {"token": chr(t), "logprob": -(i % 7) / 10, "bytes": [t], "top_logprobs": []}
+                    for i, t in enumerate(completion_ids)
+                ]
+            }
+        return Response(orjson.dumps(reply), media_type="application/json")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+
+    @app.get("/stats")
+    async def get_stats() -> dict[str, Any]:
+        return stats.snapshot()
+
+    return app
+
+
+class ThreadedUvicorn:
+    """Any ASGI app under a real uvicorn in a background thread on 127.0.0.1 (port 0: free)."""
+
+    def __init__(self, app: Any, port: int = 0, lifespan: str = "off") -> None:
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port))
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+            lifespan=lifespan,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+
+    def start(self) -> Self:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: afterwards connections to the port are refused."""
+        if self._thread.is_alive():
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ScriptedServer(ThreadedUvicorn):
+    """The scripted model server in a thread; ``base_url`` ends in ``/v1``."""
+
+    def __init__(self, config: ScriptConfig | None = None, port: int = 0) -> None:
+        self.config = config or ScriptConfig()
+        self.stats = ServerStats()
+        super().__init__(create_app(self.config, self.stats), port)
+        self.base_url = f"{self.url}/v1"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--tail-latency", type=float, default=0.0)
+    parser.add_argument("--tail-fraction", type=float, default=0.0)
+    parser.add_argument("--token-ids", action="store_true")
+    args = parser.parse_args()
+    config = ScriptConfig(
+        latency_s=args.latency,
+        tail_latency_s=args.tail_latency,
+        tail_fraction=args.tail_fraction,
+        token_ids=args.token_ids,
+    )
+    uvicorn.run(
+        create_app(config, ServerStats()),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        backlog=8192,
+        limit_concurrency=None,
+    )
+
+
+if __name__ == "__main__":
+    main()

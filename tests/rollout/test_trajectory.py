@@ -1,0 +1,113 @@
+"""The trajectory file: crash-safe appends, torn-line handling, export through datasets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from envhub.errors import InvalidRequest
+from envhub.trajectory import (
+    EnvRef,
+    Trajectory,
+    TrajectoryWriter,
+    Turn,
+    export_trajectories,
+    read_records,
+    read_trajectories,
+)
+
+
+def make_trajectory(task_id: str, sample_index: int, *, masked: bool = False) -> Trajectory:
+    return Trajectory(
+        trajectory_id=f"{task_id}-{sample_index}",
+        group_id=f"{task_id}#0",
+        task_id=task_id,
+        sample_index=sample_index,
+        env=EnvRef(name="calc", version="0.1.0"),
+        model="m",
+        messages=[
+            {"role": "user", "content": "2+2?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c0",
+                        "type": "function",
+                        "function": {"name": "answer", "arguments": '{"value": "4"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c0", "content": "answer recorded"},
+        ],
+        turns=[
+            Turn(
+                message_index=1,
+                latency_s=0.1,
+                prompt_token_ids=[1, 2],
+                completion_token_ids=[3],
+                completion_logprobs=[-0.5],
+                finish_reason="tool_calls",
+            )
+        ],
+        reward=None if masked else 1.0,
+        masked=masked,
+        reward_components={} if masked else {"correct": 1.0},
+    )
+
+
+def test_writer_appends_and_reader_validates(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    with TrajectoryWriter(path) as writer:
+        writer.write(make_trajectory("a", 0))
+        writer.write(make_trajectory("a", 1, masked=True))
+    with TrajectoryWriter(path) as writer:  # reopening appends
+        writer.write(make_trajectory("b", 0))
+    loaded = list(read_trajectories(path))
+    assert [(t.task_id, t.sample_index) for t in loaded] == [("a", 0), ("a", 1), ("b", 0)]
+    assert loaded[1].masked and loaded[1].reward is None
+    assert loaded[0].turns[0].completion_token_ids == [3]
+
+
+def test_torn_last_line_is_ignored_and_cut_before_appending(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    with TrajectoryWriter(path) as writer:
+        writer.write(make_trajectory("a", 0))
+    whole = make_trajectory("a", 1).model_dump_json().encode()
+    with open(path, "ab") as fh:
+        fh.write(whole[: len(whole) // 2])  # a writer killed mid-record
+    assert [r["sample_index"] for r in read_records(path)] == [0]
+    with TrajectoryWriter(path) as writer:
+        writer.write(make_trajectory("a", 1))
+    assert [r["sample_index"] for r in read_records(path)] == [0, 1]
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_corruption_in_the_middle_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    line = make_trajectory("a", 0).model_dump_json()
+    path.write_text(line + "\n{not json\n" + line + "\n")
+    with pytest.raises(InvalidRequest, match=":2:"):
+        list(read_records(path))
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_export_loads_with_datasets(tmp_path: Path, fmt: str) -> None:
+    import datasets
+
+    path = tmp_path / "t.jsonl"
+    with TrajectoryWriter(path) as writer:
+        writer.write(make_trajectory("a", 0))
+        writer.write(make_trajectory("a", 1, masked=True))
+    out = tmp_path / f"t.{fmt}"
+    assert export_trajectories(path, out, fmt) == 2  # type: ignore[arg-type]
+    builder = "parquet" if fmt == "parquet" else "json"
+    data = datasets.load_dataset(builder, data_files=str(out), split="train")
+    assert data.num_rows == 2
+    first = data[0]
+    assert first["turns"][0]["prompt_token_ids"] == [1, 2]
+    assert first["turns"][0]["completion_logprobs"] == [-0.5]
+    assert json.loads(first["messages"])[1]["tool_calls"][0]["function"]["name"] == "answer"
+    assert data[1]["masked"] is True and data[1]["reward"] is None
