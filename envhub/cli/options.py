@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Any
 
 import typer
 
-__all__ = ["EnvArgOption", "parse_env_args"]
+__all__ = ["EnvArgOption", "SandboxBackendOption", "parse_env_args", "use_sandbox_backend"]
 
 EnvArgOption = Annotated[
     list[str] | None,
@@ -31,3 +32,32 @@ def parse_env_args(pairs: list[str]) -> dict[str, Any]:
             value = raw
         options[key.strip()] = value
     return options
+
+
+SandboxBackendOption = Annotated[
+    str | None,
+    typer.Option(
+        "--sandbox",
+        help="sandbox backend for environments that run code: local|bwrap|docker "
+        "(default: $ENVHUB_SANDBOX, else local)",
+    ),
+]
+
+
+def use_sandbox_backend(backend: str | None) -> None:
+    """Make ``--sandbox`` the process-wide default that ``resolve_backend`` reads.
+
+    Environments resolve their backend through ``envhub.sandboxes.resolve_backend``,
+    whose configuration source is ``ENVHUB_SANDBOX``; setting it here means one flag
+    reaches every environment a command creates, in-process or hosted.
+    """
+    if backend is None:
+        return
+    from envhub.sandboxes import BACKENDS
+
+    if backend not in BACKENDS:
+        raise typer.BadParameter(
+            f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}",
+            param_hint="--sandbox",
+        )
+    os.environ["ENVHUB_SANDBOX"] = backend

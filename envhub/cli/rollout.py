@@ -17,7 +17,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envhub.cli._app import app
-from envhub.cli.options import EnvArgOption, parse_env_args
+from envhub.cli.options import (
+    EnvArgOption,
+    SandboxBackendOption,
+    parse_env_args,
+    use_sandbox_backend,
+)
 from envhub.errors import EnvhubError
 
 if TYPE_CHECKING:
@@ -140,6 +145,7 @@ def rollout_command(
     wrong_action_p: Annotated[
         float, typer.Option(help="reference policy: chance of a wrong action per turn")
     ] = 0.0,
+    sandbox: SandboxBackendOption = None,
 ) -> None:
     """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
 
@@ -148,6 +154,7 @@ def rollout_command(
     from envhub.policies import SamplingParams, make_policy
     from envhub.rollout.runtime import run_async
 
+    use_sandbox_backend(sandbox)
     if policy == "openai" and not base_url:
         raise _fail(NO_MODEL_HINT)
     if policy == "reference" and env_url:
@@ -281,6 +288,7 @@ def check_command(
     ] = None,
     env_arg: EnvArgOption = None,
     concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 32,
+    sandbox: SandboxBackendOption = None,
 ) -> None:
     """Check that the reference policy scores 1 and a no-op policy 0 on every selected task.
 
@@ -288,6 +296,7 @@ def check_command(
     """
     from envhub.rollout.runtime import run_async
 
+    use_sandbox_backend(sandbox)
     try:
         report, elapsed = run_async(_check(env, parse_env_args(env_arg or []), tasks, concurrency))
     except EnvhubError as exc:

@@ -3,22 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from envhub.cli._app import app
 
-__all__ = ["SandboxBackendOption", "sandbox_app"]
-
-SandboxBackendOption = Annotated[
-    str | None,
-    typer.Option(
-        "--sandbox",
-        help="sandbox backend: local|bwrap|docker (default: $ENVHUB_SANDBOX, else local); "
-        "resolve with envhub.sandboxes.resolve_backend",
-    ),
-]
+__all__ = ["sandbox_app"]
 
 sandbox_app = typer.Typer(
     name="sandbox",

@@ -13,7 +13,12 @@ from typing import Annotated
 import typer
 
 from envhub.cli._app import app
-from envhub.cli.options import EnvArgOption, parse_env_args
+from envhub.cli.options import (
+    EnvArgOption,
+    SandboxBackendOption,
+    parse_env_args,
+    use_sandbox_backend,
+)
 from envhub.errors import EnvhubError
 
 __all__ = ["raise_open_files_limit", "serve"]
@@ -52,6 +57,7 @@ def serve(
     max_output_chars: Annotated[int | None, typer.Option(help="tool output cut-off")] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     access_log: Annotated[bool, typer.Option(help="log every request")] = False,
+    sandbox: SandboxBackendOption = None,
 ) -> None:
     """Serve ENVs at http://HOST:PORT (API under /v1, OpenAPI at /openapi.json) until Ctrl-C.
 
@@ -65,6 +71,7 @@ def serve(
     except ImportError as exc:
         typer.echo(f"error: {exc.name} is missing: pip install 'envhub[server]'", err=True)
         raise typer.Exit(2) from None
+    use_sandbox_backend(sandbox)
     options = parse_env_args(env_arg or [])
     try:
         hosted = {}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The environment plugins shipped in this repository, one place for CI and the quick start.
+#   --pip-args   print "-e environments/NAME ..." for pip install
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+plugins=(calc sql search web)
+if [ "${1:-}" = "--pip-args" ]; then
+  for name in "${plugins[@]}"; do printf -- '-e environments/%s ' "$name"; done
+  echo
+else
+  printf '%s\n' "${plugins[@]}"
+fi
