@@ -44,6 +44,7 @@ class TestStatus(str, Enum):
 PASSING = frozenset({TestStatus.PASSED, TestStatus.XFAIL})
 
 _LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (.+)$")
+_SUMMARY = re.compile(r"^=+ short test summary info =+$")
 
 
 def _node_id(rest: str) -> str | None:
@@ -70,12 +71,16 @@ def _node_id(rest: str) -> str | None:
 def parse_pytest_log(log: str) -> dict[str, TestStatus]:
     """Test id -> status from pytest's ``-rA`` short summary (later lines win).
 
-    Only summary lines are read, so captured output that happens to start with
-    ``PASSED`` inside a ``PASSES`` section is the one thing that could confuse it; the
-    summary comes last and overrides it.
+    When the log has a ``short test summary info`` header only the lines after it are
+    read, so captured output printed in a ``PASSES`` section cannot pose as a result.
     """
+    lines = log.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if _SUMMARY.match(lines[i]):
+            lines = lines[i + 1 :]
+            break
     statuses: dict[str, TestStatus] = {}
-    for raw in log.splitlines():
+    for raw in lines:
         m = _LINE.match(raw.rstrip())
         if not m:
             continue

@@ -25,7 +25,7 @@ def test_env_args_parse_json_values() -> None:
 def test_sandbox_flag_sets_the_process_default(monkeypatch: pytest.MonkeyPatch) -> None:
     from envhub.sandboxes import resolve_backend
 
-    monkeypatch.delenv("ENVHUB_SANDBOX", raising=False)
+    monkeypatch.setenv("ENVHUB_SANDBOX", "local")  # restored (or removed) after the test
     use_sandbox_backend("bwrap")
     assert os.environ["ENVHUB_SANDBOX"] == "bwrap" and resolve_backend(None) == "bwrap"
     with pytest.raises(typer.BadParameter, match="unknown backend"):
