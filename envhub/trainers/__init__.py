@@ -27,7 +27,7 @@ _LAZY = {
     "environment_factory": "envhub.trainers.trl",
     "envhub_reward": "envhub.trainers.trl",
     "task_dataset": "envhub.trainers.trl",
-    "EnvhubRollout": "envhub.trainers.trl",
+    "EnvhubRollout": "envhub.trainers.trl_rollout",
     "EnvhubSkyRLEnv": "envhub.trainers.skyrl",
     "EnvhubAgentLoop": "envhub.trainers.verl_loop",
     "agent_loop_output": "envhub.trainers.verl",

@@ -1,0 +1,85 @@
+"""Sampling from a Hugging Face causal LM inside the training process.
+
+For CPU demos and tests of the asynchronous loop (``examples/async_grpo_loop.py``): the
+rollout engine drives the very model the trainer updates, through
+:class:`~envhub.trainers.token_policy.TokenPolicy`, with no inference server. Generation
+runs in a worker thread under :attr:`HFSampler.lock`; the trainer holds the same lock
+while it updates the weights, so no episode samples from half-updated parameters. For
+real throughput serve the model with vLLM or SGLang and use the ``openai`` policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from envhub.trainers.token_policy import Sample, TokenPolicy
+
+__all__ = ["HFSampler", "transformers_policy"]
+
+
+class HFSampler:
+    """Samples a completion for prompt ids; logprobs are taken from the processed
+    (temperature-scaled) distribution each token was drawn from."""
+
+    def __init__(
+        self, lm: Any, tokenizer: Any, *, max_new_tokens: int = 64, temperature: float = 1.0
+    ) -> None:
+        self.lm = lm
+        self.eos = tokenizer.eos_token_id
+        self.pad = tokenizer.pad_token_id
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.lock = threading.Lock()
+
+    async def __call__(self, prompt_ids: list[int]) -> Sample:
+        return await asyncio.to_thread(self._sample, prompt_ids)
+
+    def _sample(self, prompt_ids: list[int]) -> Sample:
+        import torch
+
+        with self.lock, torch.no_grad():
+            was_training = self.lm.training
+            self.lm.eval()
+            try:
+                out = self.lm.generate(
+                    torch.tensor([prompt_ids]),
+                    attention_mask=torch.ones((1, len(prompt_ids)), dtype=torch.long),
+                    do_sample=True,
+                    temperature=self.temperature,
+                    top_p=1.0,
+                    top_k=0,
+                    max_new_tokens=self.max_new_tokens,
+                    eos_token_id=self.eos,
+                    pad_token_id=self.pad,
+                    return_dict_in_generate=True,
+                    output_scores=True,
+                )
+                scores = self.lm.compute_transition_scores(
+                    out.sequences, out.scores, normalize_logits=True
+                )[0]
+            finally:
+                if was_training:
+                    self.lm.train()
+        ids = out.sequences[0, len(prompt_ids) :].tolist()
+        logprobs = scores.tolist()
+        if self.eos in ids:  # generate pads after EOS; the sample ends at EOS
+            end = ids.index(self.eos) + 1
+            return Sample(ids[:end], logprobs[:end], True)
+        return Sample(ids, logprobs, False)
+
+
+def transformers_policy(
+    lm: Any,
+    tokenizer: Any,
+    *,
+    name: str = "transformers",
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+) -> tuple[TokenPolicy, HFSampler]:
+    """A policy sampling from ``lm`` and its sampler (whose ``lock`` a trainer holds
+    while it updates ``lm``)."""
+    sampler = HFSampler(lm, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature)
+    sampling = {"temperature": temperature, "top_p": 1.0, "max_tokens": max_new_tokens}
+    return TokenPolicy(sampler, tokenizer, name=name, sampling=sampling), sampler

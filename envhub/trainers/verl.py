@@ -1,0 +1,102 @@
+"""verl: envhub episodes as verl agent-loop outputs.
+
+verl's agent loops (``AgentLoopBase.run``) return one ``AgentLoopOutput`` per prompt:
+``prompt_ids``, ``response_ids`` (model and tool tokens after the prompt),
+``response_mask`` (1 on model tokens, 0 on tool/template tokens), ``response_logprobs``,
+``reward_score``, ``num_turns`` and ``extra_fields``. :func:`agent_loop_output` converts
+an envhub :class:`~envhub.trajectory.Trajectory` into exactly those fields, from the
+token ids the server sampled; :func:`verl_sampler` lets envhub's episode runner generate
+through verl's server manager (token in, token out). ``EnvhubAgentLoop`` (in
+:mod:`envhub.trainers.verl_loop`, which imports verl) joins the two; register it in
+verl's agent-loop config (see ``examples/verl/envhub_agent_loop.yaml``)::
+
+    - name: envhub
+      _target_: envhub.trainers.verl_loop.EnvhubAgentLoop
+      env: calc            # plugin name, or an envhub serve URL plus env_name
+      max_turns: 8
+
+verl keeps one row per trajectory, so a trajectory whose chat template re-rendered
+earlier turns differently (token drift) is kept with ``response_mask`` all 0 and
+``extra_fields["envhub_mask_reason"] = "token_drift"``; masked trajectories (infra
+failures) get ``reward_score=None`` and ``extra_fields["envhub_masked"] = True`` and
+should be filtered before advantage estimation rather than scored 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from envhub.trainers.token_policy import Sample, Sampler
+from envhub.trainers.tokens import trajectory_rows
+from envhub.trajectory import Trajectory
+
+__all__ = ["agent_loop_output", "verl_sampler"]
+
+
+def agent_loop_output(
+    trajectory: Trajectory, *, response_length: int | None = None
+) -> dict[str, Any]:
+    """The ``AgentLoopOutput`` fields of one trajectory (``metrics`` excepted).
+
+    ``response_length`` (verl's ``rollout.response_length``) cuts the response fields,
+    and records ``envhub_truncated`` in ``extra_fields``.
+    """
+    row = trajectory_rows(trajectory, drift="mask")[0]
+    cut = row.prompt_length
+    prompt_ids = row.input_ids[:cut]
+    response_ids = row.input_ids[cut:]
+    if row.mask_reason is None:
+        response_mask = row.loss_mask[cut:]
+    else:
+        response_mask = [0] * len(response_ids)
+    has_logprobs = all(turn.completion_logprobs is not None for turn in trajectory.turns)
+    response_logprobs = row.old_logprobs[cut:] if has_logprobs and trajectory.turns else None
+    truncated = response_length is not None and len(response_ids) > response_length
+    if truncated:
+        response_ids = response_ids[:response_length]
+        response_mask = response_mask[:response_length]
+        if response_logprobs is not None:
+            response_logprobs = response_logprobs[:response_length]
+    return {
+        "prompt_ids": prompt_ids,
+        "response_ids": response_ids,
+        "response_mask": response_mask,
+        "response_logprobs": response_logprobs,
+        "reward_score": None if trajectory.masked else trajectory.reward,
+        "num_turns": sum(1 for m in trajectory.messages if m.get("role") != "system"),
+        "extra_fields": {
+            "envhub_trajectory_id": trajectory.trajectory_id,
+            "envhub_group_id": trajectory.group_id,
+            "envhub_task_id": trajectory.task_id,
+            "envhub_stop_reason": trajectory.stop_reason,
+            "envhub_masked": trajectory.masked,
+            "envhub_mask_reason": row.mask_reason,
+            "envhub_truncated": truncated,
+            "envhub_reward_components": dict(trajectory.reward_components),
+            "turn_scores": [],
+            "tool_rewards": [],
+        },
+    }
+
+
+def verl_sampler(
+    server_manager: Any,
+    sampling_params: dict[str, Any],
+    *,
+    request_id: str,
+    eos_token_ids: Collection[int],
+) -> Sampler:
+    """A sampler over verl's ``server_manager.generate`` (``TokenOutput``: ``token_ids``,
+    ``log_probs``, ``stop_reason``). All turns of an episode share ``request_id``, which
+    verl uses for sticky routing (prefix-cache hits on the same server)."""
+
+    async def sample(prompt_ids: list[int]) -> Sample:
+        output = await server_manager.generate(
+            request_id=request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
+        )
+        ids = list(output.token_ids)
+        finished = output.stop_reason != "aborted" and bool(ids) and ids[-1] in eos_token_ids
+        return Sample(ids, list(output.log_probs) if output.log_probs else None, finished)
+
+    return sample

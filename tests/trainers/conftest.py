@@ -1,0 +1,93 @@
+"""Shared fixtures: the SmolLM2 tokenizer, a tiny model that imitated gold calc episodes,
+and a real ``envhub serve`` app on 127.0.0.1 for the remote-session paths."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import envhub
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+TRAIN_TASKS = ["calc-0-00000", "calc-0-00001"]
+
+
+@pytest.fixture(scope="session")
+def calc() -> envhub.LocalEnvironment:
+    return envhub.make("calc", num_tasks=30)
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("trl")
+    from envhub.trainers.tiny import smollm2_tokenizer
+
+    # the tiny model's matrices are far too small to gain from threads, and on a busy
+    # machine OpenMP threads spin-wait: one thread is several times faster
+    torch.set_num_threads(1)
+
+    return smollm2_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def trl_imitated_model(tokenizer: Any, calc: envhub.LocalEnvironment) -> Any:
+    """A tiny model that imitated the gold episodes of TRAIN_TASKS under the prompt TRL
+    renders (tool schemas in transformers' form)."""
+    from envhub.trainers.tiny import imitate_gold, tiny_llama
+    from envhub.trainers.trl import environment_factory
+
+    model = tiny_llama(tokenizer)
+    tools = environment_factory(calc).rendered_tools()
+    losses = imitate_gold(model, tokenizer, calc, TRAIN_TASKS, tools=tools)
+    assert losses[-1] < 0.1 * losses[0]
+    return model
+
+
+class _ThreadServer:
+    """``envhub serve``'s app under a real uvicorn in a thread, on a free local port."""
+
+    def __init__(self, envs: list[str]) -> None:
+        import uvicorn
+
+        from envhub.server import create_app
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(create_app(envs), log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
+        )
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def calc_server() -> Iterator[str]:
+    pytest.importorskip("fastapi")
+    with _ThreadServer(["calc"]) as url:
+        yield url

@@ -1,0 +1,64 @@
+"""Hand-made trajectories with token ids, for the adapter invariant tests."""
+
+from __future__ import annotations
+
+from envhub.trajectory import EnvRef, Trajectory, Turn
+
+
+def turn(
+    prompt: list[int],
+    completion: list[int],
+    *,
+    logprobs: list[float] | None = None,
+    version: int | None = 0,
+    prefix_ok: bool | None = None,
+    message_index: int = 0,
+) -> Turn:
+    return Turn(
+        message_index=message_index,
+        latency_s=0.01,
+        policy_version=version,
+        prompt_token_ids=prompt,
+        completion_token_ids=completion,
+        completion_logprobs=logprobs
+        if logprobs is not None
+        else [-0.1 * (i + 1) for i in range(len(completion))],
+        prefix_ok=prefix_ok,
+    )
+
+
+def trajectory(
+    group: str,
+    index: int,
+    reward: float | None,
+    turns: list[Turn],
+    *,
+    env: str = "calc",
+    masked: bool = False,
+) -> Trajectory:
+    return Trajectory(
+        trajectory_id=f"{group}-{index}",
+        group_id=group,
+        task_id=f"task-{group}",
+        sample_index=index,
+        env=EnvRef(name=env, version="0.1.0"),
+        model="test",
+        messages=[],
+        turns=turns,
+        reward=None if masked else reward,
+        masked=masked,
+    )
+
+
+def two_turn(group: str, index: int, reward: float, *, version: int = 0) -> Trajectory:
+    """prompt [1 2 3] -> sampled [10 11] -> tool glue [20 21] -> sampled [12 13 14]."""
+    first = turn([1, 2, 3], [10, 11], version=version)
+    second = turn([1, 2, 3, 10, 11, 20, 21], [12, 13, 14], version=version + 1)
+    return trajectory(group, index, reward, [first, second])
+
+
+def drifted(group: str, index: int, reward: float) -> Trajectory:
+    """The second prompt re-renders the first completion as [10, 99] instead of [10, 11]."""
+    first = turn([1, 2, 3], [10, 11])
+    second = turn([1, 2, 3, 10, 99, 20, 21], [12, 13], version=1)
+    return trajectory(group, index, reward, [first, second])

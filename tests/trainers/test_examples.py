@@ -1,0 +1,61 @@
+"""The documented entry points run as documented (subprocesses, tiny model, CPU)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRL_EXPERIMENTAL_SILENCE": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_importing_the_adapters_loads_no_heavy_dependency() -> None:
+    code = (
+        "import sys, envhub.trainers, envhub.trainers.grpo, envhub.trainers.trl, "
+        "envhub.trainers.verl, envhub.trainers.token_policy; "
+        "heavy = {'torch', 'transformers', 'trl', 'datasets', 'verl', 'skyrl_gym'}; "
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    assert run("-c", code).strip() == "[]"
+
+
+@pytest.mark.slow
+def test_train_grpo_trl_example(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    out = run(
+        "examples/train_grpo_trl.py",
+        "--tiny",
+        "--max-steps",
+        "1",
+        "--output-dir",
+        str(tmp_path),
+    )
+    assert re.search(r"step 1: envhub reward \d\.\d+ loss", out), out
+    assert "8 envhub episodes scored" in out
+
+
+@pytest.mark.slow
+def test_async_grpo_loop_example() -> None:
+    pytest.importorskip("transformers")
+    out = run("examples/async_grpo_loop.py", "--steps", "2")
+    steps = re.findall(
+        r"^step (\d): reward [\d.]+ over 8 episodes.*trainer now at v(\d)", out, re.M
+    )
+    assert [s for s, _ in steps] == ["0", "1"], out

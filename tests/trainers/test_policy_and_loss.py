@@ -1,0 +1,73 @@
+"""The in-process token policy records what the model sampled; the reference loss."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import pytest
+
+import envhub
+from envhub.policies.base import GenerateRequest
+from tests.trainers.conftest import TRAIN_TASKS
+
+torch = pytest.importorskip("torch")
+
+
+def test_sampled_ids_and_logprobs_match_the_model(
+    calc: envhub.LocalEnvironment, tokenizer: Any
+) -> None:
+    from envhub.trainers.hf_sampler import transformers_policy
+    from envhub.trainers.loss import token_logprobs
+    from envhub.trainers.tiny import tiny_llama
+
+    model = tiny_llama(tokenizer, seed=3)
+    policy, sampler = transformers_policy(model, tokenizer, max_new_tokens=12, temperature=0.5)
+    task = calc.tasks.get(TRAIN_TASKS[0])
+    request = GenerateRequest(
+        messages=task.prompt, tools=calc.tools, turn=0, task_id=task.id, sample_index=0
+    )
+    completion = asyncio.run(policy.generate(request))
+    expected_prompt = tokenizer.apply_chat_template(
+        task.prompt, tools=calc.tools, add_generation_prompt=True, return_dict=False
+    )
+    assert completion.prompt_token_ids == list(expected_prompt)
+    ids = completion.completion_token_ids
+    assert 0 < len(ids) <= 12 and len(completion.completion_logprobs) == len(ids)
+    assert completion.finish_reason in ("stop", "tool_calls", "length")
+    # the recorded logprob is the model's, under the temperature the token was drawn with
+    sequence = torch.tensor([completion.prompt_token_ids + ids])
+    with torch.no_grad():
+        logits = model(input_ids=sequence).logits[0, len(expected_prompt) - 1 : -1] / 0.5
+    recomputed = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+    assert completion.completion_logprobs == pytest.approx(recomputed.tolist(), abs=1e-3)
+    # and at temperature 1 the reference loss's token_logprobs agree with the sampler's
+    policy1, _ = transformers_policy(model, tokenizer, max_new_tokens=8, temperature=1.0)
+    c1 = asyncio.run(policy1.generate(request))
+    full = torch.tensor([c1.prompt_token_ids + c1.completion_token_ids])
+    with torch.no_grad():
+        logp = token_logprobs(model, full, torch.ones_like(full))[0, len(expected_prompt) :]
+    assert c1.completion_logprobs == pytest.approx(logp.tolist(), abs=1e-3)
+    assert not sampler.lock.locked()
+
+
+def test_policy_loss_is_the_clipped_surrogate() -> None:
+    from envhub.trainers.grpo import build_batch
+    from envhub.trainers.loss import policy_loss
+    from tests.trainers.factories import two_turn
+
+    batch = build_batch([two_turn("g", 0, 1.0), two_turn("g", 1, 0.0)], estimator="dr_grpo")
+    # on-policy (logprobs == behaviour logprobs): the loss is -mean advantage per token
+    on_policy = policy_loss(batch.old_logprobs.clone(), batch)
+    assert on_policy.item() == pytest.approx(0.0, abs=1e-6)  # +0.5 and -0.5 on 5 tokens each
+    # a 10x more likely token under the new policy is clipped at 1 + eps for A > 0
+    shifted = batch.old_logprobs + math.log(10.0) * batch.loss_mask
+    clipped = policy_loss(shifted, batch, clip_eps=0.2)
+    assert clipped.item() == pytest.approx(-(0.5 * 1.2 * 5 - 0.5 * 10 * 5) / 10, rel=1e-4)
+    # unknown behaviour logprobs (NaN, retokenized rows): ratio 1, gradient still flows
+    batch.old_logprobs[:] = float("nan")
+    logprobs = torch.zeros_like(batch.old_logprobs, requires_grad=True)
+    loss = policy_loss(logprobs, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and logprobs.grad.abs().sum() > 0

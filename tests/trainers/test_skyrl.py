@@ -1,0 +1,110 @@
+"""The skyrl-gym text environment over envhub sessions (local and remote)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+import envhub
+from envhub.errors import InvalidRequest
+from tests.trainers.conftest import TRAIN_TASKS
+
+skyrl_gym = pytest.importorskip("skyrl_gym")
+from envhub.trainers.skyrl import (  # noqa: E402
+    SKYRL_ENV_ID,
+    EnvhubSkyRLEnv,
+    close_environments,
+    register,
+)
+
+
+def call(name: str, **arguments: object) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered() -> Iterator[None]:
+    register()
+    register()  # idempotent
+    yield
+    close_environments()
+
+
+def make(task_id: str, **config: object) -> EnvhubSkyRLEnv:
+    env = skyrl_gym.make(
+        SKYRL_ENV_ID, env_config={"env": "calc", **config}, extras={"task_id": task_id}
+    )
+    assert isinstance(env, EnvhubSkyRLEnv) and isinstance(env, skyrl_gym.Env)
+    return env
+
+
+def test_gold_episode_through_the_skyrl_interface(calc: envhub.LocalEnvironment) -> None:
+    task = calc.tasks.get(TRAIN_TASKS[0])
+    expression = task.gold_actions[0].arguments["expression"]
+    env = make(task.id)
+    messages, info = env.init(task.prompt)
+    assert messages == task.prompt and info["task_id"] == task.id
+    out = env.step(f"Let me compute.\n{call('calculate', expression=expression)}")
+    assert not out["done"] and out["reward"] == 0.0
+    (observation,) = out["observations"]
+    assert observation["role"] == "tool" and observation["content"] == task.answer
+    out = env.step(call("answer", value=task.answer))
+    assert out["done"] and out["reward"] == 1.0 and out["observations"] == []
+    assert out["metadata"]["stop_reason"] == "terminal_tool"
+    assert env.get_metrics() == {
+        "turns": 2,
+        "reward": 1.0,
+        "reward/correct": 1.0,
+        "reward/answered": 1.0,
+    }
+    env.close()
+
+
+def test_malformed_calls_become_observations_and_text_ends_the_episode() -> None:
+    env = make(TRAIN_TASKS[1])
+    env.init()
+    out = env.step('<tool_call>\n{"name": "calculate", "arguments": {"expression": "1 +\n')
+    assert not out["done"]
+    assert out["observations"][0]["content"].startswith("Error: arguments of calculate")
+    assert out["metadata"]["tool_errors"] == 1
+    out = env.step("The answer is 12.")
+    assert out["done"] and out["reward"] == 0.0
+    assert out["metadata"]["stop_reason"] == "final_answer"
+
+
+def test_envhub_budget_ends_the_episode() -> None:
+    env = make(TRAIN_TASKS[0], max_turns=2)
+    env.init()
+    assert env.max_turns == 2
+    assert not env.step(call("calculate", expression="1 + 1"))["done"]
+    out = env.step(call("calculate", expression="2 + 2"))
+    assert out["done"] and out["metadata"]["stop_reason"] == "max_turns"
+
+
+def test_unfinished_sessions_are_freed_on_close() -> None:
+    env = make(TRAIN_TASKS[0])
+    env.init()
+    env.close()
+    assert env.session.closed and env.reward is None
+
+
+def test_missing_task_id_is_a_typed_error() -> None:
+    with pytest.raises(InvalidRequest, match="task_id"):
+        EnvhubSkyRLEnv({"env": "calc"}, {})
+    with pytest.raises(InvalidRequest, match=r"env_config\.env"):
+        EnvhubSkyRLEnv({}, {"task_id": "x"})
+
+
+def test_remote_sessions(calc_server: str, calc: envhub.LocalEnvironment) -> None:
+    task = calc.tasks.get(TRAIN_TASKS[0])
+    env = skyrl_gym.make(
+        SKYRL_ENV_ID,
+        env_config={"env": calc_server, "env_name": "calc"},
+        extras={"task_id": task.id},
+    )
+    messages, _ = env.init(task.prompt)
+    assert messages == task.prompt
+    out = env.step(call("answer", value=task.answer))
+    assert out["done"] and out["reward"] == 1.0
