@@ -3,7 +3,7 @@
 #   --pip-args   print "-e environments/NAME ..." for pip install
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-plugins=(calc sql search web)
+plugins=(calc sql search web swe)
 if [ "${1:-}" = "--pip-args" ]; then
   for name in "${plugins[@]}"; do printf -- '-e environments/%s ' "$name"; done
   echo

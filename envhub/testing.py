@@ -1,13 +1,18 @@
-"""Contract checks for environments, for plugin test suites (``envhub check`` in code).
+"""Helpers for plugin and integration tests: contract checks and a real server in a thread.
 
-For every selected task, replaying the gold actions must score 1 and doing nothing must
-score 0 (:mod:`envhub.rollout.check` runs both through the rollout engine).
+``check_environment``: for every selected task, replaying the gold actions must score 1 and
+doing nothing must score 0 (:mod:`envhub.rollout.check` runs both through the rollout
+engine). ``serve_in_thread``: uvicorn on 127.0.0.1 for tests that need real HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from envhub.local import LocalEnvironment, make
@@ -38,3 +43,31 @@ def check_environment(
         )
         raise AssertionError(f"{len(report.failures)} check failure(s) in {report.env}:\n{lines}")
     return report
+
+
+@contextmanager
+def serve_in_thread(app: Any, *, startup_timeout_s: float = 30.0) -> Iterator[str]:
+    """Serve an ASGI app with a real uvicorn server on 127.0.0.1 (a free port) in a thread.
+
+    Yields the base URL; the server shuts down (lifespan included) on exit. For tests and
+    benchmarks that need a real HTTP server without a subprocess.
+    """
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=startup_timeout_s)
+        sock.close()

@@ -145,17 +145,10 @@ class EpisodeRunner:
         except BaseException:
             await _abort(session)
             raise
-        return Trajectory(
-            trajectory_id=record.trajectory_id,
-            group_id=spec.group_id,
-            task_id=spec.task_id,
-            sample_index=spec.sample_index,
-            env=self.env_ref,
-            model=self.policy.model,
-            sampling=self.sampling,
-            messages=record.messages,
-            tools=record.tools,
-            turns=record.turns,
+        return self._trajectory(
+            spec,
+            record,
+            started,
             reward=closed.reward,
             reward_components=closed.components,
             stop_reason=stop_override or closed.stop_reason,
@@ -165,10 +158,6 @@ class EpisodeRunner:
                 tool_errors=closed.metrics.tool_errors,
                 errors_by_kind=closed.metrics.errors_by_kind,
                 episode_attempts=attempt,
-            ),
-            timings=_timings(record, started),
-            usage=Usage(
-                prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens
             ),
         )
 
@@ -246,6 +235,20 @@ class EpisodeRunner:
         kind: str,
         message: str,
     ) -> Trajectory:
+        return self._trajectory(
+            spec,
+            record,
+            started,
+            stop_reason=stop_reason,
+            error=ErrorInfo(kind=kind, message=message[:2000]),
+            masked=True,
+            metrics=TrajectoryMetrics(turns=len(record.turns), episode_attempts=attempt),
+        )
+
+    def _trajectory(
+        self, spec: EpisodeSpec, record: _Record, started: float, **outcome: Any
+    ) -> Trajectory:
+        """The fields every trajectory shares, plus this episode's ``outcome``."""
         return Trajectory(
             trajectory_id=record.trajectory_id,
             group_id=spec.group_id,
@@ -257,14 +260,11 @@ class EpisodeRunner:
             messages=record.messages,
             tools=record.tools,
             turns=record.turns,
-            stop_reason=stop_reason,
-            error=ErrorInfo(kind=kind, message=message[:2000]),
-            masked=True,
-            metrics=TrajectoryMetrics(turns=len(record.turns), episode_attempts=attempt),
             timings=_timings(record, started),
             usage=Usage(
                 prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens
             ),
+            **outcome,
         )
 
 

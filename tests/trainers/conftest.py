@@ -4,9 +4,6 @@ and a real ``envhub serve`` app on 127.0.0.1 for the remote-session paths."""
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,41 +50,11 @@ def trl_imitated_model(tokenizer: Any, calc: envhub.LocalEnvironment) -> Any:
     return model
 
 
-class _ThreadServer:
-    """``envhub serve``'s app under a real uvicorn in a thread, on a free local port."""
-
-    def __init__(self, envs: list[str]) -> None:
-        import uvicorn
-
-        from envhub.server import create_app
-
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(create_app(envs), log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(
-            target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
-        )
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
 def calc_server() -> Iterator[str]:
     pytest.importorskip("fastapi")
-    with _ThreadServer(["calc"]) as url:
+    from envhub.server import create_app
+    from envhub.testing import serve_in_thread
+
+    with serve_in_thread(create_app(["calc"])) as url:
         yield url

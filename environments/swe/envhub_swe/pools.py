@@ -1,0 +1,121 @@
+"""Warm sandbox pools shared by every SWE episode of the process.
+
+A new environment instance serves each episode, and episodes come from many event
+loops (``asyncio.run`` per test, a server loop, a rollout loop), while a
+``SandboxPool`` belongs to the loop that started it. So the pools live on one daemon
+loop thread; episodes acquire and release through it. :func:`shutdown` (also run at
+exit) closes every pool, so no container outlives the process; ``envhub sandbox gc``
+is the backstop for a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures.thread  # noqa: F401  (registers its exit hook first, see below)
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from envhub.sandboxes import Sandbox, SandboxPool, SandboxSpec
+
+__all__ = ["acquire", "release", "shutdown"]
+
+T = TypeVar("T")
+
+
+class _Runtime:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.pools: dict[tuple[str, str, int], SandboxPool] = {}
+        self.owner: dict[int, SandboxPool] = {}
+        self.thread = threading.Thread(target=self.loop.run_forever, name="envhub-swe-pools")
+        self.thread.daemon = True
+        self.thread.start()
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def pool(self, spec: SandboxSpec, backend: str, min_idle: int, max_total: int) -> SandboxPool:
+        key = (backend, spec.model_dump_json(), min_idle)  # specs hold a dict: not hashable
+        pool = self.pools.get(key)
+        if pool is None:
+            tag = spec.image.rsplit("/", 1)[-1].replace(":", "-")
+            pool = SandboxPool(
+                spec, backend, min_idle=min_idle, max_total=max_total, name=f"swe-{tag}"
+            )
+            self.pools[key] = pool
+        return pool
+
+
+_lock = threading.Lock()
+_runtime: _Runtime | None = None
+
+
+def _get_runtime() -> _Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = _Runtime()
+        return _runtime
+
+
+async def acquire(
+    spec: SandboxSpec,
+    backend: str,
+    *,
+    min_idle: int = 2,
+    max_total: int = 64,
+    timeout: float = 300.0,
+) -> Sandbox:
+    """A fresh started sandbox from the warm pool of ``(backend, spec)``."""
+    rt = _get_runtime()
+
+    async def take() -> Sandbox:
+        pool = rt.pool(spec, backend, min_idle, max_total)
+        sb = await pool.acquire(timeout)
+        rt.owner[id(sb)] = pool
+        return sb
+
+    return await rt.run(take())
+
+
+async def release(sandbox: Sandbox) -> None:
+    """Destroy a sandbox that :func:`acquire` returned (never reused)."""
+    rt = _get_runtime()
+
+    async def give() -> None:
+        pool = rt.owner.pop(id(sandbox), None)
+        if pool is not None:
+            await pool.release(sandbox)
+        else:
+            await sandbox.close()
+
+    await rt.run(give())
+
+
+def shutdown(timeout: float = 60.0) -> None:
+    """Close every pool (idle and in-use sandboxes are destroyed) and stop the thread.
+    Safe to call repeatedly; the next episode starts a new runtime."""
+    global _runtime
+    with _lock:
+        rt, _runtime = _runtime, None
+    if rt is None:
+        return
+
+    async def close_all() -> None:
+        await asyncio.gather(*(p.close() for p in rt.pools.values()), return_exceptions=True)
+
+    try:
+        asyncio.run_coroutine_threadsafe(close_all(), rt.loop).result(timeout)
+    finally:
+        rt.loop.call_soon_threadsafe(rt.loop.stop)
+        rt.thread.join(timeout=10)
+
+
+# Closing a docker sandbox runs in an executor thread, and concurrent.futures refuses new
+# work once its own exit hook ran; threading's exit hooks run before it (last registered
+# first; the import above registers it before ours), so the pools close while that
+# still works. atexit stays as the fallback.
+threading._register_atexit(shutdown)  # type: ignore[attr-defined]
+atexit.register(shutdown)

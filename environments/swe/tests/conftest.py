@@ -1,0 +1,88 @@
+"""Fixtures of the envhub-swe tests.
+
+The docker tests need a Docker engine, the sandbox layer's ``python`` image and the
+CI repositories' images (built here on first use, cached by content hash). Missing
+Docker skips them, except when CI sets ``ENVHUB_REQUIRE_DOCKER=1``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from envhub import Session, StepResult, ToolCall
+
+CallTool = Callable[..., Awaitable[StepResult]]
+#: the repositories (fastest suites) and tasks the CI subset uses
+CI_REPOS = ("inflection", "cachetools")
+CI_TASKS_PER_REPO = 5
+
+
+def _docker_problem() -> str | None:
+    from envhub.sandboxes.docker import docker_available
+    from envhub.sandboxes.images import image_exists, image_tag
+
+    if not docker_available():
+        return "docker engine/CLI/SDK not available"
+    if not image_exists(image_tag("python")):
+        return "sandbox image 'python' not built (envhub sandbox build python)"
+    return None
+
+
+def _swe_containers() -> list[str]:
+    """Containers of this process's SWE pools (labels set by the sandbox layer)."""
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=envhub.owner.pid={os.getpid()}",
+         "--format", '{{.Names}} {{.Label "envhub.pool"}}'],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [line for line in out.splitlines() if " swe-" in line]
+
+
+@pytest.fixture(scope="session")
+def swe_images() -> Iterator[dict[str, str]]:
+    """Docker ready and the CI repositories' images built; at the end of the session no
+    container of ours may be left once the pools are shut down."""
+    problem = _docker_problem()
+    if problem is not None:
+        if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"docker required (ENVHUB_REQUIRE_DOCKER=1) but {problem}")
+        pytest.skip(problem)
+    from envhub_swe.catalog import load_catalog
+    from envhub_swe.images import build_image
+
+    catalog = load_catalog()
+    yield {name: build_image(catalog.get(name)) for name in CI_REPOS}
+    from envhub_swe import pools
+
+    pools.shutdown()
+    assert _swe_containers() == []
+
+
+@pytest.fixture(scope="session")
+def ci_task_ids() -> list[str]:
+    from envhub_swe.instances import load_instances
+
+    ids: list[str] = []
+    tasks = list(load_instances())
+    for repo in CI_REPOS:
+        ids += [t.id for t in tasks if t.metadata["repo"] == f"pypi/{repo}"][:CI_TASKS_PER_REPO]
+    return ids
+
+
+@pytest.fixture
+def call() -> CallTool:
+    """``await call(session, "bash", command=...)``: one turn with one tool call."""
+    ids = itertools.count()
+
+    async def step(session: Session, tool: str, /, **arguments: Any) -> StepResult:
+        return await session.step(
+            [ToolCall(id=f"call-{next(ids)}", name=tool, arguments=arguments)]
+        )
+
+    return step
