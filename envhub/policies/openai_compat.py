@@ -76,7 +76,10 @@ class OpenAIPolicy:
     async def generate(self, request: GenerateRequest) -> Completion:
         body: dict[str, Any] = {**self._static_body, "messages": request.messages}
         if request.tools:
+            # "auto" is OpenAI's default with tools, but llama.cpp's server only emits
+            # tool calls when it is sent explicitly
             body["tools"] = request.tools
+            body["tool_choice"] = "auto"
         completion = await self.retry.call(lambda: self._post(body))
         for index, call in enumerate(completion.tool_calls):
             if not call.id:  # some servers omit ids; the chat history needs unique ones
