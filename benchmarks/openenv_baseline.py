@@ -14,7 +14,8 @@ OpenEnv's template writes it) and, per C, a driver process in which C
 OpenEnv ``EnvClient`` sessions loop over WebSocket: connect + reset, N steps
 (``expression="1+1"``), close, timed by the same loop envhub's benchmark uses
 (``_load.drive``). With ``--envhub``, envhub's HTTP server is measured at the same C in
-this run (``server_throughput.serving``) and the ratio envhub / OpenEnv is printed.
+this run (``server_throughput.serving``, over each ``--transport``: HTTP requests and/or a
+WebSocket per session) and the ratio envhub / OpenEnv is printed.
 
     .venv/bin/python benchmarks/openenv_baseline.py --concurrency 64 256 --duration 8 --envhub
 """
@@ -35,6 +36,7 @@ from _load import Run, cpu_per_step, cpu_seconds, drive, free_port, peak_rss_mib
 from server_throughput import serving, wait_healthy
 
 from envhub.cli.serve import raise_open_files_limit
+from envhub.client import SessionTransport
 
 HERE = Path(__file__).resolve().parent
 OPENENV_SCRIPT = HERE / "openenv_calc.py"
@@ -77,13 +79,13 @@ async def drive_openenv(python: Path, url: str, concurrency: int, steps: int,
 
 
 async def measure_envhub(concurrency: int, steps: int, duration: float,
-                         max_sessions: int) -> float:
-    async with serving(steps, max_sessions) as (remote, server):
+                         max_sessions: int, transport: SessionTransport) -> float:
+    async with serving(steps, max_sessions, transport) as (remote, server):
         server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
         run, elapsed = await drive(remote.open, concurrency, steps, duration)
         server_cpu = cpu_seconds(server.pid) - server_cpu
         client_cpu = time.process_time() - client_cpu
-        rate = report("envhub", concurrency, run, elapsed,
+        rate = report(f"envhub-{transport}", concurrency, run, elapsed,
                       f"server peak RSS={peak_rss_mib(server.pid):.0f} MiB")
         print(cpu_per_step(server_cpu, client_cpu, run.steps))
     return rate
@@ -97,7 +99,9 @@ async def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per episode")
     parser.add_argument("--duration", type=float, default=8.0, help="seconds per level")
     parser.add_argument("--envhub", action="store_true",
-                        help="also measure envhub's HTTP server at each C and print the ratio")
+                        help="also measure envhub's server at each C and print the ratio")
+    parser.add_argument("--transport", choices=["http", "ws"], nargs="+", default=["http"],
+                        help="envhub's session transports to measure (each in this run)")
     parser.add_argument("--threaded-env", action="store_true",
                         help="host OpenEnv's env with sync reset/step in a thread per session "
                              "(its template's style) instead of async on the event loop")
@@ -123,9 +127,10 @@ async def main() -> None:
             rate = report(label, c, run, elapsed,
                           f"server peak RSS={peak_rss_mib(pid):.0f} MiB")
             print(cpu_per_step(server_cpu, client_cpu, run.steps))
-        if args.envhub:
-            envhub_rate = await measure_envhub(c, args.steps, args.duration, top)
-            print(f"           ratio envhub / openenv: {envhub_rate / rate:.2f}", flush=True)
+        for transport in args.transport if args.envhub else ():
+            envhub_rate = await measure_envhub(c, args.steps, args.duration, top, transport)
+            print(f"           ratio envhub-{transport} / openenv: {envhub_rate / rate:.2f}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ steps/s, p50/p99 step latency, errors and the server's peak RSS, then two ratios
   which shows what the HTTP transport costs.
 
     python benchmarks/server_throughput.py --concurrency 64 256 1024 4096 --duration 10
+    python benchmarks/server_throughput.py --concurrency 256 4096 --transport ws
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from _load import cpu_per_step, cpu_seconds, drive, free_port, peak_rss_mib, rep
 
 import envhub
 from envhub.cli.serve import raise_open_files_limit
-from envhub.client import RemoteEnvironment
+from envhub.client import RemoteEnvironment, SessionTransport
 
 OPENENV_STEPS_PER_S = 2200.0
 
@@ -60,13 +61,15 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[by
 
 
 @contextlib.asynccontextmanager
-async def serving(steps: int, max_sessions: int
+async def serving(steps: int, max_sessions: int, transport: SessionTransport = "http"
                   ) -> AsyncIterator[tuple[RemoteEnvironment, subprocess.Popen[bytes]]]:
-    """``envhub serve calc`` in a subprocess and a client sized for ``max_sessions``."""
+    """``envhub serve calc`` in a subprocess and a client sized for ``max_sessions``,
+    stepping over ``transport`` (HTTP requests, or one WebSocket per session)."""
     port = free_port()
     server = start_server(port, max_turns=steps + 2, max_sessions=max_sessions)
     remote = RemoteEnvironment(f"http://127.0.0.1:{port}", "calc",
-                               max_connections=max_sessions, timeout=300.0)
+                               max_connections=max_sessions, timeout=300.0,
+                               transport=transport)
     try:
         yield remote, server
     finally:
@@ -82,6 +85,8 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024, 4096])
     parser.add_argument("--steps", type=int, default=10, help="steps per episode")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level")
+    parser.add_argument("--transport", choices=["http", "ws"], default="http",
+                        help="step over HTTP requests or one WebSocket per session")
     parser.add_argument("--skip-local", action="store_true", help="skip the in-process baseline")
     args = parser.parse_args()
 
@@ -91,20 +96,20 @@ async def main() -> None:
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs (the figures share the machine); "
           f"client loop: {loop}", flush=True)
     local = envhub.make("calc", max_turns=args.steps + 2)
-    async with serving(args.steps, max_sessions=max(args.concurrency)) as (remote, server):
+    async with serving(args.steps, max(args.concurrency), args.transport) as (remote, server):
         for c in args.concurrency:
             server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
             run, elapsed = await drive(remote.open, c, args.steps, args.duration)
             server_cpu = cpu_seconds(server.pid) - server_cpu
             client_cpu = time.process_time() - client_cpu
             rss = f"server peak RSS={peak_rss_mib(server.pid):.0f} MiB"
-            rate = report("http", c, run, elapsed, rss)
+            rate = report(args.transport, c, run, elapsed, rss)
             print(cpu_per_step(server_cpu, client_cpu, run.steps))
             print(f"           ratio to OpenEnv's 2,200 steps/s: {rate / OPENENV_STEPS_PER_S:.2f}")
             if not args.skip_local:
                 run, elapsed = await drive(local.open, c, args.steps, args.duration)
                 local_rate = report("in-process", c, run, elapsed, "")
-                print(f"           ratio http / in-process: {rate / local_rate:.2f}")
+                print(f"           ratio {args.transport} / in-process: {rate / local_rate:.2f}")
 
 
 if __name__ == "__main__":

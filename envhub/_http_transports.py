@@ -14,7 +14,14 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-__all__ = ["HttpEngine", "Transport", "TransportFailure", "make_transport"]
+__all__ = [
+    "HttpEngine",
+    "SessionSocket",
+    "Transport",
+    "TransportFailure",
+    "WebSocketRefused",
+    "make_transport",
+]
 
 HttpEngine = Literal["auto", "aiohttp", "httpx"]
 _HTTPX_POOL_SIZE = 64
@@ -43,6 +50,7 @@ class AiohttpTransport:
         self.url, self.headers = url, headers
         self.timeout, self.max_connections = timeout, max_connections
         self._session: Any = None
+        self._sockets: Any = None
 
     def _client(self) -> Any:
         if self._session is None or self._session.closed:
@@ -68,9 +76,72 @@ class AiohttpTransport:
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
             raise TransportFailure(f"{type(exc).__name__}: {exc}") from exc
 
+    def sockets(self) -> Any:
+        """The ``ClientSession`` for :class:`SessionSocket` (no connection limit)."""
+        if self._sockets is None or self._sockets.closed:
+            import aiohttp
+
+            self._sockets = aiohttp.ClientSession(
+                base_url=self.url.replace("http", "ws", 1),
+                timeout=aiohttp.ClientTimeout(total=None, connect=min(self.timeout, 10.0)),
+                connector=aiohttp.TCPConnector(limit=0),
+            )
+        return self._sockets
+
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._sockets):
+            if session is not None:
+                await session.close()
+
+
+class SessionSocket:
+    """One session's WebSocket (``WS /v1/sessions/{id}/ws``): one request, then its reply.
+
+    Sockets get their own unlimited aiohttp connector: each holds a connection for the whole
+    episode, and sharing the HTTP pool's limit would leave no connection for creates.
+    """
+
+    def __init__(self, transport: AiohttpTransport, path: str) -> None:
+        self._transport, self.path = transport, path
+        self._ws: Any = None
+
+    async def exchange(self, message: bytes) -> bytes:
+        """Send ``message`` and return the reply; :class:`TransportFailure` if the socket
+        drops (it is reopened on the next call), :class:`WebSocketRefused` if the
+        handshake is refused."""
+        import aiohttp
+
+        try:
+            if self._ws is None or self._ws.closed:
+                self._ws = await self._transport.sockets().ws_connect(
+                    self.path, headers=self._transport.headers, autoping=True
+                )
+            await self._ws.send_bytes(message)
+            reply = await self._ws.receive(timeout=self._transport.timeout)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise WebSocketRefused(exc.status) from exc
+        except (aiohttp.ClientConnectionError, TimeoutError, ConnectionError) as exc:
+            await self.aclose()
+            raise TransportFailure(f"{type(exc).__name__}: {exc}") from exc
+        if reply.type == aiohttp.WSMsgType.TEXT:
+            return reply.data.encode()
+        if reply.type == aiohttp.WSMsgType.BINARY:
+            return bytes(reply.data)
+        await self.aclose()
+        raise TransportFailure(f"WebSocket {self.path} ended ({reply.type.name} {reply.data})")
+
+    async def aclose(self) -> None:
+        ws, self._ws = self._ws, None
+        if ws is not None and not ws.closed:
+            await ws.close()
+
+
+class WebSocketRefused(Exception):
+    """The server refused the WebSocket handshake with HTTP ``status`` (403: bad token)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"WebSocket handshake refused with HTTP {status}")
+        self.status = status
 
 
 class HttpxTransport:

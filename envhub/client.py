@@ -11,6 +11,11 @@ Every call is made idempotent and then retried on connection errors and 502/503/
 ``request_id``, and close is idempotent on the server. Error bodies become the matching
 :mod:`envhub.errors` exception (``SessionNotFound``, ``CapacityError``, ...) with the
 HTTP ``status`` attached, or :class:`~envhub.errors.RemoteError` for other codes.
+
+``transport="ws"`` keeps creates on HTTP but sends a session's steps and close over one
+WebSocket (``/v1/sessions/{id}/ws``, aiohttp only): less CPU per step on both sides. A
+dropped socket is reopened and the message resent (steps are idempotent by
+``request_id``, close by the server); error replies raise the same exceptions as HTTP.
 """
 
 from __future__ import annotations
@@ -21,11 +26,18 @@ import random
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from envhub._http_transports import HttpEngine, TransportFailure, make_transport
+from envhub._http_transports import (
+    AiohttpTransport,
+    HttpEngine,
+    SessionSocket,
+    TransportFailure,
+    WebSocketRefused,
+    make_transport,
+)
 from envhub.errors import (
     CapacityError,
     EnvhubError,
@@ -43,6 +55,7 @@ from envhub.types import CloseResult, Message, SessionInfo, SessionStart, StepRe
 __all__ = ["RemoteEnvironment", "RemoteSession"]
 
 M = TypeVar("M", bound=BaseModel)
+SessionTransport = Literal["http", "ws"]
 
 _ERRORS_BY_CODE: dict[str, type[EnvhubError]] = {
     "invalid_request": InvalidRequest,
@@ -55,6 +68,10 @@ _ERRORS_BY_CODE: dict[str, type[EnvhubError]] = {
     "unauthorized": Unauthorized,
 }
 _RETRY_STATUSES = frozenset({502, 503, 504})
+
+
+def _error_json(code: str, message: str) -> bytes:
+    return json.dumps({"error": {"code": code, "message": message}}).encode()
 
 
 def _error_from(status: int, body: bytes, where: str) -> EnvhubError:
@@ -86,6 +103,8 @@ class RemoteSession:
         self.done = False
         self.closed = False
         self.stop_reason: str | None = None
+        self._socket = env._socket(self.session_id)
+        self._socket_lock = asyncio.Lock()  # one message in flight per socket
 
     async def reset(self) -> SessionStart:
         """The session's start (it was reset on the server when it was opened)."""
@@ -103,20 +122,53 @@ class RemoteSession:
             "content": content,
             "request_id": request_id or uuid.uuid4().hex,
         }
-        result = await self._env._call(
-            "POST", f"/v1/sessions/{self.session_id}/step", StepResult, body, self.session_id
-        )
+        if self._socket is not None:
+            result = await self._exchange(StepResult, {"op": "step", **body})
+        else:
+            result = await self._env._call(
+                "POST", f"/v1/sessions/{self.session_id}/step", StepResult, body, self.session_id
+            )
         if result.done:
             self.done, self.stop_reason = True, result.stop_reason
         return result
 
     async def close(self) -> CloseResult:
         """Score the episode on the server; closing again returns the same result."""
-        result = await self._env._call(
-            "POST", f"/v1/sessions/{self.session_id}/close", CloseResult, None, self.session_id
-        )
+        if self._socket is not None:
+            try:
+                result = await self._exchange(CloseResult, {"op": "close"})
+            finally:
+                await self._socket.aclose()
+        else:
+            result = await self._env._call(
+                "POST", f"/v1/sessions/{self.session_id}/close", CloseResult, None,
+                self.session_id,
+            )
         self.closed, self.stop_reason = True, result.stop_reason
         return result
+
+    async def _exchange(self, model: type[M], message: dict[str, Any]) -> M:
+        """One message over the session's socket, resent on a dropped connection."""
+        assert self._socket is not None
+        content = json.dumps(message, separators=(",", ":")).encode()
+        where = f"WS {self._socket.path} {message['op']}"
+        async with self._socket_lock:
+            for attempt in range(self._env.retries + 1):
+                try:
+                    answer = await self._socket.exchange(content)
+                except WebSocketRefused as exc:
+                    code = "unauthorized" if exc.status in (401, 403) else f"http_{exc.status}"
+                    raise _error_from(exc.status, _error_json(code, str(exc)), where) from exc
+                except TransportFailure as exc:
+                    if attempt == self._env.retries:
+                        raise RemoteError(f"{where} failed: {exc}", code="unreachable",
+                                          status=0) from exc
+                    await asyncio.sleep(self._env._backoff(attempt))
+                    continue
+                if answer.startswith(b'{"error":'):
+                    raise _error_from(int(json.loads(answer).get("status", 0)), answer, where)
+                return model.model_validate_json(answer)
+        raise AssertionError("unreachable")  # the loop always returns or raises
 
     async def abort(self) -> None:
         """Free the server session now, ignoring errors. Over HTTP this is a close (the API
@@ -149,6 +201,7 @@ class RemoteEnvironment:
     One connection pool serves all sessions; ``max_connections`` bounds the sockets (one
     request in flight per socket, so set it near the expected concurrency). ``http``
     picks the engine: ``"auto"`` (aiohttp if installed, else httpx), ``"aiohttp"``, ``"httpx"``.
+    ``transport="ws"`` sends steps and close over one WebSocket per session (see above).
     """
 
     def __init__(
@@ -162,6 +215,7 @@ class RemoteEnvironment:
         retries: int = 3,
         backoff_s: float = 0.25,
         http: HttpEngine = "auto",
+        transport: SessionTransport = "http",
     ) -> None:
         self.url = url.rstrip("/")
         self.name = env
@@ -171,7 +225,14 @@ class RemoteEnvironment:
         headers = {"content-type": "application/json"}
         if token:
             headers["authorization"] = f"Bearer {token}"
+        if transport == "ws" and http == "httpx":
+            raise ValueError('transport="ws" runs on aiohttp; use http="auto" or "aiohttp"')
+        if transport not in ("http", "ws"):
+            raise ValueError(f'transport must be "http" or "ws", not {transport!r}')
         self._transport = make_transport(http, self.url, headers, timeout, max_connections)
+        if transport == "ws" and not isinstance(self._transport, AiohttpTransport):
+            raise ImportError('transport="ws" needs aiohttp installed')
+        self.transport = transport
 
     async def open(
         self,
@@ -234,6 +295,16 @@ class RemoteEnvironment:
 
     # -- transport -----------------------------------------------------------------------
 
+    def _socket(self, session_id: str) -> SessionSocket | None:
+        """The session's WebSocket with ``transport="ws"`` (opened on its first step)."""
+        if self.transport != "ws":
+            return None
+        assert isinstance(self._transport, AiohttpTransport)
+        return SessionSocket(self._transport, f"/v1/sessions/{session_id}/ws")
+
+    def _backoff(self, attempt: int) -> float:
+        return self.backoff_s * 2**attempt * (0.5 + random.random())
+
     async def _call(
         self, method: str, path: str, model: type[M], body: Any = None, affinity: str = ""
     ) -> M:
@@ -267,5 +338,5 @@ class RemoteEnvironment:
                 # An envhub sandbox_error is the environment's verdict, not a proxy hiccup.
                 if last or status not in _RETRY_STATUSES or isinstance(error, SandboxError):
                     raise error
-            await asyncio.sleep(self.backoff_s * 2**attempt * (0.5 + random.random()))
+            await asyncio.sleep(self._backoff(attempt))
         raise AssertionError("unreachable")  # the loop always returns or raises

@@ -3,7 +3,8 @@
 ``create_app(envs, ...)`` builds the FastAPI app; ``envhub serve`` runs it with uvicorn.
 Modules: ``app`` (assembly), ``routes/`` (one router per resource), ``store`` (sessions,
 capacity, idempotency, reaper), ``errors`` (codes to statuses), ``middleware`` (auth,
-body size), ``metrics`` (Prometheus), ``models`` (HTTP-only bodies).
+body size), ``metrics`` (Prometheus), ``models`` (HTTP-only bodies),
+``fastpath`` (step/close without FastAPI), ``websocket`` (step/close over one socket).
 """
 
 from __future__ import annotations

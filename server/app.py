@@ -16,6 +16,7 @@ from envhub.server.metrics import ServerMetrics
 from envhub.server.middleware import BearerAuth, BodySizeLimit
 from envhub.server.routes import environments_router, service_router, sessions_router
 from envhub.server.store import SessionStore
+from envhub.server.websocket import SessionWebSocket
 
 __all__ = ["create_app"]
 
@@ -48,6 +49,7 @@ def create_app(
 
     ``token`` set: every route but ``/health`` needs ``Authorization: Bearer <token>``.
     Idle sessions are aborted after ``session_ttl_s`` by a reaper running with the app.
+    Steps and close are also served over ``WS /v1/sessions/{id}/ws`` (``websocket``).
     """
     from envhub import __version__
 
@@ -90,4 +92,7 @@ def create_app(
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, on_error=count_error)
     if token:
         app.add_middleware(BearerAuth, token=token, open_paths=OPEN_PATHS, on_error=count_error)
+    # WebSocket scopes skip the HTTP layers above; this one checks token and size itself.
+    app.add_middleware(SessionWebSocket, store=store, metrics=metrics,
+                       max_message_bytes=max_body_bytes, token=token)
     return app

@@ -18,7 +18,13 @@ from starlette.responses import Response
 from envhub.errors import EnvhubError
 from envhub.server.metrics import ServerMetrics
 
-__all__ = ["STATUS_BY_CODE", "envhub_error_response", "error_body", "install_error_handlers"]
+__all__ = [
+    "STATUS_BY_CODE",
+    "describe_envhub_error",
+    "envhub_error_response",
+    "error_body",
+    "install_error_handlers",
+]
 
 log = logging.getLogger("envhub.server")
 
@@ -62,12 +68,18 @@ def _answer(request: Request, status: int, code: str, message: str) -> Response:
     return _error_response(request.app.state.metrics, status, code, message)
 
 
-def envhub_error_response(exc: EnvhubError, metrics: ServerMetrics, where: str) -> Response:
-    """The answer to a core error (also used by the session fast path)."""
+def describe_envhub_error(exc: EnvhubError, where: str) -> tuple[int, str, str]:
+    """``(status, code, message)`` of a core error, logging server-side failures; shared by
+    the HTTP answers and the WebSocket replies so both speak the same codes."""
     status = STATUS_BY_CODE.get(exc.code, 500)
     if status >= 500:
         log.error("%s failed: %s", where, exc, exc_info=exc)
-    return _error_response(metrics, status, exc.code, exc.message or str(exc))
+    return status, exc.code, exc.message or str(exc)
+
+
+def envhub_error_response(exc: EnvhubError, metrics: ServerMetrics, where: str) -> Response:
+    """The answer to a core error (also used by the session fast path)."""
+    return _error_response(metrics, *describe_envhub_error(exc, where))
 
 
 async def _envhub_error(request: Request, exc: Exception) -> Response:
