@@ -24,6 +24,7 @@ import math
 import os
 import resource
 import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Mapping
@@ -44,6 +45,24 @@ _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 def bwrap_available() -> bool:
     return shutil.which("bwrap") is not None
+
+
+def bwrap_problem() -> str | None:
+    """Why bwrap sandboxes cannot run on this host (None: they can).
+
+    Installed is not enough: containers and hardened kernels often forbid the user
+    namespaces bwrap needs, so this runs a trivial sandbox once.
+    """
+    if not bwrap_available():
+        return "bwrap not installed"
+    probe = subprocess.run(
+        ["bwrap", "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"bwrap cannot create namespaces here: {probe.stderr.decode().strip()}"
+    return None
 
 
 def _host_uid() -> int | None:

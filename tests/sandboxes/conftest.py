@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import shutil
-import subprocess
 
 import pytest
 
 from envhub.sandboxes import SandboxSpec
+from envhub.sandboxes.bwrap import bwrap_problem
 
 ISOLATED = ["bwrap", "docker"]
 ALL = ["local", *ISOLATED]
@@ -37,17 +36,7 @@ def _docker_problem() -> str | None:
     return None
 
 
-@functools.cache
-def _bwrap_problem() -> str | None:
-    if shutil.which("bwrap") is None:
-        return "bwrap not installed"
-    probe = subprocess.run(
-        ["bwrap", "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"],
-        capture_output=True,
-    )
-    if probe.returncode != 0:
-        return f"bwrap cannot create namespaces here: {probe.stderr.decode().strip()}"
-    return None
+_bwrap_problem = functools.cache(bwrap_problem)
 
 
 def require_backend(name: str) -> None:

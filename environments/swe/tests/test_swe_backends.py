@@ -4,29 +4,16 @@ each sandbox) and local (no isolation, for development)."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import pytest
 
+from envhub.sandboxes.bwrap import bwrap_problem
 from envhub.testing import check_environment
-
-
-def _bwrap_problem() -> str | None:
-    if shutil.which("bwrap") is None:
-        return "bwrap not installed"
-    probe = subprocess.run(
-        ["bwrap", "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"],
-        capture_output=True,
-    )
-    if probe.returncode != 0:
-        return f"bwrap cannot create namespaces here: {probe.stderr.decode().strip()}"
-    return None
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "local"])
 def test_gold_and_noop_without_docker(backend: str, ci_task_ids: list[str]) -> None:
-    if backend == "bwrap" and (problem := _bwrap_problem()):
+    if backend == "bwrap" and (problem := bwrap_problem()):
         if os.environ.get("ENVHUB_REQUIRE_BWRAP") == "1":
             pytest.fail(f"bwrap required (ENVHUB_REQUIRE_BWRAP=1) but {problem}")
         pytest.skip(problem)
