@@ -328,14 +328,16 @@ def serve_foreground(
     threads: int | None = None,
     model: Path | None = None,
 ) -> int:
-    """Run the server attached to the terminal until Ctrl-C (for ``envhub llm serve``).
+    """Run the server attached to the terminal until Ctrl-C or SIGTERM (``envhub llm serve``).
 
     Returns the server's exit status; Ctrl-C reaches the server through the terminal's
-    process group, and the child is terminated if it is still running afterwards.
+    process group, SIGTERM (e.g. ``kill`` from a script) is forwarded to it, and the child
+    is killed if it is still running afterwards.
     """
     _require_server()
     command = server_command(host=host, port=port, n_ctx=n_ctx, threads=threads, model=model)
     proc = subprocess.Popen(command, env=_server_env())
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:
         return proc.wait()
     except KeyboardInterrupt:

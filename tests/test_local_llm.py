@@ -153,3 +153,34 @@ async def test_startup_failure_reports_server_output(
         async with local_llm_server(model=not_a_model, startup_timeout_s=60):
             pytest.fail("a server with a broken model must not become ready")
     assert "exited with code" in str(excinfo.value)
+
+
+@pytest.mark.slow
+def test_cli_serve_stops_the_server_on_sigterm(require_local_llm: None) -> None:
+    """`envhub llm serve` killed by a script (SIGTERM) must not orphan the llama.cpp server."""
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "envhub.cli", "llm", "serve", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _server_processes(port):
+            assert cli.poll() is None and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        cli.terminate()
+        cli.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while _server_processes(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _server_processes(port)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
