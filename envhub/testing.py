@@ -1,5 +1,6 @@
 """Helpers for plugin and integration tests: contract checks and a real server in a thread.
 
+``call_tool``: one turn with one tool call, for tool tests.
 ``check_environment``: for every selected task, replaying the gold actions must score 1 and
 doing nothing must score 0 (:mod:`envhub.rollout.check` runs both through the rollout
 engine). ``serve_in_thread``: uvicorn on 127.0.0.1 for tests that need real HTTP.
@@ -11,14 +12,24 @@ import asyncio
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from envhub.local import LocalEnvironment, make
 from envhub.rollout.check import CheckFailure, CheckReport, check_tasks
+from envhub.session import Session
+from envhub.types import StepResult, ToolCall
 
-__all__ = ["CheckFailure", "CheckReport", "check_environment", "check_tasks"]
+__all__ = [
+    "CheckFailure",
+    "CheckReport",
+    "call_tool",
+    "check_environment",
+    "check_tasks",
+    "serve_in_thread",
+]
 
 
 def check_environment(
@@ -71,3 +82,9 @@ def serve_in_thread(app: Any, *, startup_timeout_s: float = 30.0) -> Iterator[st
         server.should_exit = True
         thread.join(timeout=startup_timeout_s)
         sock.close()
+
+
+async def call_tool(session: Session, tool: str, /, **arguments: Any) -> StepResult:
+    """``await call_tool(session, "run_sql", query=...)``: one turn with one tool call."""
+    call = ToolCall(id=f"call-{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments)
+    return await session.step([call])

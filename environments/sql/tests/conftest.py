@@ -3,14 +3,13 @@ import mode works)."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 
 import envhub
-from envhub import Session, StepResult, ToolCall
+from envhub import StepResult
+from envhub.testing import call_tool
 
 CallTool = Callable[..., Awaitable[StepResult]]
 
@@ -22,12 +21,5 @@ def sql_env() -> envhub.LocalEnvironment:
 
 @pytest.fixture
 def call() -> CallTool:
-    """``await call(session, "run_sql", query=...)``: one turn with one tool call."""
-    ids = itertools.count()
-
-    async def step(session: Session, tool: str, /, **arguments: Any) -> StepResult:
-        return await session.step(
-            [ToolCall(id=f"call-{next(ids)}", name=tool, arguments=arguments)]
-        )
-
-    return step
+    """``await call(session, tool, **arguments)``: one turn with one tool call."""
+    return call_tool

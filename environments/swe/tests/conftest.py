@@ -7,15 +7,14 @@ Docker skips them, except when CI sets ``ENVHUB_REQUIRE_DOCKER=1``.
 
 from __future__ import annotations
 
-import itertools
 import os
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
 
 import pytest
 
-from envhub import Session, StepResult, ToolCall
+from envhub import StepResult
+from envhub.testing import call_tool
 
 CallTool = Callable[..., Awaitable[StepResult]]
 #: the repositories (fastest suites) and tasks the CI subset uses
@@ -77,12 +76,5 @@ def ci_task_ids() -> list[str]:
 
 @pytest.fixture
 def call() -> CallTool:
-    """``await call(session, "bash", command=...)``: one turn with one tool call."""
-    ids = itertools.count()
-
-    async def step(session: Session, tool: str, /, **arguments: Any) -> StepResult:
-        return await session.step(
-            [ToolCall(id=f"call-{next(ids)}", name=tool, arguments=arguments)]
-        )
-
-    return step
+    """``await call(session, tool, **arguments)``: one turn with one tool call."""
+    return call_tool
