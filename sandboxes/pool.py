@@ -129,7 +129,7 @@ class SandboxPool:
         self._waiters += 1
         self._wake.set()
         try:
-            sb = await asyncio.wait_for(self._next_idle(), timeout)
+            return await asyncio.wait_for(self._next_idle(), timeout)
         except asyncio.TimeoutError:
             raise SandboxError(
                 f"no {self.backend} sandbox ready after {timeout}s "
@@ -137,9 +137,13 @@ class SandboxPool:
             ) from None
         finally:
             self._waiters -= 1
-        return self._hand_out(sb)
 
     def _hand_out(self, sb: Sandbox) -> Sandbox:
+        """Count ``sb`` as in use in the same step that took it off the idle queue.
+
+        A sandbox must never be in neither place, or the filler would see room and
+        start one past ``max_total``.
+        """
         self._in_use.add(sb)
         self._metrics.acquired += 1
         self._wake.set()
@@ -191,7 +195,7 @@ class SandboxPool:
             while True:
                 sb = self._pop_idle()
                 if sb is not None:
-                    return sb
+                    return self._hand_out(sb)
                 if self._closed:
                     raise SandboxError("sandbox pool is closed")
                 await self._ready.wait()

@@ -64,6 +64,19 @@ async def test_never_exceeds_max_total(backend: str, spec: SandboxSpec) -> None:
     assert all(sb.closed for sb in held)
 
 
+async def test_a_handed_out_sandbox_is_counted_at_once(spec: SandboxSpec) -> None:
+    """Regression: a sandbox taken by a waiter was briefly neither idle nor in use, so
+    the filler saw room and started one past ``max_total`` (about 1 run in 20)."""
+    for _ in range(40):
+        async with SandboxPool(spec, "local", min_idle=2, max_total=3) as pool:
+            held = [await pool.acquire() for _ in range(3)]
+            await asyncio.sleep(0.02)  # let the filler react to the last hand-out
+            m = pool.metrics
+            assert pool.total == 3 and m.started + m.starting == 3, m
+            for sb in held:
+                await pool.release(sb)
+
+
 async def test_close_destroys_idle_and_in_use(spec: SandboxSpec) -> None:
     pool = SandboxPool(spec, "local", min_idle=2, max_total=4)
     await pool.start()
