@@ -126,8 +126,6 @@ class SandboxPool:
         sb = self._pop_idle()
         if sb is not None:
             return self._hand_out(sb)
-        self._waiters += 1
-        self._wake.set()
         try:
             return await asyncio.wait_for(self._next_idle(), timeout)
         except asyncio.TimeoutError:
@@ -135,8 +133,6 @@ class SandboxPool:
                 f"no {self.backend} sandbox ready after {timeout}s "
                 f"(last start error: {self._metrics.last_error})"
             ) from None
-        finally:
-            self._waiters -= 1
 
     def _hand_out(self, sb: Sandbox) -> Sandbox:
         """Count ``sb`` as in use in the same step that took it off the idle queue.
@@ -191,14 +187,21 @@ class SandboxPool:
 
     # -- internals -------------------------------------------------------------------
     async def _next_idle(self) -> Sandbox:
-        async with self._ready:
-            while True:
-                sb = self._pop_idle()
-                if sb is not None:
-                    return self._hand_out(sb)
-                if self._closed:
-                    raise SandboxError("sandbox pool is closed")
-                await self._ready.wait()
+        """Wait as one of ``waiters`` (each asks the filler for a sandbox beyond
+        ``min_idle``) until a sandbox is handed out; the count drops in the same step."""
+        self._waiters += 1
+        self._wake.set()
+        try:
+            async with self._ready:
+                while True:
+                    sb = self._pop_idle()
+                    if sb is not None:
+                        return self._hand_out(sb)
+                    if self._closed:
+                        raise SandboxError("sandbox pool is closed")
+                    await self._ready.wait()
+        finally:
+            self._waiters -= 1
 
     def _pop_idle(self) -> Sandbox | None:
         while self._idle:
