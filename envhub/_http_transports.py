@@ -16,9 +16,10 @@ import httpx
 
 __all__ = [
     "HttpEngine",
-    "SessionSocket",
+    "SocketPool",
     "Transport",
     "TransportFailure",
+    "WebSocketChannel",
     "WebSocketRefused",
     "make_transport",
 ]
@@ -29,6 +30,10 @@ _HTTPX_POOL_SIZE = 64
 
 class TransportFailure(Exception):
     """The request did not get an HTTP answer (refused, reset, timed out)."""
+
+
+class _Dropped(TransportFailure):
+    """The connection was refused, reset or closed (as opposed to a reply timing out)."""
 
 
 class Transport(Protocol):
@@ -77,7 +82,7 @@ class AiohttpTransport:
             raise TransportFailure(f"{type(exc).__name__}: {exc}") from exc
 
     def sockets(self) -> Any:
-        """The ``ClientSession`` for :class:`SessionSocket` (no connection limit)."""
+        """The ``ClientSession`` for :class:`WebSocketChannel` (no connection limit)."""
         if self._sockets is None or self._sockets.closed:
             import aiohttp
 
@@ -94,21 +99,38 @@ class AiohttpTransport:
                 await session.close()
 
 
-class SessionSocket:
-    """One session's WebSocket (``WS /v1/sessions/{id}/ws``): one request, then its reply.
+class WebSocketChannel:
+    """A WebSocket (connected on first use) carrying one request, then its reply, at a time.
 
-    Sockets get their own unlimited aiohttp connector: each holds a connection for the whole
-    episode, and sharing the HTTP pool's limit would leave no connection for creates.
+    Sockets get their own unlimited aiohttp connector: each holds a connection across
+    calls, and sharing the HTTP pool's limit would leave no connection for plain requests.
     """
 
     def __init__(self, transport: AiohttpTransport, path: str) -> None:
         self._transport, self.path = transport, path
         self._ws: Any = None
 
+    @property
+    def usable(self) -> bool:
+        """Connected and not closed, or not connected yet (connects on the next call)."""
+        return self._ws is None or not self._ws.closed
+
     async def exchange(self, message: bytes) -> bytes:
         """Send ``message`` and return the reply; :class:`TransportFailure` if the socket
-        drops (it is reopened on the next call), :class:`WebSocketRefused` if the
-        handshake is refused."""
+        drops (it is reconnected on the next call), :class:`WebSocketRefused` if the
+        handshake is refused.
+
+        A reused socket that turns out dead (the server or a proxy dropped it while it sat
+        idle in a pool) is reconnected and the message resent at once: every envhub
+        message is idempotent (creates carry a session id, steps a request id)."""
+        if self._ws is not None:
+            try:
+                return await self._send_and_receive(message)
+            except _Dropped:
+                pass
+        return await self._send_and_receive(message)
+
+    async def _send_and_receive(self, message: bytes) -> bytes:
         import aiohttp
 
         try:
@@ -120,20 +142,51 @@ class SessionSocket:
             reply = await self._ws.receive(timeout=self._transport.timeout)
         except aiohttp.WSServerHandshakeError as exc:
             raise WebSocketRefused(exc.status) from exc
-        except (aiohttp.ClientConnectionError, TimeoutError, ConnectionError) as exc:
+        except TimeoutError as exc:
             await self.aclose()
-            raise TransportFailure(f"{type(exc).__name__}: {exc}") from exc
+            raise TransportFailure(f"no reply on {self.path} in {self._transport.timeout}s") \
+                from exc
+        except (aiohttp.ClientConnectionError, ConnectionError) as exc:
+            await self.aclose()
+            raise _Dropped(f"{type(exc).__name__}: {exc}") from exc
         if reply.type == aiohttp.WSMsgType.TEXT:
             return reply.data.encode()
         if reply.type == aiohttp.WSMsgType.BINARY:
             return bytes(reply.data)
         await self.aclose()
-        raise TransportFailure(f"WebSocket {self.path} ended ({reply.type.name} {reply.data})")
+        raise _Dropped(f"WebSocket {self.path} ended ({reply.type.name} {reply.data})")
 
     async def aclose(self) -> None:
         ws, self._ws = self._ws, None
         if ws is not None and not ws.closed:
             await ws.close()
+
+
+class SocketPool:
+    """Idle :class:`WebSocketChannel` s to one path, reused across sessions.
+
+    A session leases one for its whole life (so its calls stay on one connection, and on
+    the replica that connection reached) and releases it at close; at most ``keep`` idle
+    ones are kept open.
+    """
+
+    def __init__(self, transport: AiohttpTransport, path: str, keep: int) -> None:
+        self._transport, self.path, self.keep = transport, path, keep
+        self._idle: list[WebSocketChannel] = []
+
+    def lease(self) -> WebSocketChannel:
+        return self._idle.pop() if self._idle else WebSocketChannel(self._transport, self.path)
+
+    async def release(self, channel: WebSocketChannel) -> None:
+        if channel.usable and len(self._idle) < self.keep:
+            self._idle.append(channel)
+        else:
+            await channel.aclose()
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for channel in idle:
+            await channel.aclose()
 
 
 class WebSocketRefused(Exception):

@@ -12,10 +12,11 @@ Every call is made idempotent and then retried on connection errors and 502/503/
 :mod:`envhub.errors` exception (``SessionNotFound``, ``CapacityError``, ...) with the
 HTTP ``status`` attached, or :class:`~envhub.errors.RemoteError` for other codes.
 
-``transport="ws"`` keeps creates on HTTP but sends a session's steps and close over one
-WebSocket (``/v1/sessions/{id}/ws``, aiohttp only): less CPU per step on both sides. A
-dropped socket is reopened and the message resent (steps are idempotent by
-``request_id``, close by the server); error replies raise the same exceptions as HTTP.
+``transport="ws"`` sends a session's create, steps and close over a WebSocket
+(``/v1/ws``, aiohttp only) leased from a pool for the session's life and reused by the
+next session: no HTTP request per call and no handshake per episode, so less CPU per step
+on both sides. A dropped socket is reopened and the message resent (all calls are
+idempotent as above); error replies raise the same exceptions as HTTP.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from pydantic import BaseModel
 from envhub._http_transports import (
     AiohttpTransport,
     HttpEngine,
-    SessionSocket,
+    SocketPool,
     TransportFailure,
+    WebSocketChannel,
     WebSocketRefused,
     make_transport,
 )
@@ -56,6 +58,7 @@ __all__ = ["RemoteEnvironment", "RemoteSession"]
 
 M = TypeVar("M", bound=BaseModel)
 SessionTransport = Literal["http", "ws"]
+WS_PATH = "/v1/ws"
 
 _ERRORS_BY_CODE: dict[str, type[EnvhubError]] = {
     "invalid_request": InvalidRequest,
@@ -91,9 +94,15 @@ def _error_from(status: int, body: bytes, where: str) -> EnvhubError:
 
 
 class RemoteSession:
-    """One episode on the server; mirrors :class:`envhub.session.Session`."""
+    """One episode on the server; mirrors :class:`envhub.session.Session`.
 
-    def __init__(self, env: RemoteEnvironment, start: SessionStart) -> None:
+    With ``transport="ws"`` it holds the socket its create went over until it is closed;
+    calls after that borrow one from the pool for the call.
+    """
+
+    def __init__(
+        self, env: RemoteEnvironment, start: SessionStart, socket: WebSocketChannel | None = None
+    ) -> None:
         self._env = env
         self.start = start
         self.session_id = start.session_id
@@ -103,7 +112,7 @@ class RemoteSession:
         self.done = False
         self.closed = False
         self.stop_reason: str | None = None
-        self._socket = env._socket(self.session_id)
+        self._socket = socket
         self._socket_lock = asyncio.Lock()  # one message in flight per socket
 
     async def reset(self) -> SessionStart:
@@ -122,8 +131,8 @@ class RemoteSession:
             "content": content,
             "request_id": request_id or uuid.uuid4().hex,
         }
-        if self._socket is not None:
-            result = await self._exchange(StepResult, {"op": "step", **body})
+        if self._env.transport == "ws":
+            result = await self._over_ws(StepResult, "step", body)
         else:
             result = await self._env._call(
                 "POST", f"/v1/sessions/{self.session_id}/step", StepResult, body, self.session_id
@@ -134,11 +143,13 @@ class RemoteSession:
 
     async def close(self) -> CloseResult:
         """Score the episode on the server; closing again returns the same result."""
-        if self._socket is not None:
+        if self._env.transport == "ws":
             try:
-                result = await self._exchange(CloseResult, {"op": "close"})
+                result = await self._over_ws(CloseResult, "close")
             finally:
-                await self._socket.aclose()
+                socket, self._socket = self._socket, None
+                if socket is not None:
+                    await self._env._sockets.release(socket)
         else:
             result = await self._env._call(
                 "POST", f"/v1/sessions/{self.session_id}/close", CloseResult, None,
@@ -147,28 +158,17 @@ class RemoteSession:
         self.closed, self.stop_reason = True, result.stop_reason
         return result
 
-    async def _exchange(self, model: type[M], message: dict[str, Any]) -> M:
-        """One message over the session's socket, resent on a dropped connection."""
-        assert self._socket is not None
-        content = json.dumps(message, separators=(",", ":")).encode()
-        where = f"WS {self._socket.path} {message['op']}"
+    async def _over_ws(self, model: type[M], op: str, body: dict[str, Any] | None = None) -> M:
+        message = {"op": op, "session_id": self.session_id, **(body or {})}
         async with self._socket_lock:
-            for attempt in range(self._env.retries + 1):
-                try:
-                    answer = await self._socket.exchange(content)
-                except WebSocketRefused as exc:
-                    code = "unauthorized" if exc.status in (401, 403) else f"http_{exc.status}"
-                    raise _error_from(exc.status, _error_json(code, str(exc)), where) from exc
-                except TransportFailure as exc:
-                    if attempt == self._env.retries:
-                        raise RemoteError(f"{where} failed: {exc}", code="unreachable",
-                                          status=0) from exc
-                    await asyncio.sleep(self._env._backoff(attempt))
-                    continue
-                if answer.startswith(b'{"error":'):
-                    raise _error_from(int(json.loads(answer).get("status", 0)), answer, where)
-                return model.model_validate_json(answer)
-        raise AssertionError("unreachable")  # the loop always returns or raises
+            if self._socket is not None:
+                return await self._env._ws_call(self._socket, model, message)
+        pool = self._env._sockets
+        socket = pool.lease()
+        try:
+            return await self._env._ws_call(socket, model, message)
+        finally:
+            await pool.release(socket)
 
     async def abort(self) -> None:
         """Free the server session now, ignoring errors. Over HTTP this is a close (the API
@@ -201,7 +201,9 @@ class RemoteEnvironment:
     One connection pool serves all sessions; ``max_connections`` bounds the sockets (one
     request in flight per socket, so set it near the expected concurrency). ``http``
     picks the engine: ``"auto"`` (aiohttp if installed, else httpx), ``"aiohttp"``, ``"httpx"``.
-    ``transport="ws"`` sends steps and close over one WebSocket per session (see above).
+    ``transport="ws"`` sends every session call over pooled WebSockets (see above); it
+    needs the calls of a session to reach one server, so behind a balancer keep
+    connections sticky (a WebSocket is one connection) or use HTTP.
     """
 
     def __init__(
@@ -233,6 +235,9 @@ class RemoteEnvironment:
         if transport == "ws" and not isinstance(self._transport, AiohttpTransport):
             raise ImportError('transport="ws" needs aiohttp installed')
         self.transport = transport
+        self._socket_pool: SocketPool | None = None
+        if isinstance(self._transport, AiohttpTransport) and transport == "ws":
+            self._socket_pool = SocketPool(self._transport, WS_PATH, keep=max_connections)
 
     async def open(
         self,
@@ -250,8 +255,16 @@ class RemoteEnvironment:
             "options": self.options or None,
             "session_id": session_id,
         }
-        start = await self._call("POST", "/v1/sessions", SessionStart, body, session_id)
-        return RemoteSession(self, start)
+        if self.transport == "http":
+            start = await self._call("POST", "/v1/sessions", SessionStart, body, session_id)
+            return RemoteSession(self, start)
+        socket = self._sockets.lease()
+        try:
+            start = await self._ws_call(socket, SessionStart, {"op": "create", **body})
+        except BaseException:
+            await asyncio.shield(self._sockets.release(socket))
+            raise
+        return RemoteSession(self, start, socket)
 
     @asynccontextmanager
     async def session(
@@ -285,6 +298,8 @@ class RemoteEnvironment:
         return await self._call_json("GET", "/health")
 
     async def aclose(self) -> None:
+        if self._socket_pool is not None:
+            await self._socket_pool.aclose()
         await self._transport.aclose()
 
     async def __aenter__(self) -> RemoteEnvironment:
@@ -295,15 +310,35 @@ class RemoteEnvironment:
 
     # -- transport -----------------------------------------------------------------------
 
-    def _socket(self, session_id: str) -> SessionSocket | None:
-        """The session's WebSocket with ``transport="ws"`` (opened on its first step)."""
-        if self.transport != "ws":
-            return None
-        assert isinstance(self._transport, AiohttpTransport)
-        return SessionSocket(self._transport, f"/v1/sessions/{session_id}/ws")
-
     def _backoff(self, attempt: int) -> float:
         return self.backoff_s * 2**attempt * (0.5 + random.random())
+
+    @property
+    def _sockets(self) -> SocketPool:
+        assert self._socket_pool is not None, 'only with transport="ws"'
+        return self._socket_pool
+
+    async def _ws_call(self, socket: WebSocketChannel, model: type[M],
+                       message: dict[str, Any]) -> M:
+        """One message over ``socket``, resent on a dropped connection (with backoff)."""
+        content = json.dumps(message, separators=(",", ":")).encode()
+        where = f"WS {socket.path} {message['op']}"
+        for attempt in range(self.retries + 1):
+            try:
+                answer = await socket.exchange(content)
+            except WebSocketRefused as exc:
+                code = "unauthorized" if exc.status in (401, 403) else f"http_{exc.status}"
+                raise _error_from(exc.status, _error_json(code, str(exc)), where) from exc
+            except TransportFailure as exc:
+                if attempt == self.retries:
+                    raise RemoteError(f"{where} failed: {exc}", code="unreachable",
+                                      status=0) from exc
+                await asyncio.sleep(self._backoff(attempt))
+                continue
+            if answer.startswith(b'{"error":'):
+                raise _error_from(int(json.loads(answer).get("status", 0)), answer, where)
+            return model.model_validate_json(answer)
+        raise AssertionError("unreachable")  # the loop always returns or raises
 
     async def _call(
         self, method: str, path: str, model: type[M], body: Any = None, affinity: str = ""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -26,6 +26,7 @@ from envhub.cli.options import (
 from envhub.errors import EnvhubError
 
 if TYPE_CHECKING:
+    from envhub.client import SessionTransport
     from envhub.rollout.summary import RunSummary
     from envhub.trajectory import Trajectory
 
@@ -131,6 +132,13 @@ def rollout_command(
     resume: Annotated[bool, typer.Option(help="append the episodes missing from OUTPUT")] = False,
     env_arg: EnvArgOption = None,
     env_url: Annotated[str | None, typer.Option(help="use an `envhub serve` server")] = None,
+    env_transport: Annotated[
+        str, typer.Option(help="with --env-url: ws (pooled WebSockets) | http")
+    ] = "ws",
+    env_token: Annotated[
+        str | None,
+        typer.Option(envvar="ENVHUB_TOKEN", show_envvar=True, help="the server's bearer token"),
+    ] = None,
     api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", show_envvar=True)] = None,
     token_ids: Annotated[str, typer.Option(help="ask for token ids: auto | on | off")] = "auto",
     endpoint_concurrency: Annotated[
@@ -162,6 +170,8 @@ def rollout_command(
             "--policy reference replays gold actions, which only an in-process "
             "environment has: drop --env-url"
         )
+    if env_transport not in ("ws", "http"):
+        raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     options: dict[str, Any] = {}
     if policy == "openai":
@@ -184,6 +194,8 @@ def rollout_command(
                 output=output,
                 options=parse_env_args(env_arg or []),
                 env_url=env_url,
+                env_transport=cast("SessionTransport", env_transport),
+                env_token=env_token,
                 tasks=tasks,
                 group_size=group_size,
                 concurrency=concurrency,
@@ -201,7 +213,12 @@ def rollout_command(
 
 
 async def _open_env(
-    env: str, options: dict[str, Any], env_url: str | None, max_turns: int | None
+    env: str,
+    options: dict[str, Any],
+    env_url: str | None,
+    max_turns: int | None,
+    transport: SessionTransport,
+    token: str | None,
 ) -> tuple[Any, str, bool]:
     """(environment, version, in_process); a local env enforces max_turns itself."""
     if env_url is None:
@@ -211,7 +228,8 @@ async def _open_env(
         return local, local.version, True
     from envhub.client import RemoteEnvironment
 
-    remote = RemoteEnvironment(env_url, env, options, max_connections=1024)
+    remote = RemoteEnvironment(env_url, env, options, token=token, max_connections=1024,
+                               transport=transport)
     try:
         info = await remote.info()
     except BaseException:
@@ -227,6 +245,8 @@ async def _rollout(
     output: Path,
     options: dict[str, Any],
     env_url: str | None,
+    env_transport: SessionTransport,
+    env_token: str | None,
     tasks: str | None,
     group_size: int,
     concurrency: int,
@@ -240,7 +260,8 @@ async def _rollout(
     from envhub.rollout.episode import EpisodeRunner
     from envhub.rollout.tasks import select_task_ids
 
-    env, version, in_process = await _open_env(env_name, options, env_url, max_turns)
+    env, version, in_process = await _open_env(env_name, options, env_url, max_turns,
+                                               env_transport, env_token)
     try:
         task_ids = await select_task_ids(env, tasks)
         runner = EpisodeRunner(

@@ -16,14 +16,18 @@ from tests.rollout.scripted_server import ScriptConfig, ThreadedUvicorn
 server_app = pytest.importorskip("envhub.server", reason="the server extra is not installed")
 
 
-def test_rollout_against_a_remote_environment(scripted, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["ws", "http"])
+def test_rollout_against_a_remote_environment(scripted, tmp_path: Path, transport: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     model = scripted(ScriptConfig(token_ids=True))
     out = tmp_path / "remote.jsonl"
-    with ThreadedUvicorn(server_app.create_app(["calc"]), lifespan="on") as env_server:
+    monkeypatch.setenv("ENVHUB_TOKEN", "s3cret")  # the server's and the client's
+    hosted = server_app.create_app(["calc"], token="s3cret")
+    with ThreadedUvicorn(hosted, lifespan="on") as env_server:
         result = CliRunner().invoke(app, [
-            "rollout", "calc", "--env-url", env_server.url, "--model", "scripted",
-            "--base-url", model.base_url, "--tasks", "test[0:4]", "--group-size", "2",
-            "--max-turns", "2", "--output", str(out),
+            "rollout", "calc", "--env-url", env_server.url, "--env-transport", transport,
+            "--model", "scripted", "--base-url", model.base_url, "--tasks", "test[0:4]",
+            "--group-size", "2", "--max-turns", "2", "--output", str(out),
         ])  # fmt: skip
     assert result.exit_code == 0, result.output
     records = list(read_records(out))

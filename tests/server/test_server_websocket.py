@@ -1,5 +1,6 @@
-"""Steps and close over ``WS /v1/sessions/{id}/ws``: raw messages against a real server, and
-``RemoteEnvironment(transport="ws")`` with the same results and typed errors as HTTP."""
+"""Session calls over ``WS /v1/ws`` and ``WS /v1/sessions/{id}/ws``: raw messages against a
+real server, and ``RemoteEnvironment(transport="ws")`` with the same results and typed
+errors as HTTP, reusing its sockets across episodes."""
 
 from __future__ import annotations
 
@@ -57,6 +58,51 @@ async def test_bad_messages_get_error_replies_and_the_socket_stays_usable(url: s
         reply = await _ask(ws, {"op": "step", "tool_calls": [ECHO], "request_id": "r1"})
         assert reply["observations"][0]["content"] == "hi"
         assert (await _ask(ws, {"op": "info"}))["metrics"]["turns"] == 1
+
+
+async def test_a_connection_socket_carries_whole_episodes(url: str) -> None:
+    async with aiohttp.ClientSession() as http, http.ws_connect(f"{url}/v1/ws") as ws:
+        for episode in ("a", "b"):  # one socket, one episode after another
+            start = await _ask(ws, {"op": "create", "env": "probe", "task_id": "probe-1",
+                                    "session_id": f"conn-{episode}"})
+            assert start["session_id"] == f"conn-{episode}" and start["messages"]
+            reply = await _ask(ws, {"op": "step", "session_id": f"conn-{episode}",
+                                    "tool_calls": [ECHO]})
+            assert reply["observations"][0]["content"] == "hi"
+            info = await _ask(ws, {"op": "info", "session_id": f"conn-{episode}"})
+            assert info["metrics"]["turns"] == 1
+            assert "reward" in await _ask(ws, {"op": "close", "session_id": f"conn-{episode}"})
+        for bad in ({"op": "step", "tool_calls": [ECHO]}, {"op": "close", "session_id": 7},
+                    {"op": "create", "env": "probe", "session_id": "has/slash"},
+                    {"op": "create", "env": "probe", "typo": 1}):
+            reply = await _ask(ws, bad)
+            assert reply["error"]["code"] == "invalid_request" and reply["status"] == 400, bad
+        reply = await _ask(ws, {"op": "create", "env": "nope"})
+        assert reply["error"]["code"] == "unknown_environment" and reply["status"] == 404
+    async with (aiohttp.ClientSession() as http,
+                http.ws_connect(f"{url}/v1/sessions/on-path/ws") as ws):
+        start = await _ask(ws, {"op": "create", "env": "probe", "task_id": "probe-1"})
+        assert start["session_id"] == "on-path"  # a session socket creates its own session
+        reply = await _ask(ws, {"op": "step", "session_id": "other", "tool_calls": [ECHO]})
+        assert reply["error"]["code"] == "invalid_request"
+        assert "reward" in await _ask(ws, {"op": "close", "session_id": "on-path"})
+
+
+async def test_the_client_reuses_one_socket_across_episodes(url: str) -> None:
+    async with RemoteEnvironment(url, "probe", transport="ws", retries=0) as remote:
+        for _ in range(3):
+            async with remote.session("probe-1") as session:
+                await session.step([ECHO])
+                used = session._socket
+        idle = remote._sockets._idle
+        assert idle == [used] and used is not None and used.usable
+        # The server (or a proxy) drops the idle socket: the next episode reconnects at
+        # once, without spending a retry (retries=0 would raise).
+        assert used._ws is not None
+        used._ws._conn.transport.abort()
+        async with remote.session("probe-1") as session:
+            assert (await session.step([ECHO])).observations[0].content == "hi"
+        assert remote._sockets._idle == [used]
 
 
 async def test_unknown_and_closed_sessions(url: str) -> None:
@@ -146,7 +192,8 @@ def test_ws_needs_aiohttp_engine() -> None:
 def _session_on(remote: RemoteEnvironment, like: RemoteSession, session_id: str
                 ) -> RemoteSession:
     """A client handle on ``session_id`` through ``remote`` (another token, a wrong id)."""
-    return RemoteSession(remote, like.start.model_copy(update={"session_id": session_id}))
+    return RemoteSession(remote, like.start.model_copy(update={"session_id": session_id}),
+                         remote._sockets.lease())
 
 
 async def _create_with_token(url: str, token: str) -> str:
