@@ -117,6 +117,12 @@ class TransientPolicyError(PolicyError):
     code = "policy_transient"
 
 
+class ContextLengthExceeded(PolicyError):
+    """The model server refused the prompt: the conversation no longer fits its context."""
+
+    code = "context_length"
+
+
 class RemoteError(EnvhubError):
     """An envhub server answered with ``{"error": {code, message}}``; ``status`` is HTTP's."""
 

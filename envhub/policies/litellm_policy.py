@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from envhub.errors import PolicyError, TransientPolicyError
+from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.openai_compat import parse_chat_response
 from envhub.policies.retry import RetryPolicy
@@ -75,6 +75,8 @@ class LiteLLMPolicy:
             )
         except self._transient as exc:
             raise TransientPolicyError(f"{type(exc).__name__}: {exc}") from exc
+        except self._litellm.ContextWindowExceededError as exc:
+            raise ContextLengthExceeded(f"{type(exc).__name__}: {exc}") from exc
         except Exception as exc:  # litellm's other errors (bad request, auth) are final
             raise PolicyError(f"{type(exc).__name__}: {exc}") from exc
         completion = parse_chat_response(response.model_dump())

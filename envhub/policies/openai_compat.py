@@ -10,6 +10,11 @@ is the same ``POST {base_url}/chat/completions``.
 Token ids: with ``token_ids="auto"`` (default) every request asks for ``logprobs`` and
 vLLM's ``return_token_ids``; a server that rejects these fields with HTTP 400 gets them
 dropped for the rest of the run, and a server that ignores them simply returns none.
+
+A 400 saying the prompt does not fit the model's context (each server words it its own
+way; :func:`is_context_overflow` knows vLLM's, SGLang's, llama.cpp's and OpenAI's) raises
+:class:`~envhub.errors.ContextLengthExceeded`, which the rollout treats as the end of the
+episode rather than a failure.
 """
 
 from __future__ import annotations
@@ -17,21 +22,27 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from typing import Any, Literal
 
 import aiohttp
 import orjson
 
-from envhub.errors import PolicyError, TransientPolicyError
+from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.endpoints import EndpointPool
 from envhub.policies.retry import RetryPolicy
 from envhub.types import ToolCall
 
-__all__ = ["OpenAIPolicy", "parse_chat_response"]
+__all__ = ["OpenAIPolicy", "is_context_overflow", "parse_chat_response"]
 
 TokenIdMode = Literal["auto", "on", "off"]
 _TOKEN_FIELDS = {"logprobs": True, "return_token_ids": True}
+_CONTEXT_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|context length|maximum model length"
+    r"|context size|context window|prompt is too long|exceed_context_size",
+    re.IGNORECASE,
+)
 
 
 class OpenAIPolicy:
@@ -112,6 +123,8 @@ class OpenAIPolicy:
             raise TransientPolicyError(
                 f"{endpoint.url}: rejected token-id fields, retrying without"
             )
+        if status in (400, 413) and is_context_overflow(text):
+            raise ContextLengthExceeded(f"{endpoint.url}: HTTP {status}: {text[:500]}")
         if status >= 400:
             raise PolicyError(f"{endpoint.url}: HTTP {status}: {text[:500]}")
         try:
@@ -149,6 +162,11 @@ class OpenAIPolicy:
         for session in self._sessions.values():
             await session.close()
         self._sessions.clear()
+
+
+def is_context_overflow(error_text: str) -> bool:
+    """Whether a model server's 400 says the prompt (plus ``max_tokens``) is too long."""
+    return _CONTEXT_OVERFLOW.search(error_text) is not None
 
 
 def _mentions_token_fields(error_text: str) -> bool:

