@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The environment plugins shipped in this repository, one place for CI and the quick start.
-#   --pip-args   print "-e environments/NAME ..." for pip install
+#   --pip-args   print "-e environments/NAME[EXTRAS] ..." for pip install (with the extras
+#                the tests exercise)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 plugins=(calc sql search web swe)
+declare -A extras=([search]="[bm25s]")
 if [ "${1:-}" = "--pip-args" ]; then
-  for name in "${plugins[@]}"; do printf -- '-e environments/%s ' "$name"; done
+  for name in "${plugins[@]}"; do printf -- '-e environments/%s%s ' "$name" "${extras[$name]:-}"; done
   echo
 else
   printf '%s\n' "${plugins[@]}"

@@ -18,19 +18,28 @@ import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from envhub import TaskSet
 from envhub.errors import InvalidRequest
 from envhub_search.articles import Passage, chunk, prose_documents, render_documents
 from envhub_search.counterfactual import perturb
-from envhub_search.index import SearchIndex, build_index
+from envhub_search.index import Hit, SearchIndex, build_index
 from envhub_search.knowledge import load_knowledge_base
 from envhub_search.questions import generate_tasks
 from envhub_search.user_data import read_corpus, read_tasks
 
-__all__ = ["BUILDER_VERSION", "Corpus", "CorpusOptions", "cache_root", "load_corpus"]
+__all__ = [
+    "BUILDER_VERSION",
+    "RETRIEVERS",
+    "Corpus",
+    "CorpusOptions",
+    "Retriever",
+    "cache_root",
+    "load_corpus",
+]
 
 #: bump when a change to rendering, chunking or questions changes the build output
 BUILDER_VERSION = 1
@@ -72,11 +81,33 @@ class CorpusOptions:
         return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+RETRIEVERS = ("fts5", "bm25s")
+
+
+class Retriever(Protocol):
+    def search(self, query: str, k: int = 5) -> list[Hit]: ...
+
+
 @dataclass(frozen=True)
 class Corpus:
     index: SearchIndex
     tasks: TaskSet
     directory: Path
+    _retrievers: dict[str, Retriever] = field(default_factory=dict, compare=False, repr=False)
+
+    def retriever(self, name: str) -> Retriever:
+        """The ranking behind the ``search`` tool: ``fts5`` (the index itself) or ``bm25s``
+        (built next to it on first use, then loaded; see :mod:`envhub_search.bm25s_index`)."""
+        if name == "fts5":
+            return self.index
+        if name != "bm25s":
+            raise InvalidRequest(f"retriever must be one of {', '.join(RETRIEVERS)}, not {name!r}")
+        with _LOCK:
+            if name not in self._retrievers:
+                from envhub_search.bm25s_index import Bm25sRetriever
+
+                self._retrievers[name] = Bm25sRetriever(self.index, self.directory)
+            return self._retrievers[name]
 
 
 def cache_root() -> Path:

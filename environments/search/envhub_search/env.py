@@ -12,7 +12,7 @@ import re
 from envhub import Budgets, Environment, Reward, TaskSet, tool
 from envhub.errors import InvalidRequest
 from envhub.rewards import Rubric, exact_match, f1, substring_match
-from envhub_search.corpus import CorpusOptions, load_corpus
+from envhub_search.corpus import RETRIEVERS, CorpusOptions, Retriever, load_corpus
 from envhub_search.index import Hit, SearchIndex, fts_query
 
 __all__ = ["SearchEnv"]
@@ -46,8 +46,14 @@ class SearchEnv(Environment):
         corpus: str | None = None,
         tasks: str | None = None,
         cache_dir: str | None = None,
+        retriever: str = "fts5",
     ) -> None:
         super().__init__()
+        if retriever not in RETRIEVERS:
+            raise InvalidRequest(
+                f"retriever must be one of {', '.join(RETRIEVERS)}, not {retriever!r}"
+            )
+        self.retriever_name = retriever
         self.options = CorpusOptions(
             seed=_as_int(seed),
             counterfactual=_as_bool(counterfactual),
@@ -63,6 +69,11 @@ class SearchEnv(Environment):
         """The shared index of this option set (built or loaded on first use)."""
         return load_corpus(self.options, self.cache_dir).index
 
+    @property
+    def retriever(self) -> Retriever:
+        """What ranks ``search`` results: FTS5's BM25 or bm25s (option ``retriever``)."""
+        return load_corpus(self.options, self.cache_dir).retriever(self.retriever_name)
+
     def load_tasks(self) -> TaskSet:
         return load_corpus(self.options, self.cache_dir).tasks
 
@@ -77,7 +88,7 @@ class SearchEnv(Environment):
         """
         if not 1 <= k <= MAX_K:
             raise ValueError(f"k must be between 1 and {MAX_K}, not {k}")
-        hits = self.index.search(query, k)
+        hits = self.retriever.search(query, k)
         for hit in hits:
             self.seen.update((hit.pid, hit.doc_id))
         return _render_hits(query, hits)

@@ -15,7 +15,7 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from envhub_search.articles import Passage
@@ -137,6 +137,30 @@ class SearchIndex:
             (TITLE_WEIGHT, expression, k),
         ).fetchall()
         return [Hit(pid, doc_id, title, body, -score) for pid, doc_id, title, body, score in rows]
+
+    def passage_batches(self, size: int) -> Iterator[list[tuple[int, str, str]]]:
+        """Every passage as ``(rowid, title, body)``, in rowid order, ``size`` at a time."""
+        last = 0
+        while True:
+            rows = self._connection().execute(
+                "SELECT rowid, title, body FROM passages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                (last, size),
+            ).fetchall()
+            if not rows:
+                return
+            yield rows
+            last = rows[-1][0]
+
+    def passages_by_rowid(self, rowids: list[int]) -> dict[int, tuple[str, str, str, str]]:
+        """``rowid -> (pid, doc_id, title, body)`` for the given rows."""
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        rows = self._connection().execute(
+            f"SELECT rowid, pid, doc_id, title, body FROM passages WHERE rowid IN ({marks})",
+            rowids,
+        ).fetchall()
+        return {rowid: (pid, doc_id, title, body) for rowid, pid, doc_id, title, body in rows}
 
     def document(self, doc_id: str) -> DocumentRecord | None:
         row = self._connection().execute(
