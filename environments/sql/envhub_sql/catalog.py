@@ -1,8 +1,9 @@
-"""Resolve a task's ``db_id`` to a database file (and its notes, when we wrote some).
+"""Resolve a task's ``db_id`` to a database file and its column notes.
 
-Shipped databases are built into the cache on first use; user databases come from a
-Spider/BIRD ``db_root`` (``<db_root>/<db_id>/<db_id>.sqlite``) and are used in place,
-read-only.
+Shipped databases are built into the cache on first use, with the notes we wrote; user
+databases come from a Spider/BIRD ``db_root`` (``<db_root>/<db_id>/<db_id>.sqlite``) and
+are used in place, read-only, with BIRD's ``database_description`` CSVs as notes when
+they are there.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from envhub_sql.bird_notes import bird_notes
 from envhub_sql.builder import DATABASES, build_database
 from envhub_sql.schema import DatabaseNotes, load_notes
 
@@ -41,7 +43,8 @@ def _user_database(db_id: str, db_root: Path) -> Path:
 def resolve_database(db_id: str, db_root: str | None = None) -> Database:
     """The database of ``db_id``: user data when ``db_root`` is given, else a shipped one."""
     if db_root is not None:
-        return Database(db_id, _user_database(db_id, Path(db_root)))
+        path = _user_database(db_id, Path(db_root))
+        return Database(db_id, path, bird_notes(path.parent, path))
     if db_id not in DATABASES:
         raise KeyError(f"unknown database {db_id!r}; shipped: {', '.join(sorted(DATABASES))}")
     with _BUILD_LOCK:  # one build per process even when many sessions start at once

@@ -88,6 +88,7 @@ async def test_spider_layout_tools_and_wrong_answers(
     assert listing == "owner (2 rows)\npet (4 rows)"
     described = (await call(session, "describe_table", name="pet")).observations[0].content
     assert "REFERENCES owner (owner_id)" in described
+    assert "Column notes" not in described  # Spider ships no column descriptions
     await call(session, "submit_sql", query="SELECT name FROM pet WHERE species = 'cat'")
     assert (await session.close()).reward == 0.0
 
@@ -111,6 +112,32 @@ def test_bird_layout_with_evidence(tmp_path: Path) -> None:
     assert task.prompt[-1]["content"].endswith("Hint: cheapest refers to MIN(price)")
     assert task.metadata == {"db_id": "shop", "source": "bird", "difficulty": "simple"}
     check_environment(env)
+
+
+async def test_bird_column_descriptions_reach_describe_table(tmp_path: Path,
+                                                             call: CallTool) -> None:
+    root = tmp_path / "dev_databases"
+    _make_databases(root)
+    described = root / "shop" / "database_description"
+    described.mkdir()
+    # BIRD's files: Windows-1252 here, a file name in another case than the table's
+    (described / "ITEM.csv").write_bytes(
+        b"original_column_name,column_name,column_description,data_format,value_description\n"
+        b"item_id,item id,the unique id of the item,integer,\n"
+        b"price,,price in \x80 (euros)  before tax,real,\"0: free; commonsense: cheap < 5\"\n"
+    )
+    (described / "ghost.csv").write_text("original_column_name,column_name\nx,y\n")
+    tasks = tmp_path / "dev.json"
+    tasks.write_text(json.dumps([{"question_id": 1, "db_id": "shop", "question": "Cheapest?",
+                                  "evidence": "", "SQL": "SELECT MIN(price) FROM item"}]))
+    env = envhub.make("sql", tasks=str(tasks), db_root=str(root))
+    session = await env.open("dev-1")
+    described_item = (await call(session, "describe_table", name="item")).observations[0].content
+    assert "Column notes:" in described_item
+    assert "  item_id: item id: the unique id of the item (integer)" in described_item
+    assert ("  price: price in \u20ac (euros) before tax (real) "
+            "Values: 0: free; commonsense: cheap < 5") in described_item
+    await session.close()
 
 
 def test_bad_user_data_options_are_clear_errors(
