@@ -1,4 +1,4 @@
-"""Per-sandbox memory and pids cgroups for the ``bwrap`` backend, when the host allows.
+"""Per-sandbox memory, pids and cpu cgroups for the ``bwrap`` backend, when the host allows.
 
 Why cgroups and not only rlimits: RLIMIT_AS makes a memory bomb fail with ENOMEM
 instead of being OOM-killed (and breaks runtimes that reserve address space), and
@@ -7,7 +7,9 @@ true memory ceiling with an ``oom_kill`` counter and a per-sandbox ``pids.max``.
 Needs write access to the cgroup file system (root, or a delegated subtree);
 ``Cgroup.create`` returns ``None`` otherwise and the caller falls back to rlimits.
 Supports cgroup v1 (memory + pids hierarchies) and v2 (unified, with the memory and
-pids controllers enabled for our subtree).
+pids controllers enabled for our subtree). The CPU quota (``cpus`` of the spec, as CFS
+quota per 100 ms period) is best effort on top: where the cpu controller is missing or
+not writable the sandbox still starts, with ``cpu_limited`` false.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 __all__ = ["Cgroup"]
 
 _ROOT = Path("/sys/fs/cgroup")
+_CPU_PERIOD_US = 100_000
 
 
 def _own_paths() -> dict[str, str]:
@@ -44,13 +47,39 @@ class Cgroup:
     def __init__(self, dirs: list[Path], v2: bool) -> None:
         self.dirs = dirs
         self.v2 = v2
+        self.cpu_limited = False
 
     @classmethod
-    def create(cls, name: str, *, memory: int, pids: int) -> Cgroup | None:
+    def create(
+        cls, name: str, *, memory: int, pids: int, cpus: float | None = None
+    ) -> Cgroup | None:
         try:
-            return cls._create(name, memory=memory, pids=pids)
+            cg = cls._create(name, memory=memory, pids=pids)
         except OSError:
             return None
+        if cg is not None and cpus is not None:
+            cg._limit_cpu(name, own=_own_paths(), cpus=cpus)
+        return cg
+
+    def _limit_cpu(self, name: str, *, own: dict[str, str], cpus: float) -> None:
+        quota = max(1000, int(cpus * _CPU_PERIOD_US))
+        try:
+            if self.v2:
+                parent = self.dirs[0].parent
+                if "cpu" not in (parent / "cgroup.subtree_control").read_text().split():
+                    (parent / "cgroup.subtree_control").write_text("+cpu")
+                (self.dirs[0] / "cpu.max").write_text(f"{quota} {_CPU_PERIOD_US}")
+            elif (_ROOT / "cpu").is_dir() and "cpu" in own:
+                d = _base_dir(_ROOT / "cpu", own["cpu"]) / "envhub" / name
+                d.mkdir(parents=True)
+                self.dirs.append(d)
+                (d / "cpu.cfs_period_us").write_text(str(_CPU_PERIOD_US))
+                (d / "cpu.cfs_quota_us").write_text(str(quota))
+            else:
+                return
+        except OSError:
+            return
+        self.cpu_limited = True
 
     @classmethod
     def _create(cls, name: str, *, memory: int, pids: int) -> Cgroup | None:

@@ -13,8 +13,9 @@ Consequences worth knowing:
   (``ENVHUB_BWRAP_UID``, default 65534) so host root-owned files stay unreadable
   per their modes; run as a normal user, commands run as that user in the namespace.
 - Limits: cgroup ``memory``/``pids`` when writable (OOM kills are then reported),
-  else RLIMIT_AS/RLIMIT_NPROC; RLIMIT_FSIZE caps single files, ``/tmp`` and the workdir
-  share the host disk (no per-sandbox quota).
+  else RLIMIT_AS/RLIMIT_NPROC; ``cpus`` as a cgroup CPU quota where the cpu controller
+  is writable too (else unenforced); RLIMIT_FSIZE caps single files, ``/tmp`` and the
+  workdir share the host disk (no per-sandbox quota).
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ class BwrapSandbox(Sandbox):
                 f"{self.root.name}-{uuid.uuid4().hex[:6]}",
                 memory=int(self.spec.memory),
                 pids=self.spec.pids,
+                cpus=self.spec.cpus,
             )
         if self.cgroup is None:
             # RLIMIT_NPROC is checked against every process of the host uid (up the

@@ -179,3 +179,22 @@ async def test_bwrap_rlimit_fallback_without_cgroups(require) -> None:  # type: 
         r = await sb.exec("f(){ f | f & }; f; sleep 2; echo survived", timeout=8)
         assert "cannot fork" in r.stderr.lower() or r.timed_out
         assert (await sb.exec("echo alive", timeout=30)).stdout == "alive\n"
+
+
+async def test_bwrap_cpu_quota_throttles_a_busy_loop(require) -> None:  # type: ignore[no-untyped-def]
+    """``cpus`` becomes a CFS quota: a busy loop at cpus=0.1 is throttled by the kernel
+    (read from the cgroup's own counters, not timed), one at the default 1.0 is not."""
+    require("bwrap")
+    throttled = {}
+    for cpus in (0.1, 1.0):
+        async with open_sandbox(SandboxSpec(cpus=cpus), "bwrap") as sb:
+            cgroup = sb.cgroup  # type: ignore[attr-defined]
+            if cgroup is None or not cgroup.cpu_limited:
+                if os.environ.get("ENVHUB_REQUIRE_BWRAP") == "1":
+                    pytest.fail("ENVHUB_REQUIRE_BWRAP=1 but cpus was not enforced")
+                pytest.skip("no writable cpu cgroup controller here")
+            r = await sb.exec("timeout 1 sh -c 'while :; do :; done'; true", timeout=30)
+            assert r.exit_code == 0
+            stat = (cgroup.dirs[-1] / "cpu.stat").read_text().split()
+            throttled[cpus] = int(stat[stat.index("nr_throttled") + 1])
+    assert throttled[0.1] > 0 and throttled[1.0] == 0, throttled
