@@ -14,8 +14,9 @@ Consequences worth knowing:
   per their modes; run as a normal user, commands run as that user in the namespace.
 - Limits: cgroup ``memory``/``pids`` when writable (OOM kills are then reported),
   else RLIMIT_AS/RLIMIT_NPROC; ``cpus`` as a cgroup CPU quota where the cpu controller
-  is writable too (else unenforced); RLIMIT_FSIZE caps single files, ``/tmp`` and the
-  workdir share the host disk (no per-sandbox quota).
+  is writable too (else unenforced); RLIMIT_FSIZE caps single files. As root the
+  workdir and ``/tmp`` share a tmpfs of ``spec.disk`` bytes (:mod:`._tmpfs`), so the
+  cap is total and persists across execs; otherwise they share the host disk.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 from envhub.errors import SandboxError
 from envhub.sandboxes._cgroup import Cgroup
 from envhub.sandboxes._proc import kill_group, run_process
+from envhub.sandboxes._tmpfs import DIR_PREFIX, mount_tmpfs, unmount
 from envhub.sandboxes.base import Argv, RawResult, Sandbox, SandboxSpec
 from envhub.sandboxes.local import rlimit_preexec, uid_process_count
 
@@ -99,6 +101,7 @@ class BwrapSandbox(Sandbox):
         self._use_cgroups = cgroups
         self._nproc = 0
         self.root: Path | None = None
+        self.disk_limited = False  # the sandbox directory is a tmpfs of spec.disk
         self.cgroup: Cgroup | None = None
         self._groups: set[int] = set()
         self._prefix: list[str] = []
@@ -108,7 +111,13 @@ class BwrapSandbox(Sandbox):
         bwrap = shutil.which("bwrap")
         if bwrap is None:
             raise SandboxError("bwrap not found: apt-get install bubblewrap")
-        self.root = Path(tempfile.mkdtemp(prefix="envhub-bwrap-", dir=self._base_dir))
+        self.root = Path(
+            tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-", dir=self._base_dir)
+        )
+        if self._uid is not None:  # root: the workdir and /tmp share a tmpfs of spec.disk
+            self.disk_limited = await asyncio.to_thread(
+                mount_tmpfs, self.root, int(self.spec.disk)
+            )
         work, tmp = self.root / "work", self.root / "tmp"
         work.mkdir()
         tmp.mkdir()
@@ -149,6 +158,8 @@ class BwrapSandbox(Sandbox):
             await asyncio.to_thread(self.cgroup.remove)
             self.cgroup = None
         if self.root is not None:
+            if self.disk_limited:
+                await asyncio.to_thread(unmount, self.root)
             await asyncio.to_thread(shutil.rmtree, self.root, True)
 
     def _preexec(self, timeout: float):  # type: ignore[no-untyped-def]

@@ -3,22 +3,30 @@
 A crashed or SIGKILLed envhub process cannot close its containers, so every container
 is labelled with its owner (host, pid, process start time) and an expiry time. gc
 removes those whose owner process on this host is gone, those past their expiry, and,
-with ``all_=True``, every envhub container. bwrap sandboxes need no gc: their processes
-die with the parent (``--die-with-parent``) and only a temp directory can remain.
+with ``all_=True``, every envhub container. bwrap sandboxes' processes die with their
+parent (``--die-with-parent``); what can remain is their directory (a tmpfs when envhub
+ran as root), named after the owner's pid, which :func:`gc_bwrap_dirs` removes.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import socket
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from envhub.sandboxes._tmpfs import DIR_PREFIX, SOURCE, unmount
 from envhub.sandboxes.docker import LABEL, _process_start_time, get_client
 
-__all__ = ["GcReport", "gc_containers", "is_orphan"]
+__all__ = ["GcReport", "gc_bwrap_dirs", "gc_containers", "is_orphan"]
+
+_OWNED = re.compile(rf"^{re.escape(DIR_PREFIX)}(\d+)-")
 
 
 class GcReport(BaseModel):
@@ -59,3 +67,21 @@ def gc_containers(*, all_: bool = False, pool: str | None = None) -> GcReport:
         except Exception as exc:  # keep going; report every failure
             report.errors.append(f"{c['Id'][:12]}: {exc}")
     return report
+
+
+def gc_bwrap_dirs(base_dir: str | None = None) -> list[str]:
+    """Unmount and remove the bwrap sandbox directories under ``base_dir`` (default: the
+    backend's, ``ENVHUB_BWRAP_DIR`` or the temp dir) whose owner process is gone."""
+    base = Path(base_dir or os.environ.get("ENVHUB_BWRAP_DIR") or tempfile.gettempdir())
+    with open("/proc/self/mounts") as mounts:
+        mounted = {line.split()[1] for line in mounts if line.split()[0] == SOURCE}
+    reaped = []
+    for directory in sorted(base.glob(f"{DIR_PREFIX}*")):
+        owner = _OWNED.match(directory.name)
+        if owner is None or os.path.exists(f"/proc/{owner.group(1)}"):
+            continue
+        if str(directory) in mounted:
+            unmount(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+        reaped.append(str(directory))
+    return reaped

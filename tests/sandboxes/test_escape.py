@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -198,3 +200,62 @@ async def test_bwrap_cpu_quota_throttles_a_busy_loop(require) -> None:  # type: 
             stat = (cgroup.dirs[-1] / "cpu.stat").read_text().split()
             throttled[cpus] = int(stat[stat.index("nr_throttled") + 1])
     assert throttled[0.1] > 0 and throttled[1.0] == 0, throttled
+
+
+async def test_bwrap_disk_cap_is_total_and_shared_with_tmp(require) -> None:  # type: ignore[no-untyped-def]
+    """As root, the workdir and /tmp share a tmpfs of ``disk`` bytes: many small files
+    hit ENOSPC (RLIMIT_FSIZE alone caps only single files), and the mount goes at close."""
+    require("bwrap")
+    if os.geteuid() != 0:
+        pytest.skip("the tmpfs needs root")
+    async with open_sandbox(SandboxSpec(disk="4MiB"), "bwrap") as sb:
+        assert sb.disk_limited  # type: ignore[attr-defined]
+        root = str(sb.root)  # type: ignore[attr-defined]
+        r = await sb.exec(
+            "head -c 3m /dev/zero > /tmp/big && i=0 && "
+            "while head -c 64k /dev/zero > small$i; do i=$((i+1)); done; echo files=$i",
+            timeout=60,
+        )
+        assert "No space left on device" in r.stderr
+        files = int(r.stdout.strip().removeprefix("files="))
+        assert 0 < files <= 16  # /tmp's 3 MiB count against the same 4 MiB (else 64)
+        assert (await sb.exec("rm /tmp/big small*; echo kept > /tmp/x", timeout=30)).ok
+        assert (await sb.exec("cat /tmp/x", timeout=30)).stdout == "kept\n"  # across execs
+        assert root in _tmpfs_mounts()
+    assert root not in _tmpfs_mounts() and not _exists(root)
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def _tmpfs_mounts() -> set[str]:
+    from envhub.sandboxes._tmpfs import SOURCE
+
+    with open("/proc/self/mounts") as mounts:
+        return {line.split()[1] for line in mounts if line.split()[0] == SOURCE}
+
+
+async def test_gc_reaps_bwrap_dirs_of_a_crashed_process(require) -> None:  # type: ignore[no-untyped-def]
+    require("bwrap")
+    from envhub.sandboxes.gc import gc_bwrap_dirs
+
+    crash = (
+        "import asyncio, os\n"
+        "from envhub.sandboxes import SandboxSpec, make_sandbox\n"
+        "async def main():\n"
+        "    sb = make_sandbox(SandboxSpec(), 'bwrap')\n"
+        "    await sb.start()\n"
+        "    print(sb.root, flush=True)\n"
+        "    os._exit(1)  # crash without closing\n"
+        "asyncio.run(main())\n"
+    )
+    out = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", crash], capture_output=True, text=True
+    )
+    leaked = out.stdout.strip()
+    assert leaked and _exists(leaked), out.stderr
+    async with open_sandbox(SandboxSpec(), "bwrap") as alive:
+        assert gc_bwrap_dirs() == [leaked]
+        assert (await alive.exec("echo still here", timeout=30)).stdout == "still here\n"
+    assert not _exists(leaked) and leaked not in _tmpfs_mounts()
