@@ -9,6 +9,7 @@ pool scans every connection on each request, so it is sharded into pools of
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from typing import Any, Literal, Protocol
 
@@ -122,13 +123,20 @@ class WebSocketChannel:
 
         A reused socket that turns out dead (the server or a proxy dropped it while it sat
         idle in a pool) is reconnected and the message resent at once: every envhub
-        message is idempotent (creates carry a session id, steps a request id)."""
-        if self._ws is not None:
-            try:
-                return await self._send_and_receive(message)
-            except _Dropped:
-                pass
-        return await self._send_and_receive(message)
+        message is idempotent (creates carry a session id, steps a request id).
+
+        A call cancelled while its reply is outstanding closes the socket: that reply
+        would otherwise answer the next message sent on it."""
+        try:
+            if self._ws is not None:
+                try:
+                    return await self._send_and_receive(message)
+                except _Dropped:
+                    pass
+            return await self._send_and_receive(message)
+        except asyncio.CancelledError:
+            await asyncio.shield(self.aclose())
+            raise
 
     async def _send_and_receive(self, message: bytes) -> bytes:
         import aiohttp

@@ -4,6 +4,7 @@ errors as HTTP, reusing its sockets across episodes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -103,6 +104,22 @@ async def test_the_client_reuses_one_socket_across_episodes(url: str) -> None:
         async with remote.session("probe-1") as session:
             assert (await session.step([ECHO])).observations[0].content == "hi"
         assert remote._sockets._idle == [used]
+
+
+async def test_a_cancelled_call_does_not_leave_its_reply_for_the_next(url: str) -> None:
+    nap = {"id": "n", "name": "nap", "arguments": {"seconds": 0.3}}
+    async with RemoteEnvironment(url, "probe", transport="ws") as remote:
+        session = await remote.open("probe-1")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(session.step([nap], request_id="slow"), 0.05)
+        after = await session.step([ECHO], request_id="next")
+        assert after.observations[0].content == "hi"  # not the nap's late reply
+        slow = await session.step([nap], request_id="slow")  # the stored result
+        assert slow.observations[0].tool_call_id == "n"
+        await session.close()
+        again = await remote.open("probe-1")  # reuses the pooled socket
+        assert again.messages == session.messages[: len(again.messages)]
+        await again.close()
 
 
 async def test_unknown_and_closed_sessions(url: str) -> None:
