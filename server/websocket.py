@@ -54,7 +54,8 @@ POLICY_VIOLATION = 1008  # WebSocket close code for a refused token
 
 
 class SessionWebSocket:
-    """Serves ``/v1/sessions/{id}/ws`` sockets; hands every other scope to ``app``."""
+    """Serves ``/v1/ws`` and ``/v1/sessions/{id}/ws`` sockets; hands every other scope to
+    ``app``."""
 
     def __init__(self, app: ASGIApp, *, store: SessionStore, metrics: ServerMetrics,
                  max_message_bytes: int, token: str | None) -> None:
@@ -113,14 +114,15 @@ class SessionWebSocket:
                                + ", ".join(f'"{op}"' for op in _OPS))
         op = request.pop("op")
         try:
-            if op == "create":
-                if path_session is not None:
-                    request.setdefault("session_id", path_session)
-                return _body(await self._create(CreateSession.model_validate(request)))
             session_id = request.pop("session_id", path_session)
-            if not isinstance(session_id, str) or path_session not in (None, session_id):
+            if not isinstance(session_id, str | None) or path_session not in (None, session_id):
                 return self._error("invalid_request", "session_id: a string naming the "
                                    "session (the one in the path, on a session socket)")
+            if op == "create":
+                body = CreateSession.model_validate({**request, "session_id": session_id})
+                return _body(await self._create(body))
+            if session_id is None:
+                return self._error("invalid_request", f"{op} needs the session_id")
             result: BaseModel
             if op == "step":
                 step = StepRequest.model_validate(request)

@@ -84,8 +84,10 @@ async def test_a_connection_socket_carries_whole_episodes(url: str) -> None:
                 http.ws_connect(f"{url}/v1/sessions/on-path/ws") as ws):
         start = await _ask(ws, {"op": "create", "env": "probe", "task_id": "probe-1"})
         assert start["session_id"] == "on-path"  # a session socket creates its own session
-        reply = await _ask(ws, {"op": "step", "session_id": "other", "tool_calls": [ECHO]})
-        assert reply["error"]["code"] == "invalid_request"
+        for other in ({"op": "step", "session_id": "other", "tool_calls": [ECHO]},
+                      {"op": "create", "env": "probe", "session_id": "other"}):
+            reply = await _ask(ws, other)
+            assert reply["error"]["code"] == "invalid_request", other
         assert "reward" in await _ask(ws, {"op": "close", "session_id": "on-path"})
 
 
