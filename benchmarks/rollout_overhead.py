@@ -20,6 +20,7 @@ from pathlib import Path
 from _scripted_model import ServerProcess, load_note, run, scripted_server_process
 
 import envhub
+from envhub.gc_tuning import gc_tuned_for_throughput
 from envhub.policies import make_policy
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner
@@ -118,7 +119,9 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=4096, help="episodes at full concurrency")
     args = parser.parse_args()
     envhub.make("calc").tasks  # load the task set before timing  # noqa: B018
-    with scripted_server_process() as server, tempfile.TemporaryDirectory() as tmp:
+    # gc as `envhub rollout` sets it (the SDK loop baseline shares the process and settings)
+    with (gc_tuned_for_throughput(), scripted_server_process() as server,
+          tempfile.TemporaryDirectory() as tmp):
         url, n = server.base_url, args.episodes
         print(f"calc, 3-turn episodes, zero-latency scripted server; {load_note()}")
         print(

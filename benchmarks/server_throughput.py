@@ -64,7 +64,7 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[by
 async def serving(steps: int, max_sessions: int, transport: SessionTransport = "http"
                   ) -> AsyncIterator[tuple[RemoteEnvironment, subprocess.Popen[bytes]]]:
     """``envhub serve calc`` in a subprocess and a client sized for ``max_sessions``,
-    stepping over ``transport`` (HTTP requests, or one WebSocket per session)."""
+    stepping over ``transport`` (HTTP requests, or pooled WebSockets: ``/v1/ws``)."""
     port = free_port()
     server = start_server(port, max_turns=steps + 2, max_sessions=max_sessions)
     remote = RemoteEnvironment(f"http://127.0.0.1:{port}", "calc",
@@ -86,7 +86,7 @@ async def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per episode")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level")
     parser.add_argument("--transport", choices=["http", "ws"], default="http",
-                        help="step over HTTP requests or one WebSocket per session")
+                        help="step over HTTP requests or pooled WebSockets (/v1/ws)")
     parser.add_argument("--skip-local", action="store_true", help="skip the in-process baseline")
     args = parser.parse_args()
 

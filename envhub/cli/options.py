@@ -8,7 +8,13 @@ from typing import Annotated, Any
 
 import typer
 
-__all__ = ["EnvArgOption", "SandboxBackendOption", "parse_env_args", "use_sandbox_backend"]
+__all__ = [
+    "EnvArgOption",
+    "GcThresholdOption",
+    "SandboxBackendOption",
+    "parse_env_args",
+    "use_sandbox_backend",
+]
 
 EnvArgOption = Annotated[
     list[str] | None,
@@ -61,3 +67,11 @@ def use_sandbox_backend(backend: str | None) -> None:
             param_hint="--sandbox",
         )
     os.environ["ENVHUB_SANDBOX"] = backend
+
+GcThresholdOption = Annotated[
+    int,
+    typer.Option(
+        help="allocations between young garbage collections, after freezing startup "
+        "objects (see envhub.gc_tuning); 0 keeps Python's defaults",
+    ),
+]

@@ -19,11 +19,13 @@ from rich.table import Table
 from envhub.cli._app import app
 from envhub.cli.options import (
     EnvArgOption,
+    GcThresholdOption,
     SandboxBackendOption,
     parse_env_args,
     use_sandbox_backend,
 )
 from envhub.errors import EnvhubError
+from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 
 if TYPE_CHECKING:
     from envhub.client import SessionTransport
@@ -154,6 +156,7 @@ def rollout_command(
         float, typer.Option(help="reference policy: chance of a wrong action per turn")
     ] = 0.0,
     sandbox: SandboxBackendOption = None,
+    gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
 ) -> None:
     """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
 
@@ -187,25 +190,26 @@ def rollout_command(
         options = {"wrong_action_p": wrong_action_p}
     try:
         chosen = make_policy(policy, model=model, base_urls=base_url, sampling=sampling, **options)
-        summary = run_async(
-            _rollout(
-                env,
-                chosen,
-                output=output,
-                options=parse_env_args(env_arg or []),
-                env_url=env_url,
-                env_transport=cast("SessionTransport", env_transport),
-                env_token=env_token,
-                tasks=tasks,
-                group_size=group_size,
-                concurrency=concurrency,
-                max_turns=max_turns,
-                resume=resume,
-                max_env_attempts=max_env_attempts,
+        with gc_tuned_for_throughput(gc_threshold):
+            summary = run_async(
+                _rollout(
+                    env,
+                    chosen,
+                    output=output,
+                    options=parse_env_args(env_arg or []),
+                    env_url=env_url,
+                    env_transport=cast("SessionTransport", env_transport),
+                    env_token=env_token,
+                    tasks=tasks,
+                    group_size=group_size,
+                    concurrency=concurrency,
+                    max_turns=max_turns,
+                    resume=resume,
+                    max_env_attempts=max_env_attempts,
                     policy_version=policy_version,
-                success_threshold=success_threshold,
+                    success_threshold=success_threshold,
+                )
             )
-        )
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
     console.print(_summary_table(summary))

@@ -15,11 +15,13 @@ import typer
 from envhub.cli._app import app
 from envhub.cli.options import (
     EnvArgOption,
+    GcThresholdOption,
     SandboxBackendOption,
     parse_env_args,
     use_sandbox_backend,
 )
 from envhub.errors import EnvhubError
+from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 
 __all__ = ["raise_open_files_limit", "serve"]
 
@@ -58,6 +60,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     access_log: Annotated[bool, typer.Option(help="log every request")] = False,
     sandbox: SandboxBackendOption = None,
+    gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
 ) -> None:
     """Serve ENVs at http://HOST:PORT (API under /v1, OpenAPI at /openapi.json) until Ctrl-C.
 
@@ -92,5 +95,7 @@ def serve(
     typer.echo(f"envhub: serving {', '.join(hosted)} at http://{host}:{port}"
                f"{' (bearer token required)' if token else ''}", err=True)
     # loop/http "auto" pick uvloop and httptools when installed ([server] extra pulls them).
-    uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=access_log,
-                backlog=max(2048, min(max_sessions, 65535)), timeout_keep_alive=30)
+    with gc_tuned_for_throughput(gc_threshold):
+        uvicorn.run(application, host=host, port=port, log_level=log_level,
+                    access_log=access_log, backlog=max(2048, min(max_sessions, 65535)),
+                    timeout_keep_alive=30)
