@@ -185,10 +185,10 @@ async def test_bwrap_rlimit_fallback_without_cgroups(require) -> None:  # type: 
 
 async def test_bwrap_cpu_quota_throttles_a_busy_loop(require) -> None:  # type: ignore[no-untyped-def]
     """``cpus`` becomes a CFS quota: a busy loop at cpus=0.1 is throttled by the kernel
-    (read from the cgroup's own counters, not timed), one at the default 1.0 is not."""
+    (read from the cgroup's own counters, not timed); with room for two CPUs it is not."""
     require("bwrap")
     throttled = {}
-    for cpus in (0.1, 1.0):
+    for cpus in (0.1, 2.0):
         async with open_sandbox(SandboxSpec(cpus=cpus), "bwrap") as sb:
             cgroup = sb.cgroup  # type: ignore[attr-defined]
             if cgroup is None or not cgroup.cpu_limited:
@@ -199,7 +199,7 @@ async def test_bwrap_cpu_quota_throttles_a_busy_loop(require) -> None:  # type: 
             assert r.exit_code == 0
             stat = (cgroup.dirs[-1] / "cpu.stat").read_text().split()
             throttled[cpus] = int(stat[stat.index("nr_throttled") + 1])
-    assert throttled[0.1] > 0 and throttled[1.0] == 0, throttled
+    assert throttled[0.1] > 0 and throttled[2.0] == 0, throttled
 
 
 async def test_bwrap_disk_cap_is_total_and_shared_with_tmp(require) -> None:  # type: ignore[no-untyped-def]
@@ -256,6 +256,6 @@ async def test_gc_reaps_bwrap_dirs_of_a_crashed_process(require) -> None:  # typ
     leaked = out.stdout.strip()
     assert leaked and _exists(leaked), out.stderr
     async with open_sandbox(SandboxSpec(), "bwrap") as alive:
-        assert gc_bwrap_dirs() == [leaked]
+        assert leaked in gc_bwrap_dirs()
         assert (await alive.exec("echo still here", timeout=30)).stdout == "still here\n"
     assert not _exists(leaked) and leaked not in _tmpfs_mounts()
