@@ -13,6 +13,7 @@ steps/s, p50/p99 step latency, errors and the server's peak RSS, then two ratios
 
     python benchmarks/server_throughput.py --concurrency 64 256 1024 4096 --duration 10
     python benchmarks/server_throughput.py --concurrency 256 4096 --transport ws
+    python benchmarks/server_throughput.py --concurrency 256 4096 --transport ws --gc-threshold 0
 """
 
 from __future__ import annotations
@@ -32,17 +33,20 @@ from _load import cpu_per_step, cpu_seconds, drive, free_port, peak_rss_mib, rep
 import envhub
 from envhub.cli.serve import raise_open_files_limit
 from envhub.client import RemoteEnvironment, SessionTransport
+from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
 
 OPENENV_STEPS_PER_S = 2200.0
 
 
-def start_server(port: int, max_turns: int, max_sessions: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, max_turns: int, max_sessions: int,
+                 gc_threshold: int = DEFAULT_GC_THRESHOLD) -> subprocess.Popen[bytes]:
     cli = "import envhub.cli.serve; from envhub.cli._app import app; app()"
     command = [sys.executable, "-c", cli,
                "serve", "calc", "--port", str(port), "--max-turns", str(max_turns),
                # a loaded machine must not end episodes by calc's 120 s wall clock
                "--episode-timeout", "86400",
-               "--max-sessions", str(max_sessions), "--log-level", "warning"]
+               "--max-sessions", str(max_sessions), "--log-level", "warning",
+               "--gc-threshold", str(gc_threshold)]
     proc = subprocess.Popen(command, env={**os.environ, "ENVHUB_TOKEN": ""})
     return wait_healthy(proc, f"http://127.0.0.1:{port}/health")
 
@@ -61,12 +65,14 @@ def wait_healthy(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[by
 
 
 @contextlib.asynccontextmanager
-async def serving(steps: int, max_sessions: int, transport: SessionTransport = "http"
+async def serving(steps: int, max_sessions: int, transport: SessionTransport = "http",
+                  gc_threshold: int = DEFAULT_GC_THRESHOLD,
                   ) -> AsyncIterator[tuple[RemoteEnvironment, subprocess.Popen[bytes]]]:
     """``envhub serve calc`` in a subprocess and a client sized for ``max_sessions``,
     stepping over ``transport`` (HTTP requests, or pooled WebSockets: ``/v1/ws``)."""
     port = free_port()
-    server = start_server(port, max_turns=steps + 2, max_sessions=max_sessions)
+    server = start_server(port, max_turns=steps + 2, max_sessions=max_sessions,
+                          gc_threshold=gc_threshold)
     remote = RemoteEnvironment(f"http://127.0.0.1:{port}", "calc",
                                max_connections=max_sessions, timeout=300.0,
                                transport=transport)
@@ -88,6 +94,8 @@ async def main() -> None:
     parser.add_argument("--transport", choices=["http", "ws"], default="http",
                         help="step over HTTP requests or pooled WebSockets (/v1/ws)")
     parser.add_argument("--skip-local", action="store_true", help="skip the in-process baseline")
+    parser.add_argument("--gc-threshold", type=int, default=DEFAULT_GC_THRESHOLD,
+                        help="the server's --gc-threshold (0: Python's default collector)")
     args = parser.parse_args()
 
     raise_open_files_limit()
@@ -96,7 +104,8 @@ async def main() -> None:
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs (the figures share the machine); "
           f"client loop: {loop}", flush=True)
     local = envhub.make("calc", max_turns=args.steps + 2)
-    async with serving(args.steps, max(args.concurrency), args.transport) as (remote, server):
+    async with serving(args.steps, max(args.concurrency), args.transport,
+                       args.gc_threshold) as (remote, server):
         for c in args.concurrency:
             server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
             run, elapsed = await drive(remote.open, c, args.steps, args.duration)
