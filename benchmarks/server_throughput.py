@@ -34,6 +34,7 @@ import envhub
 from envhub.cli.serve import raise_open_files_limit
 from envhub.client import RemoteEnvironment, SessionTransport
 from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
+from envhub.rollout.runtime import run_async
 
 OPENENV_STEPS_PER_S = 2200.0
 
@@ -122,11 +123,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    # The driver runs on uvloop when installed, as a rollout process should: the stock
-    # asyncio loop costs the client about a third more CPU per request.
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main())
-    else:
-        uvloop.run(main())
+    run_async(main())  # uvloop when installed, as `envhub rollout` runs (less CPU per request)
