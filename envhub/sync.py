@@ -6,33 +6,28 @@ never nest event loops and async environments keep working unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from envhub.loop_thread import LoopThread
 from envhub.session import Session
 from envhub.types import CloseResult, SessionStart, StepResult, ToolCall
 
 __all__ = ["SyncSession", "run_sync", "session"]
 
 T = TypeVar("T")
-_loop: asyncio.AbstractEventLoop | None = None
+_loop: LoopThread | None = None
 _loop_lock = threading.Lock()
-
-
-def _background_loop() -> asyncio.AbstractEventLoop:
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="envhub-sync", daemon=True).start()
-        return _loop
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on envhub's background loop and wait for its result."""
-    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = LoopThread("envhub-sync")
+    return _loop.call(coro)
 
 
 class SyncSession:

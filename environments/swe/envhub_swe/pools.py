@@ -14,27 +14,20 @@ import asyncio
 import atexit
 import concurrent.futures.thread  # noqa: F401  (registers its exit hook first, see below)
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
+from envhub.loop_thread import LoopThread
 from envhub.sandboxes import Sandbox, SandboxPool, SandboxSpec
 
 __all__ = ["acquire", "release", "shutdown"]
 
-T = TypeVar("T")
 
+class _Runtime(LoopThread):
+    """The pools' loop thread, with the pools and the pool of each sandbox handed out."""
 
-class _Runtime:
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        super().__init__("envhub-swe-pools")
         self.pools: dict[tuple[str, str, int], SandboxPool] = {}
         self.owner: dict[int, SandboxPool] = {}
-        self.thread = threading.Thread(target=self.loop.run_forever, name="envhub-swe-pools")
-        self.thread.daemon = True
-        self.thread.start()
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
     def pool(self, spec: SandboxSpec, backend: str, min_idle: int, max_total: int) -> SandboxPool:
         key = (backend, spec.model_dump_json(), min_idle)  # specs hold a dict: not hashable
@@ -107,10 +100,9 @@ def shutdown(timeout: float = 60.0) -> None:
         await asyncio.gather(*(p.close() for p in rt.pools.values()), return_exceptions=True)
 
     try:
-        asyncio.run_coroutine_threadsafe(close_all(), rt.loop).result(timeout)
+        rt.call(close_all(), timeout)
     finally:
-        rt.loop.call_soon_threadsafe(rt.loop.stop)
-        rt.thread.join(timeout=10)
+        rt.stop()
 
 
 # Closing a docker sandbox runs in an executor thread, and concurrent.futures refuses new

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from envhub.loop_thread import LoopThread
 from envhub_web.procs import chromium_pids
 
 __all__ = ["Runtime", "add_shutdown_hook", "runtime", "shutdown"]
@@ -25,33 +26,14 @@ __all__ = ["Runtime", "add_shutdown_hook", "runtime", "shutdown"]
 T = TypeVar("T")
 
 
-class Runtime:
-    """A daemon thread running an asyncio loop, with helpers to run coroutines on it."""
+class Runtime(LoopThread):
+    """The web services' loop thread, with the services started on it."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        super().__init__("envhub-web-runtime")
         #: shared services started on this loop (sites, browser pool), by key
         self.services: dict[Any, concurrent.futures.Future[Any]] = {}
         self.services_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._main, name="envhub-web-runtime", daemon=True)
-        self._thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def in_loop(self) -> bool:
-        return threading.current_thread() is self._thread
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` on the runtime loop from any other loop (cancellation propagates)."""
-        if self.in_loop():
-            return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Blocking variant of :meth:`run` for synchronous callers (atexit, benchmarks)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     async def service(self, key: Any, start: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """The service under ``key``, started once on this loop by ``start()``.
@@ -64,12 +46,6 @@ class Runtime:
                 future = asyncio.run_coroutine_threadsafe(start(), self.loop)
                 self.services[key] = future
         return await asyncio.wrap_future(future)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
-        if not self.loop.is_running():
-            self.loop.close()
 
 
 _lock = threading.Lock()
