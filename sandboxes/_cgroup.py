@@ -54,11 +54,12 @@ class Cgroup:
         cls, name: str, *, memory: int, pids: int, cpus: float | None = None
     ) -> Cgroup | None:
         try:
-            cg = cls._create(name, memory=memory, pids=pids)
+            own = _own_paths()
+            cg = cls._create(name, own=own, memory=memory, pids=pids)
         except OSError:
             return None
         if cg is not None and cpus is not None:
-            cg._limit_cpu(name, own=_own_paths(), cpus=cpus)
+            cg._limit_cpu(name, own=own, cpus=cpus)
         return cg
 
     def _limit_cpu(self, name: str, *, own: dict[str, str], cpus: float) -> None:
@@ -82,8 +83,7 @@ class Cgroup:
         self.cpu_limited = True
 
     @classmethod
-    def _create(cls, name: str, *, memory: int, pids: int) -> Cgroup | None:
-        own = _own_paths()
+    def _create(cls, name: str, *, own: dict[str, str], memory: int, pids: int) -> Cgroup | None:
         if (_ROOT / "memory").is_dir() and (_ROOT / "pids").is_dir() and "memory" in own:
             mem = _base_dir(_ROOT / "memory", own["memory"]) / "envhub" / name
             pid = _base_dir(_ROOT / "pids", own.get("pids", "/")) / "envhub" / name
