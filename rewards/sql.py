@@ -9,7 +9,9 @@ Three comparators, as the benchmarks define them:
 - ``strict``: the exact list of row tuples.
 
 The functions take rows that are already fetched, so they stay pure; running the
-queries belongs to the environment. sqlglot is imported only by :func:`has_order_by`.
+queries belongs to the environment. sqlglot (``pip install 'envhub[sql]'``) is imported
+only by :func:`has_order_by`, which Spider's order rule calls when ``order_matters`` is not
+given; everything else works on a core install.
 """
 
 from __future__ import annotations
@@ -92,9 +94,19 @@ def spider_match(pred: Rows, gold: Rows, *, order_matters: bool = False) -> bool
 
 
 def has_order_by(sql: str) -> bool:
-    """Whether the outermost query of ``sql`` sorts its result (Spider's order rule)."""
-    import sqlglot
-    from sqlglot.errors import ParseError, TokenError
+    """Whether the outermost query of ``sql`` sorts its result (Spider's order rule).
+
+    Raises ``ModuleNotFoundError`` naming the install command when sqlglot is missing.
+    """
+    try:
+        import sqlglot
+        from sqlglot.errors import ParseError, TokenError
+    except ImportError:
+        raise ModuleNotFoundError(
+            "Spider's order rule parses the gold SQL with sqlglot, which is not installed: "
+            "pip install 'envhub[sql]' (or pass order_matters=True/False)",
+            name="sqlglot",
+        ) from None
 
     try:
         statement = sqlglot.parse_one(sql, read="sqlite")

@@ -1,3 +1,7 @@
+import importlib.metadata
+import subprocess
+import sys
+
 import pytest
 
 from envhub.rewards import (
@@ -85,3 +89,23 @@ def test_rubric_weights_and_metrics() -> None:
     assert Rubric({"a": 1.0}).evaluate({"a": lambda: 0.25}).value == 0.25
     with pytest.raises(ValueError, match="missing: b"):
         Rubric({"a": 1.0, "b": 1.0}).score({"a": 1})
+
+
+def test_sql_execution_match_on_a_core_install() -> None:
+    """Without sqlglot (blocked in a fresh interpreter), every comparator works and only
+    Spider's ORDER BY rule, which parses SQL, says what to install."""
+    code = (
+        "import sys\n"
+        "sys.modules['sqlglot'] = None\n"
+        "from envhub.rewards.sql import execution_match\n"
+        "assert execution_match([(1,), (2,)], [(2,), (1,)], 'bird') == 1.0\n"
+        "assert execution_match([(1, 2)], [(2, 1)], 'spider', order_matters=True) == 1.0\n"
+        "try:\n"
+        "    execution_match([(1,)], [(1,)], 'spider', gold_sql='SELECT a FROM t ORDER BY a')\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("sqlglot ") and "pip install 'envhub[sql]'" in out.stdout
+    requires = importlib.metadata.requires("envhub") or []
+    assert any(r.startswith("sqlglot") and 'extra == "sql"' in r for r in requires), requires
