@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from envhub.budgets import Budgets
 from envhub.task import Task, TaskSet
 from envhub.tools import ToolSpec, collect_tools
-from envhub.types import Message, Reward
+from envhub.types import Message, Reward, env_stop_reason
 
 __all__ = ["Environment"]
 
@@ -25,10 +25,10 @@ __all__ = ["Environment"]
 class Environment:
     """Base class of every envhub environment.
 
-    Subclasses set ``name``/``version``, implement :meth:`load_tasks` and :meth:`reward`,
-    and define tools with :func:`envhub.tool`. Heavy shared resources (databases,
-    indexes, browsers) belong in module-level caches keyed by the options, since a new
-    instance is created for every episode.
+    Subclasses set ``name``/``version``, implement :meth:`reward` and (unless one default
+    task will do) :meth:`load_tasks`, and define tools with :func:`envhub.tool`. Heavy
+    shared resources (databases, indexes, browsers) belong in module-level caches keyed by
+    the options, since a new instance is created for every episode.
     """
 
     name: ClassVar[str] = ""
@@ -36,9 +36,14 @@ class Environment:
     budgets: ClassVar[Budgets] = Budgets()
     #: whether an assistant message without tool calls ends the episode
     final_answer_ends_episode: ClassVar[bool] = True
+    #: the user message of the one ``"default"`` task of an environment that does not
+    #: override :meth:`load_tasks` (empty: no message; :meth:`reset` writes the prompt)
+    default_prompt: ClassVar[str] = ""
 
     task: Task
     final_answer: str | None = None
+    #: ``"env:<reason>"`` once :meth:`end_episode` was called; the session reads it
+    requested_stop_reason: str | None = None
 
     def __init__(self, **options: Any) -> None:
         if options:
@@ -59,8 +64,14 @@ class Environment:
         return [spec.schema for spec in cls.tool_specs().values()]
 
     def load_tasks(self) -> TaskSet:
-        """The environment's tasks for the current options (called once per option set)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement load_tasks()")
+        """The environment's tasks for the current options (called once per option set).
+
+        Without an override the set holds one task, id ``"default"``, whose prompt is
+        :attr:`default_prompt`: an environment with no data (a game, a simulator) invents
+        each episode in :meth:`reset` instead.
+        """
+        prompt = [{"role": "user", "content": self.default_prompt}] if self.default_prompt else []
+        return TaskSet([Task(id="default", prompt=prompt)])
 
     async def reset(self, task: Task) -> list[Message]:
         """Start an episode on ``task``; returns the messages the model sees first."""
@@ -70,6 +81,18 @@ class Environment:
     async def on_final_answer(self, content: str) -> None:
         """Called with the text of an assistant message that has no tool calls."""
         self.final_answer = content
+
+    def end_episode(self, reason: str) -> None:
+        """End the episode from the environment's own state (a game over, a goal reached,
+        its own step limit): call it in a tool or in :meth:`on_final_answer`.
+
+        The session ends the episode right after that call, with ``stop_reason``
+        ``"env:<reason>"`` (taking precedence over ``terminal_tool``/``final_answer`` of
+        the same call); later tool calls of the same message are not run, and the episode
+        is scored by :meth:`reward` like any other. ``reason`` is a short label: 1-64
+        letters, digits, ``_``, ``.`` or ``-``; anything else raises ``ValueError``.
+        """
+        self.requested_stop_reason = env_stop_reason(reason)
 
     def reward(self) -> Reward | float:
         """Score the finished (or abandoned) episode; may also be ``async def``."""

@@ -9,8 +9,8 @@ Spaces are text: the action is a JSON assistant message
 not JSON is taken as a plain-text final answer), and the observation is the JSON list
 of messages that the action produced (on ``reset``: the task's first messages). The
 reward is 0 until the episode ends, then the environment's reward. ``terminated``
-means the episode ended by itself (terminal tool, final answer); ``truncated`` means a
-budget cut it (max turns, wall clock).
+means the episode ended by itself (terminal tool, final answer, the environment's own
+``env:*`` reason); ``truncated`` means a budget cut it (max turns, wall clock).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from gymnasium import spaces
 from envhub.local import make
 from envhub.registry import discover
 from envhub.sync import SyncSession
-from envhub.types import StepResult
+from envhub.types import ENV_STOP_PREFIX, StepResult
 
 __all__ = ["EnvhubGymEnv", "JsonTextSpace", "register_envs"]
 
-_TERMINATED = {"terminal_tool", "final_answer"}
+_TERMINATED = {"terminal_tool", "final_answer"}  # and the environment's own (env:*)
 
 
 class JsonTextSpace(spaces.Space[str]):
@@ -110,7 +110,8 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
             closed = self._session.close()
             reward = closed.reward
             info.update(components=closed.components, metrics=closed.metrics.model_dump())
-        terminated = result.done and result.stop_reason in _TERMINATED
+        reason = result.stop_reason or ""
+        terminated = result.done and (reason in _TERMINATED or reason.startswith(ENV_STOP_PREFIX))
         truncated = result.done and not terminated
         return json.dumps(messages), reward, terminated, truncated, info
 

@@ -211,7 +211,8 @@ class Session:
         observations: list[Observation] = []
         if not calls:
             await self.env.on_final_answer(content or "")
-            if type(self.env).final_answer_ends_episode:
+            self._end_if_env_asked()
+            if not self.done and type(self.env).final_answer_ends_episode:
                 self._end("final_answer")
         for call in calls:
             if self.done:
@@ -220,6 +221,7 @@ class Session:
                 )
                 continue
             observations.append(await self._run_call(call))
+            self._end_if_env_asked()
         if not self.done and self.metrics.turns >= self.budgets.max_turns:
             self._end("max_turns")
         if not self.done and time.monotonic() >= self._deadline:
@@ -233,6 +235,11 @@ class Session:
     def _end(self, reason: StopReason) -> None:
         self.done = True
         self.stop_reason = reason
+
+    def _end_if_env_asked(self) -> None:
+        """After a tool call or final answer: honour :meth:`Environment.end_episode`."""
+        if self.env.requested_stop_reason is not None:
+            self._end(self.env.requested_stop_reason)
 
     def _error(self, call: ToolCall, message: str, kind: str | None) -> Observation:
         if kind is not None:

@@ -7,11 +7,13 @@ parses them back, so the three transports cannot drift apart.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 __all__ = [
+    "ENV_STOP_PREFIX",
     "CloseResult",
     "EpisodeMetrics",
     "Message",
@@ -22,19 +24,41 @@ __all__ = [
     "StepResult",
     "StopReason",
     "ToolCall",
+    "env_stop_reason",
 ]
 
 Message = dict[str, Any]
 """An OpenAI chat message (``role``, ``content``, optional ``tool_calls``/``tool_call_id``)."""
 
-StopReason = Literal[
-    "terminal_tool",  # a terminal tool (e.g. submit/answer) was called
-    "final_answer",  # an assistant message without tool calls
-    "max_turns",
-    "timeout",  # the per-episode wall clock ran out
-    "closed",  # closed by the client before the episode ended
-    "env_error",  # the environment itself failed
-]
+ENV_STOP_PREFIX = "env:"
+"""Stop reasons an environment chose (:meth:`Environment.end_episode`) start with this, so
+they can never be mistaken for, or pass as, one of envhub's own reasons."""
+
+_ENV_REASON = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+StopReason = (
+    Literal[
+        "terminal_tool",  # a terminal tool (e.g. submit/answer) was called
+        "final_answer",  # an assistant message without tool calls
+        "max_turns",
+        "timeout",  # the per-episode wall clock ran out
+        "closed",  # closed by the client before the episode ended
+        "env_error",  # the environment itself failed
+    ]
+    # the environment ended the episode from its own state: "env:goal_reached"
+    | Annotated[str, StringConstraints(pattern=rf"^{ENV_STOP_PREFIX}{_ENV_REASON.pattern}$")]
+)
+
+
+def env_stop_reason(reason: str) -> str:
+    """``"goal_reached"`` -> ``"env:goal_reached"``; a reason is a short label (letters,
+    digits, ``_.-``, at most 64 characters) so it counts cleanly in rollout summaries."""
+    if not isinstance(reason, str) or not _ENV_REASON.fullmatch(reason):
+        raise ValueError(
+            f"an environment's stop reason must be 1-64 letters, digits, '_', '.' or '-' "
+            f"starting with a letter or digit, got {reason!r}"
+        )
+    return ENV_STOP_PREFIX + reason
 
 
 class ToolCall(BaseModel):
