@@ -1,8 +1,10 @@
 """gymnasium adapter: every installed envhub plugin as ``gymnasium.make("envhub/NAME-v0")``.
 
-Importing this module registers one id per installed plugin (gymnasium 1.x has no
-plugin entry points, so ``gymnasium.make("envhub.gym:envhub/calc-v0")`` also works
-without an explicit import).
+The ids need no import of this module: with gymnasium 0.26-0.29 envhub's
+``gymnasium.envs`` entry point registers them when gymnasium is imported, and with
+gymnasium 1.x, which dropped plugin loading, the module-prefixed id
+``gymnasium.make("envhub.gym:envhub/calc-v0")`` imports this module, which registers one
+id per installed plugin (:mod:`envhub._gym_plugin`).
 
 Spaces are text: the action is a JSON assistant message
 ``{"content": str?, "tool_calls": [{"id", "name", "arguments"}]?}`` (a string that is
@@ -22,8 +24,8 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from envhub._gym_plugin import register_envs
 from envhub.local import make
-from envhub.registry import discover
 from envhub.sync import SyncSession
 from envhub.types import ENV_STOP_PREFIX, StepResult
 
@@ -145,17 +147,6 @@ def _sample_action(rng: np.random.Generator, tool_names: list[str]) -> dict[str,
         return {"content": f"answer {int(rng.integers(1000))}"}
     name = tool_names[int(rng.integers(len(tool_names)))]
     return {"content": "", "tool_calls": [{"id": "call-0", "name": name, "arguments": "{}"}]}
-
-
-def register_envs() -> list[str]:
-    """Register ``envhub/NAME-v0`` for every installed plugin; returns the ids."""
-    ids = []
-    for name in discover():
-        env_id = f"envhub/{name}-v0"
-        if env_id not in gymnasium.registry:
-            gymnasium.register(id=env_id, entry_point=EnvhubGymEnv, kwargs={"env": name})
-        ids.append(env_id)
-    return ids
 
 
 register_envs()

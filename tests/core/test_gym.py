@@ -5,9 +5,14 @@ the API, seeding-determinism and space-membership checks that do apply.
 """
 
 import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import gymnasium
+import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envhub
@@ -54,3 +59,34 @@ def test_plain_text_action_is_a_final_answer() -> None:
     env.reset(seed=3)
     _, reward, terminated, truncated, info = env.step("I think it is 12")
     assert terminated and not truncated and info["stop_reason"] == "final_answer" and reward == 0.0
+
+
+LEGACY_GYMNASIUM = Path(sys.prefix) / "gymnasium-0.29"  # .ci/gym_plugin_setup.sh puts it there
+
+
+def test_ids_need_no_import_where_gymnasium_loads_plugins(tmp_path: Path) -> None:
+    """The ``gymnasium.envs`` entry point, run by the gymnasium that reads it (0.26-0.29;
+    1.x dropped plugin loading), registers the ids on ``import gymnasium`` from metadata
+    alone: no environment and not the adapter is imported until ``make``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if not hasattr(gymnasium.envs.registration, "load_plugin_envs"):
+        if not LEGACY_GYMNASIUM.is_dir():
+            if os.environ.get("ENVHUB_REQUIRE_GYM_PLUGINS") == "1":
+                pytest.fail(f"{LEGACY_GYMNASIUM} is missing: run .ci/gym_plugin_setup.sh")
+            pytest.skip("needs gymnasium < 1.0 (.ci/gym_plugin_setup.sh installs 0.29)")
+        env["PYTHONPATH"] = str(LEGACY_GYMNASIUM)
+    code = (
+        "import json, sys, gymnasium\n"
+        "assert hasattr(gymnasium.envs.registration, 'load_plugin_envs'), gymnasium.__version__\n"
+        "lazy = [m for m in ('envhub.gym', 'envhub_calc', 'envhub_sql') if m in sys.modules]\n"
+        "assert not lazy, lazy\n"
+        "env = gymnasium.make('envhub/calc-v0')\n"
+        "obs, info = env.reset(seed=0, options={'task_id': 'calc-0-00001'})\n"
+        "print(info['task_id'], json.loads(obs)[-1]['role'])\n"
+    )
+    out = subprocess.run(  # cwd: not the checkout, whose envhub.egg-info has entry points too
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["calc-0-00001", "user"]
