@@ -1,9 +1,18 @@
 """The versioned trajectory format: pydantic models, a crash-safe JSONL writer, a reader.
 
-One JSON line per episode (DESIGN.md). The writer appends and flushes one complete line
-per record, so a rollout killed at any instant leaves at most one torn last line; the
-reader ignores such a line and the writer cuts it off before appending again, which is
-what lets ``envhub rollout --resume`` continue a killed run without duplicates or loss.
+One JSON line per episode (DESIGN.md). The writer appends and flushes one line per
+record, so a rollout killed at any instant leaves at most one unfinished last line.
+
+A *complete record* is a line that parses as a JSON object. Every line but the last ends
+in a newline; a last line without one is complete if it parses (the write stopped just
+before its newline) and *torn* if it does not. The reader, the resume planner and the
+writer share this one definition (:func:`_parse_record`): the reader yields a complete
+unterminated last record and skips a torn one, and the writer, when it opens the file,
+terminates the first and cuts off the second, so nothing the planner counted is lost.
+
+A file may hold several records of one (task_id, sample_index) while a resumed run
+re-runs masked episodes; the latest one counts (:func:`latest_records`), and
+:func:`compact_trajectories` rewrites the file with only those.
 
 Token data (per turn, for trainer adapters). ``prompt_token_ids`` are the ids the model
 server tokenized the whole prompt of that call into, ``completion_token_ids`` the ids it
@@ -42,7 +51,9 @@ __all__ = [
     "TrajectoryWriter",
     "Turn",
     "Usage",
+    "compact_trajectories",
     "export_trajectories",
+    "latest_records",
     "read_records",
     "read_trajectories",
 ]
@@ -121,8 +132,10 @@ class Trajectory(BaseModel):
 class TrajectoryWriter:
     """Append-only JSONL writer: one ``write`` + ``flush`` per record.
 
-    Opening cuts a torn last line left by a killed writer, so appended records always
-    start on a fresh line. ``fsync=True`` also survives a power loss, at a cost per record.
+    Opening repairs the end of an existing file (see the module docstring): a complete
+    last record without its newline gets one, a torn one is cut, so appended records
+    always start on a fresh line. ``fsync=True`` also survives a power loss, at a cost
+    per record.
     """
 
     def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
@@ -130,7 +143,7 @@ class TrajectoryWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._fh: BinaryIO = open(self.path, "a+b")  # closed by close()
-        _cut_torn_tail(self._fh)
+        _repair_tail(self._fh)
 
     def write(self, trajectory: Trajectory) -> None:
         self._fh.write(trajectory.model_dump_json().encode() + b"\n")
@@ -148,8 +161,17 @@ class TrajectoryWriter:
         self.close()
 
 
-def _cut_torn_tail(fh: BinaryIO) -> None:
-    """Truncate everything after the last newline (a record the writer never finished)."""
+def _parse_record(line: bytes) -> dict[str, Any] | None:
+    """The record on ``line``, or ``None`` when it is not a complete record."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _repair_tail(fh: BinaryIO) -> None:
+    """Terminate a complete unterminated last record; cut a torn one."""
     size = fh.seek(0, os.SEEK_END)
     if size == 0:
         return
@@ -167,29 +189,81 @@ def _cut_torn_tail(fh: BinaryIO) -> None:
     else:
         end = 0
     if end != size:
-        fh.truncate(end)
+        fh.seek(end)
+        if _parse_record(fh.read()) is not None:
+            fh.write(b"\n")  # "a+b" appends at the end whatever the position
+        else:
+            fh.truncate(end)
     fh.seek(0, os.SEEK_END)
 
 
+def _lines(path: str | Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """(byte offset, raw line, record) of every complete record of a file."""
+    with open(path, "rb") as fh:
+        lineno = offset = 0
+        for raw in fh:
+            lineno += 1
+            at, offset = offset, offset + len(raw)
+            if not raw.strip():
+                continue
+            record = _parse_record(raw)
+            if record is None:
+                if not raw.endswith(b"\n") and not fh.read(1):
+                    return  # the torn last line of a killed writer
+                raise InvalidRequest(f"{path}:{lineno}: not a JSON record")
+            yield at, raw, record
+
+
 def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Raw records of a trajectory file; a torn (unterminated, unparsable) last line is skipped.
+    """Raw records of a trajectory file, in file order; a torn last line is skipped.
 
     Raises :class:`InvalidRequest` for a bad line that is not the last one: that is
     corruption, not a crash mid-write, and must not pass silently.
     """
-    with open(path, "rb") as fh:
-        lineno = 0
-        for raw in fh:
-            lineno += 1
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                if not raw.endswith(b"\n") and not fh.read(1):
-                    return  # the torn last line of a killed writer
-                raise InvalidRequest(f"{path}:{lineno}: not a JSON record ({exc.msg})") from None
+    for _, _, record in _lines(path):
+        yield record
+
+
+def _latest_offsets(path: str | Path) -> tuple[set[int], int]:
+    """Offsets of the latest record of each (task_id, sample_index), and how many records
+    the file holds in all."""
+    latest: dict[tuple[str, int], int] = {}
+    total = 0
+    for at, _, record in _lines(path):
+        try:
+            latest[(record["task_id"], record["sample_index"])] = at
+        except (KeyError, TypeError):
+            raise InvalidRequest(f"{path}: the record at byte {at} is not a trajectory") from None
+        total += 1
+    return set(latest.values()), total
+
+
+def latest_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The latest record of each (task_id, sample_index) of a file, in file order: what a
+    resumed run's file means once its re-run episodes replace their masked records."""
+    keep, _ = _latest_offsets(path)
+    for at, _, record in _lines(path):
+        if at in keep:
             yield record
+
+
+def compact_trajectories(path: str | Path) -> int:
+    """Rewrite ``path`` with only its latest record per (task_id, sample_index); returns
+    how many records were dropped. The new file replaces the old one atomically (a crash
+    leaves one or the other), and a file without repeats is not touched."""
+    path = Path(path)
+    keep, total = _latest_offsets(path)
+    if len(keep) == total:
+        return 0
+    temporary = path.with_name(f"{path.name}.compacting")
+    with open(temporary, "wb") as out:
+        for at, raw, _ in _lines(path):
+            if at in keep:
+                out.write(raw if raw.endswith(b"\n") else raw + b"\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, path)
+    return total - len(keep)
 
 
 def read_trajectories(path: str | Path) -> Iterator[Trajectory]:
