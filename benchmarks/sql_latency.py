@@ -172,7 +172,7 @@ async def main() -> None:
     inproc = await session_latencies(local.open, tasks, args.repeat)
     port = free_port()
     server = start_server(port)
-    remote = RemoteEnvironment(f"http://127.0.0.1:{port}", "sql")
+    remote = RemoteEnvironment(f"http://127.0.0.1:{port}", "sql", transport="http")
     try:
         await session_latencies(remote.open, tasks[:10], 1)  # warm the connection pool
         http = await session_latencies(remote.open, tasks, args.repeat)

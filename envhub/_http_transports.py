@@ -5,6 +5,11 @@ tenth of httpx's CPU per request, which bounds a rollout driving thousands of se
 (see ``benchmarks/server_throughput.py``). httpx, a core dependency, is the fallback. Its
 pool scans every connection on each request, so it is sharded into pools of
 ``_HTTPX_POOL_SIZE`` connections, with each session pinned to one shard.
+
+``max_connections=None`` (``RemoteEnvironment``'s default) leaves the pools uncapped:
+each holds as many connections as it has requests in flight, so a caller running C
+sessions gets C connections and never a queue; httpx then spreads them over
+``_HTTPX_UNCAPPED_SHARDS`` pools.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ __all__ = [
 
 HttpEngine = Literal["auto", "aiohttp", "httpx"]
 _HTTPX_POOL_SIZE = 64
+_HTTPX_UNCAPPED_SHARDS = 16
 
 
 class TransportFailure(Exception):
@@ -52,7 +58,9 @@ class Transport(Protocol):
 class AiohttpTransport:
     """One ``aiohttp.ClientSession``, created on first use inside the running loop."""
 
-    def __init__(self, url: str, headers: dict[str, str], timeout: float, max_connections: int):
+    def __init__(
+        self, url: str, headers: dict[str, str], timeout: float, max_connections: int | None
+    ) -> None:
         self.url, self.headers = url, headers
         self.timeout, self.max_connections = timeout, max_connections
         self._session: Any = None
@@ -66,7 +74,8 @@ class AiohttpTransport:
                 base_url=self.url,
                 headers=self.headers,
                 timeout=aiohttp.ClientTimeout(total=self.timeout, connect=min(self.timeout, 10.0)),
-                connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0),
+                connector=aiohttp.TCPConnector(limit=self.max_connections or 0,
+                                               limit_per_host=0),
             )
         return self._session
 
@@ -175,10 +184,10 @@ class SocketPool:
 
     A session leases one for its whole life (so its calls stay on one connection, and on
     the replica that connection reached) and releases it at close; at most ``keep`` idle
-    ones are kept open.
+    ones are kept open (``None``: all of them, as many as were ever in use at once).
     """
 
-    def __init__(self, transport: AiohttpTransport, path: str, keep: int) -> None:
+    def __init__(self, transport: AiohttpTransport, path: str, keep: int | None) -> None:
         self._transport, self.path, self.keep = transport, path, keep
         self._idle: list[WebSocketChannel] = []
 
@@ -186,7 +195,7 @@ class SocketPool:
         return self._idle.pop() if self._idle else WebSocketChannel(self._transport, self.path)
 
     async def release(self, channel: WebSocketChannel) -> None:
-        if channel.usable and len(self._idle) < self.keep:
+        if channel.usable and (self.keep is None or len(self._idle) < self.keep):
             self._idle.append(channel)
         else:
             await channel.aclose()
@@ -206,11 +215,17 @@ class WebSocketRefused(Exception):
 
 
 class HttpxTransport:
-    """``httpx.AsyncClient`` pools of at most ``_HTTPX_POOL_SIZE`` connections each."""
+    """``httpx.AsyncClient`` pools of at most ``_HTTPX_POOL_SIZE`` connections each (or
+    ``_HTTPX_UNCAPPED_SHARDS`` uncapped ones)."""
 
-    def __init__(self, url: str, headers: dict[str, str], timeout: float, max_connections: int):
-        shards = max(1, -(-max_connections // _HTTPX_POOL_SIZE))
-        per_shard = -(-max_connections // shards)
+    def __init__(
+        self, url: str, headers: dict[str, str], timeout: float, max_connections: int | None
+    ) -> None:
+        if max_connections is None:
+            shards, per_shard = _HTTPX_UNCAPPED_SHARDS, None
+        else:
+            shards = max(1, -(-max_connections // _HTTPX_POOL_SIZE))
+            per_shard = -(-max_connections // shards)
         limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
         self._clients = [
             httpx.AsyncClient(base_url=url, headers=headers, limits=limits,
@@ -235,7 +250,8 @@ class HttpxTransport:
 
 
 def make_transport(
-    engine: HttpEngine, url: str, headers: dict[str, str], timeout: float, max_connections: int
+    engine: HttpEngine, url: str, headers: dict[str, str], timeout: float,
+    max_connections: int | None,
 ) -> Transport:
     if engine == "auto":
         try:
