@@ -33,6 +33,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "RemoteEnvironment": "envhub.client",
 }
+# Subpackages reachable as attributes without importing them first:
+# ``envhub.rollout.run(env, policy, tasks="0:100")`` after a bare ``import envhub``.
+_LAZY_MODULES = ("rollout",)
 
 __all__ = [
     "Budgets",
@@ -52,6 +55,7 @@ __all__ = [
     "ToolCall",
     "list_environments",
     "make",
+    "rollout",
     "session",
     "tool",
 ]
@@ -60,4 +64,6 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
+    if name in _LAZY_MODULES:
+        return import_module(f"envhub.{name}")
     raise AttributeError(f"module 'envhub' has no attribute {name!r}")

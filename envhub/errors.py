@@ -20,6 +20,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── PolicyError              the model endpoint failed
     │   └── TransientPolicyError 429/5xx/timeouts: worth retrying
     ├── RemoteError              an envhub server answered with an error body
+    ├── RolloutFailed            a rollout stopped early or masked too many episodes
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 
 ``code`` is the machine-readable error code of the HTTP API (DESIGN.md).
@@ -36,6 +37,7 @@ __all__ = [
     "PolicyError",
     "RegistryError",
     "RemoteError",
+    "RolloutFailed",
     "SandboxError",
     "SessionClosed",
     "SessionError",
@@ -129,6 +131,19 @@ class RemoteError(EnvhubError):
     def __init__(self, message: str, *, code: str, status: int) -> None:
         super().__init__(message, code=code)
         self.status = status
+
+
+class RolloutFailed(EnvhubError):
+    """A rollout whose results cannot be trusted as a whole: its circuit breaker stopped
+    it (the environment or model server looked down) or more than the allowed fraction of
+    its episodes are masked. ``result`` holds what it produced (written, when it had an
+    output file: ``--resume`` re-runs the masked and missing episodes)."""
+
+    code = "rollout_failed"
+
+    def __init__(self, message: str, *, result: object) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class Unauthorized(EnvhubError):

@@ -41,8 +41,14 @@ class LoopThread:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Blocking variant of :meth:`run` for synchronous callers."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """Blocking variant of :meth:`run` for synchronous callers; Ctrl-C while waiting
+        cancels the coroutine instead of leaving it running in the background."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except KeyboardInterrupt:
+            future.cancel()
+            raise
 
     def stop(self) -> None:
         """Stop the loop and join the thread (the loop is closed once it has stopped)."""

@@ -24,13 +24,21 @@ from envhub.cli.options import (
     parse_env_args,
     use_sandbox_backend,
 )
-from envhub.errors import EnvhubError
-from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
+from envhub.errors import EnvhubError, RolloutFailed
+from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
 
 if TYPE_CHECKING:
     from envhub.client import SessionTransport
+    from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
     from envhub.trajectory import Trajectory
+
+# The defaults of envhub.client.DEFAULT_TRANSPORT, envhub.rollout.breaker and
+# envhub.rollout.run, spelled out so that `envhub --help` imports none of them
+# (tests/rollout/test_defaults.py holds them equal).
+DEFAULT_ENV_TRANSPORT = "ws"
+DEFAULT_MAX_MASKED_FRACTION = 0.1
+DEFAULT_MAX_CONSECUTIVE_MASKED = 20
 
 console = Console(stderr=True)
 
@@ -109,6 +117,8 @@ def _summary_table(summary: RunSummary) -> Table:
         "tokens (prompt / completion)", f"{summary.prompt_tokens} / {summary.completion_tokens}"
     )
     table.add_row("episodes/s (this run)", fmt(summary.episodes_per_s, 1))
+    if summary.missing:
+        table.add_row("not run", f"{summary.missing} of {summary.planned} ({summary.stopped})")
     return table
 
 
@@ -131,12 +141,26 @@ def rollout_command(
     temperature: Annotated[float, typer.Option()] = 1.0,
     top_p: Annotated[float, typer.Option()] = 1.0,
     max_tokens: Annotated[int | None, typer.Option(help="completion tokens per turn")] = None,
-    resume: Annotated[bool, typer.Option(help="append the episodes missing from OUTPUT")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="run the episodes OUTPUT has no scored record of (re-runs "
+                           "masked ones; OUTPUT keeps the latest record of each)")
+    ] = False,
+    time_limit: Annotated[
+        float | None, typer.Option(help="seconds; then episodes in flight are cancelled "
+                                   "(--resume runs them later)")
+    ] = None,
+    max_masked_fraction: Annotated[
+        float, typer.Option(help="exit 1 when more of the episodes are masked")
+    ] = DEFAULT_MAX_MASKED_FRACTION,
+    max_consecutive_masked: Annotated[
+        int, typer.Option(help="stop dispatching (and exit 1) after this many masked "
+                          "episodes in a row: a dead server; 0: never")
+    ] = DEFAULT_MAX_CONSECUTIVE_MASKED,
     env_arg: EnvArgOption = None,
     env_url: Annotated[str | None, typer.Option(help="use an `envhub serve` server")] = None,
     env_transport: Annotated[
         str, typer.Option(help="with --env-url: ws (pooled WebSockets) | http")
-    ] = "ws",
+    ] = DEFAULT_ENV_TRANSPORT,
     env_token: Annotated[
         str | None,
         typer.Option(envvar="ENVHUB_TOKEN", show_envvar=True, help="the server's bearer token"),
@@ -160,7 +184,8 @@ def rollout_command(
 ) -> None:
     """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
 
-    Writes one JSON line per episode as it finishes, then OUTPUT.summary.json.
+    Writes one JSON line per episode as it finishes, then OUTPUT.summary.json. Exits 1
+    when the run stopped on a dead server or masked more than --max-masked-fraction.
     """
     from envhub.policies import SamplingParams, make_policy
     from envhub.rollout.runtime import run_async
@@ -188,114 +213,104 @@ def rollout_command(
         options = {"api_key": api_key, "request_timeout_s": request_timeout}
     elif policy == "reference":
         options = {"wrong_action_p": wrong_action_p}
+    run_options: dict[str, Any] = {
+        "tasks": tasks,
+        "group_size": group_size,
+        "concurrency": concurrency,
+        "output": output,
+        "resume": resume,
+        "time_limit_s": time_limit,
+        "max_env_attempts": max_env_attempts,
+        "policy_version": policy_version,
+        "success_threshold": success_threshold,
+        "max_masked_fraction": max_masked_fraction,
+        "max_consecutive_masked": max_consecutive_masked or None,
+        "gc_threshold": gc_threshold,
+    }
     try:
         chosen = make_policy(policy, model=model, base_urls=base_url, sampling=sampling, **options)
-        with gc_tuned_for_throughput(gc_threshold):
-            summary = run_async(
-                _rollout(
-                    env,
-                    chosen,
-                    output=output,
-                    options=parse_env_args(env_arg or []),
-                    env_url=env_url,
-                    env_transport=cast("SessionTransport", env_transport),
-                    env_token=env_token,
-                    tasks=tasks,
-                    group_size=group_size,
-                    concurrency=concurrency,
-                    max_turns=max_turns,
-                    resume=resume,
-                    max_env_attempts=max_env_attempts,
-                    policy_version=policy_version,
-                    success_threshold=success_threshold,
-                )
+        result = run_async(
+            _rollout(
+                env,
+                chosen,
+                options=parse_env_args(env_arg or []),
+                env_url=env_url,
+                env_transport=cast("SessionTransport", env_transport),
+                env_token=env_token,
+                max_turns=max_turns,
+                run_options=run_options,
             )
+        )
+    except RolloutFailed as exc:
+        console.print(_summary_table(cast("RolloutResult", exc.result).summary))
+        raise _fail(str(exc), code=1) from None
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
-    console.print(_summary_table(summary))
+    console.print(_summary_table(result.summary))
+    if result.summary.stopped == "deadline":
+        console.print(
+            f"[yellow]time limit reached[/yellow]: {result.summary.missing} episodes did not "
+            "run; --resume runs them"
+        )
     console.print(f"trajectories: {output}   summary: {output}.summary.json")
 
 
-async def _open_env(
+def _open_env(
     env: str,
     options: dict[str, Any],
     env_url: str | None,
     max_turns: int | None,
     transport: SessionTransport,
     token: str | None,
-) -> tuple[Any, str, bool]:
-    """(environment, version, in_process); a local env enforces max_turns itself."""
+) -> tuple[Any, bool]:
+    """(environment, in_process); a local env enforces max_turns itself."""
     if env_url is None:
         from envhub.local import make
 
-        local = make(env, max_turns=max_turns, **options)
-        return local, local.version, True
+        return make(env, max_turns=max_turns, **options), True
     from envhub.client import RemoteEnvironment
 
-    remote = RemoteEnvironment(env_url, env, options, token=token, max_connections=1024,
-                               transport=transport)
-    try:
-        info = await remote.info()
-    except BaseException:
-        await remote.aclose()
-        raise
-    return remote, str(info.get("version", "unknown")), False
+    return RemoteEnvironment(env_url, env, options, token=token, transport=transport), False
 
 
 async def _rollout(
     env_name: str,
     policy: Any,
     *,
-    output: Path,
     options: dict[str, Any],
     env_url: str | None,
     env_transport: SessionTransport,
     env_token: str | None,
-    tasks: str | None,
-    group_size: int,
-    concurrency: int,
     max_turns: int | None,
-    resume: bool,
-    max_env_attempts: int,
-    policy_version: int | None,
-    success_threshold: float,
-) -> RunSummary:
-    from envhub.rollout.dispatcher import run_rollout
-    from envhub.rollout.episode import EpisodeRunner
-    from envhub.rollout.tasks import select_task_ids
+    run_options: dict[str, Any],
+) -> RolloutResult:
+    from envhub.rollout.run import run
 
-    env, version, in_process = await _open_env(env_name, options, env_url, max_turns,
-                                               env_transport, env_token)
     try:
-        task_ids = await select_task_ids(env, tasks)
-        runner = EpisodeRunner(
+        env, in_process = _open_env(
+            env_name, options, env_url, max_turns, env_transport, env_token
+        )
+    except BaseException:
+        await policy.aclose()
+        raise
+    progress = _progress()
+    bar = progress.add_task(f"{env_name} x {policy.model}", total=None, stats="")
+
+    def planned(total: int, done: int) -> None:  # shown once the tasks are known
+        progress.update(bar, total=total, completed=done)
+        progress.start()
+
+    try:
+        return await run(
             env,
             policy,
-            env_version=version,
             max_turns=None if in_process else max_turns,
-            max_env_attempts=max_env_attempts,
-            policy_version=lambda: policy_version,
-            task_of=env.tasks.get if in_process else (lambda task_id: None),
+            on_result=_LiveStats(progress, bar),
+            on_plan=planned,
+            **run_options,
         )
-        with _progress() as progress:
-            bar = progress.add_task(f"{env_name} x {policy.model}", total=None, stats="")
-            live = _LiveStats(progress, bar)
-
-            def planned(total: int, done: int) -> None:
-                progress.update(bar, total=total, completed=done)
-
-            return await run_rollout(
-                runner,
-                task_ids,
-                output,
-                group_size=group_size,
-                concurrency=concurrency,
-                resume=resume,
-                success_threshold=success_threshold,
-                on_result=live,
-                on_plan=planned,
-            )
     finally:
+        progress.stop()
         await policy.aclose()
         closer = getattr(env, "aclose", None)
         if closer is not None:

@@ -1,5 +1,8 @@
 """The rollout engine: episodes, continuous dispatch, GRPO groups, streaming, checks.
 
+- :func:`run` (async) and :func:`run_sync` (blocking) are ``envhub rollout`` as a Python
+  call: environment or client, policy, tasks, group size, concurrency, optional output
+  file and time limit, in; summary (and the trajectories, without a file) out.
 - :class:`EpisodeRunner` runs one episode (policy <-> session) into a ``Trajectory``.
 - :func:`dispatch` keeps ``concurrency`` episodes in flight with no batch barrier;
   :func:`run_rollout` is the file-backed, resumable run behind ``envhub rollout``.
@@ -9,6 +12,7 @@
 
 from __future__ import annotations
 
+from envhub.rollout.breaker import CircuitBreaker as CircuitBreaker
 from envhub.rollout.check import CheckFailure as CheckFailure
 from envhub.rollout.check import CheckReport as CheckReport
 from envhub.rollout.check import check_tasks as check_tasks
@@ -17,6 +21,9 @@ from envhub.rollout.dispatcher import plan_episodes as plan_episodes
 from envhub.rollout.dispatcher import run_rollout as run_rollout
 from envhub.rollout.episode import EpisodeRunner as EpisodeRunner
 from envhub.rollout.episode import EpisodeSpec as EpisodeSpec
+from envhub.rollout.run import RolloutResult as RolloutResult
+from envhub.rollout.run import run as run
+from envhub.rollout.run import run_sync as run_sync
 from envhub.rollout.stream import Group as Group
 from envhub.rollout.stream import RolloutStream as RolloutStream
 from envhub.rollout.stream import stream as stream
@@ -28,16 +35,20 @@ from envhub.rollout.tasks import select_task_ids as select_task_ids
 __all__ = [
     "CheckFailure",
     "CheckReport",
+    "CircuitBreaker",
     "EpisodeRunner",
     "EpisodeSpec",
     "Group",
+    "RolloutResult",
     "RolloutStream",
     "RunSummary",
     "check_tasks",
     "dispatch",
     "pass_at_k",
     "plan_episodes",
+    "run",
     "run_rollout",
+    "run_sync",
     "select_task_ids",
     "stream",
     "summarize",

@@ -1,22 +1,34 @@
 """Continuous dispatch: ``concurrency`` workers each pull the next episode as soon as
 their last one ends, so a slow episode never holds back the others (no batch barrier).
 
-:func:`run_rollout` is the file-backed run behind ``envhub rollout``: GRPO groups of
-``group_size`` samples per task, written one trajectory per line as episodes finish,
-with ``resume`` skipping the (task_id, sample_index) pairs the file already holds.
+:func:`run_rollout` is the run behind ``envhub rollout`` and :func:`envhub.rollout.run`:
+GRPO groups of ``group_size`` samples per task, written one trajectory per line as
+episodes finish (or kept in memory without an output file). ``resume`` runs the (task_id,
+sample_index) pairs the file does not hold a scored record of: masked records are not
+results, so their episodes run again, and the file is compacted at the end to the latest
+record of each pair. A ``deadline`` stops the run (episodes in flight are cancelled and
+their sessions aborted; ``--resume`` runs them later), and a :class:`CircuitBreaker`
+stops it when episodes keep failing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from envhub.errors import InvalidRequest
+from envhub.rollout.breaker import CircuitBreaker
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.rollout.summary import RunSummary, summarize
-from envhub.trajectory import Trajectory, TrajectoryWriter, read_records
+from envhub.trajectory import (
+    Trajectory,
+    TrajectoryWriter,
+    compact_trajectories,
+    read_records,
+)
 
 __all__ = ["completed_pairs", "dispatch", "plan_episodes", "run_rollout", "summary_path"]
 
@@ -48,11 +60,15 @@ async def dispatch(
     concurrency: int,
     on_result: Callable[[Trajectory], None],
     on_start: Callable[[EpisodeSpec], None] | None = None,
+    deadline: float | None = None,
+    breaker: CircuitBreaker | None = None,
 ) -> int:
     """Run every episode with at most ``concurrency`` in flight; returns how many ran.
 
     ``on_result`` runs in the event loop for each finished trajectory (write it, count it);
-    it must be quick and must not raise.
+    it must be quick and must not raise. At ``deadline`` (a ``time.monotonic()`` value)
+    the episodes in flight are cancelled, which aborts their sessions, and none is
+    recorded. Once ``breaker`` opens no new episode starts; those in flight finish.
     """
     if concurrency < 1:
         raise InvalidRequest(f"concurrency must be >= 1, got {concurrency}")
@@ -61,17 +77,27 @@ async def dispatch(
 
     async def worker() -> None:
         nonlocal done
-        for spec in pending:  # one shared iterator: each worker takes the next spec
+        while breaker is None or not breaker.open:
+            spec = next(pending, None)  # one shared iterator: each worker takes the next spec
+            if spec is None:
+                return
             if on_start is not None:
                 on_start(spec)
             trajectory = await runner.run(spec)
+            if breaker is not None:
+                breaker.record(trajectory)
             on_result(trajectory)
             done += 1
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
-        await asyncio.gather(*workers)
-    finally:  # a failing callback or a cancelled run stops every worker, not just one
+        finished, _ = await asyncio.wait(
+            workers, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
+        )
+        for task in finished:
+            task.result()  # a failing callback stops the run with its error
+    finally:  # a failure, the deadline or a cancelled run stops every worker
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
@@ -79,14 +105,16 @@ async def dispatch(
 
 
 def completed_pairs(path: str | Path, env_name: str) -> set[tuple[str, int]]:
-    """(task_id, sample_index) pairs already in a trajectory file (for ``--resume``)."""
-    pairs: set[tuple[str, int]] = set()
+    """(task_id, sample_index) pairs whose latest record in a trajectory file is scored:
+    the ones ``--resume`` skips (a masked record is not a result, so its episode runs
+    again)."""
+    masked: dict[tuple[str, int], bool] = {}
     for record in read_records(path):
         name = (record.get("env") or {}).get("name")
         if name != env_name:
             raise InvalidRequest(f"{path} holds trajectories of {name!r}, not {env_name!r}")
-        pairs.add((record["task_id"], record["sample_index"]))
-    return pairs
+        masked[(record["task_id"], record["sample_index"])] = bool(record.get("masked"))
+    return {pair for pair, was_masked in masked.items() if not was_masked}
 
 
 def summary_path(output: str | Path) -> Path:
@@ -96,45 +124,119 @@ def summary_path(output: str | Path) -> Path:
 async def run_rollout(
     runner: EpisodeRunner,
     task_ids: list[str],
-    output: str | Path,
+    output: str | Path | None = None,
     *,
     group_size: int = 1,
     concurrency: int = 64,
     resume: bool = False,
     success_threshold: float = 1.0,
+    deadline: float | None = None,
+    breaker: CircuitBreaker | None = None,
     on_result: Callable[[Trajectory], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
 ) -> RunSummary:
-    """Roll out ``group_size`` samples of each task into ``output`` and summarize the file.
+    """Roll out ``group_size`` samples of each task and summarize them.
 
-    Without ``resume`` an existing non-empty output is refused (nothing is overwritten).
-    ``on_plan(total, already_done)`` is called once before dispatching. The summary covers
-    the whole file and is also written to ``OUTPUT.summary.json``.
+    With ``output``, trajectories are appended to it as they finish and the summary
+    covers the whole file (the latest record of each pair of the selected tasks) and is
+    also written to ``OUTPUT.summary.json``; without ``resume`` an existing non-empty
+    output is refused (nothing is overwritten). Without ``output`` nothing is written:
+    the summary covers this run, and ``on_result`` is the way to keep the trajectories.
+    ``on_plan(total, already_done)`` is called once before dispatching. ``deadline``
+    and ``breaker``: see :func:`dispatch`.
     """
+    if output is None:
+        if resume:
+            raise InvalidRequest("resume needs an output file to continue")
+        kept: list[Trajectory] = []
+        ran, elapsed = await _run_planned(
+            runner, task_ids, set(), kept.append, group_size=group_size,
+            concurrency=concurrency, deadline=deadline, breaker=breaker,
+            on_result=on_result, on_plan=on_plan,
+        )  # fmt: skip
+        pairs = {(t.task_id, t.sample_index) for t in kept}
+        summary = summarize(
+            kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
+        )
+        return _with_plan(summary, pairs, task_ids, group_size, breaker, deadline)
     output = Path(output)
     exists = output.exists() and output.stat().st_size > 0
     if exists and not resume:
         raise InvalidRequest(f"{output} exists: pass --resume to continue it, or pick another file")
-    skip = completed_pairs(output, runner.env_ref.name) if exists else set()
+    with TrajectoryWriter(output) as writer:  # opened first: it repairs the file's end
+        skip = completed_pairs(output, runner.env_ref.name) if exists else set()
+        ran, elapsed = await _run_planned(
+            runner, task_ids, skip, writer.write, group_size=group_size,
+            concurrency=concurrency, deadline=deadline, breaker=breaker,
+            on_result=on_result, on_plan=on_plan,
+        )  # fmt: skip
+    compact_trajectories(output)  # from here on, one record per pair: the latest
+    wanted = set(task_ids)
+    pairs: set[tuple[str, int]] = set()
+
+    def selected() -> Iterator[dict[str, Any]]:  # streamed: records can be large
+        for record in read_records(output):
+            if record["task_id"] in wanted:
+                pairs.add((record["task_id"], record["sample_index"]))
+                yield record
+
+    summary = summarize(
+        selected(), success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
+    )
+    summary = _with_plan(summary, pairs, task_ids, group_size, breaker, deadline)
+    summary_path(output).write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+async def _run_planned(
+    runner: EpisodeRunner,
+    task_ids: list[str],
+    skip: set[tuple[str, int]],
+    record: Callable[[Trajectory], None],
+    *,
+    group_size: int,
+    concurrency: int,
+    deadline: float | None,
+    breaker: CircuitBreaker | None,
+    on_result: Callable[[Trajectory], None] | None,
+    on_plan: Callable[[int, int], None] | None,
+) -> tuple[int, float]:
+    """Dispatch the episodes not in ``skip``; (how many ran, seconds it took)."""
     specs = plan_episodes(task_ids, group_size, skip=skip)
     if on_plan is not None:
         on_plan(len(task_ids) * group_size, len(task_ids) * group_size - len(specs))
+
+    def recorded(trajectory: Trajectory) -> None:
+        record(trajectory)
+        if on_result is not None:
+            on_result(trajectory)
+
     started = time.perf_counter()
-    with TrajectoryWriter(output) as writer:
+    ran = await dispatch(
+        runner, specs, concurrency=concurrency, on_result=recorded, deadline=deadline,
+        breaker=breaker,
+    )  # fmt: skip
+    return ran, time.perf_counter() - started
 
-        def record(trajectory: Trajectory) -> None:
-            writer.write(trajectory)
-            if on_result is not None:
-                on_result(trajectory)
 
-        ran = await dispatch(runner, specs, concurrency=concurrency, on_result=record)
-    elapsed = time.perf_counter() - started
-    wanted = set(task_ids)
-    summary = summarize(
-        (r for r in read_records(output) if r["task_id"] in wanted),
-        success_threshold=success_threshold,
-        elapsed_s=elapsed,
-        episodes_this_run=ran,
-    )
-    summary_path(output).write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    return summary
+def _with_plan(
+    summary: RunSummary,
+    pairs: set[tuple[str, int]],
+    task_ids: list[str],
+    group_size: int,
+    breaker: CircuitBreaker | None,
+    deadline: float | None,
+) -> RunSummary:
+    """``summary`` plus what was planned, what has no record, and why the run stopped."""
+    planned = {(task_id, index) for task_id in task_ids for index in range(group_size)}
+    missing = len(planned - pairs)
+    if breaker is not None and breaker.open:
+        stopped, detail = "circuit_breaker", breaker.reason
+    elif missing and deadline is not None and time.monotonic() >= deadline:
+        stopped, detail = "deadline", f"{missing} of {len(planned)} episodes did not run"
+    else:
+        stopped = detail = None
+    return summary.model_copy(
+        update={"planned": len(planned), "missing": missing, "stopped": stopped,
+                "stop_detail": detail}
+    )  # fmt: skip

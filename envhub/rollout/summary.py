@@ -4,6 +4,11 @@ pass@k uses the unbiased estimator of Chen et al. (2021): for a task with ``n`` 
 samples of which ``c`` succeed, ``pass@k = 1 - C(n-c, k) / C(n, k)``, averaged over the
 tasks with at least ``k`` scored samples. Masked samples are not scored, so they count
 neither as failures nor as samples.
+
+A run that ends before every planned episode has a record says so: ``missing`` counts
+the (task, sample) pairs without one and ``stopped`` says why (``"deadline"``: the time
+limit; ``"circuit_breaker"``: too many episodes in a row were masked, ``stop_detail``
+says which failure).
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from math import comb
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from envhub.trajectory import Trajectory
 
 __all__ = ["RunSummary", "k_values", "pass_at_k", "summarize"]
 
@@ -54,16 +61,28 @@ class RunSummary(BaseModel):
     elapsed_s: float | None = None
     episodes_this_run: int | None = None
     episodes_per_s: float | None = None
+    planned: int | None = None
+    missing: int | None = None
+    stopped: str | None = None
+    stop_detail: str | None = None
+
+    @property
+    def masked_fraction(self) -> float:
+        return self.masked / self.episodes if self.episodes else 0.0
+
+
+_SUMMARIZED = {"task_id", "reward", "masked", "stop_reason", "error", "metrics", "usage"}
 
 
 def summarize(
-    records: Iterable[dict[str, Any]],
+    records: Iterable[dict[str, Any] | Trajectory],
     *,
     success_threshold: float = 1.0,
     elapsed_s: float | None = None,
     episodes_this_run: int | None = None,
 ) -> RunSummary:
-    """Summarize raw trajectory records (as read from a trajectory file).
+    """Summarize trajectories, or raw records as read from a trajectory file (one per
+    (task, sample): see :func:`envhub.trajectory.latest_records`).
 
     A sample succeeds when its reward is at least ``success_threshold``.
     """
@@ -72,7 +91,8 @@ def summarize(
     by_task: dict[str, list[bool]] = defaultdict(list)
     stops: Counter[str] = Counter()
     errors: Counter[str] = Counter()
-    for record in records:
+    for item in records:
+        record = item.model_dump(include=_SUMMARIZED) if isinstance(item, Trajectory) else item
         episodes += 1
         stops[record.get("stop_reason") or "none"] += 1
         usage = record.get("usage") or {}

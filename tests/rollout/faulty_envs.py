@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import ClassVar
 
@@ -57,3 +58,49 @@ class EvenTasksUnsolvable(CalcEnv):
         if int(self.task.id.rsplit("-", 1)[1]) % 2 == 0:
             return Reward(value=0.0)
         return super().reward()
+
+
+class FailingResets(CalcEnv):
+    """``fail_every=n``: the reset of every n-th task (by index) loses its sandbox, so those
+    episodes are masked; ``fail_every=1`` is an outage, 0 a healthy environment. Same
+    name whatever the option, so a run made during an outage can be resumed without it."""
+
+    name = "failing-resets"
+
+    def __init__(self, fail_every: int = 0, num_tasks: int = 3000, seed: int = 0) -> None:
+        super().__init__(num_tasks=num_tasks, seed=seed)
+        self.fail_every = int(fail_every)
+
+    async def reset(self, task):  # type: ignore[no-untyped-def]
+        if self.fail_every and int(task.id.rsplit("-", 1)[1]) % self.fail_every == 0:
+            raise SandboxError("could not start sandbox (injected outage)")
+        return await super().reset(task)
+
+
+class Rendezvous(CalcEnv):
+    """``calculate`` answers only once ``party`` calls wait in it at the same time (across
+    the sessions of ``room``: one per test), or fails with the tool timeout: proof that
+    ``party`` requests reached the server together."""
+
+    name = "rendezvous"
+    rooms: ClassVar[dict[str, tuple[list[int], asyncio.Event]]] = {}
+
+    def __init__(
+        self, party: int = 1, room: str = "", num_tasks: int = 3000, seed: int = 0
+    ) -> None:
+        super().__init__(num_tasks=num_tasks, seed=seed)
+        self.party, self.room = int(party), room
+
+    @tool
+    async def calculate(self, expression: str) -> str:
+        """Evaluate an arithmetic expression.
+
+        Args:
+            expression: The expression.
+        """
+        count, everyone = Rendezvous.rooms.setdefault(self.room, ([0], asyncio.Event()))
+        count[0] += 1
+        if count[0] >= self.party:
+            everyone.set()
+        await everyone.wait()
+        return await super().calculate(expression)

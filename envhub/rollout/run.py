@@ -1,0 +1,188 @@
+"""``envhub.rollout.run``: what ``envhub rollout`` does, as one Python call.
+
+    env = envhub.make("calc")                        # or RemoteEnvironment(url, "calc")
+    policy = make_policy("openai", model="m", base_urls=["http://127.0.0.1:8000/v1"])
+    result = await envhub.rollout.run(env, policy, tasks="0:100", group_size=8,
+                                      concurrency=256, output="runs/calc.jsonl")
+    result = envhub.rollout.run_sync(env, policy, tasks="0:8")   # blocking; kept in memory
+    print(result.summary.mean_reward, len(result.trajectories))
+
+It selects the tasks (a ``--tasks`` spec or a list of ids), builds the episode runner for
+the environment (its version; its tasks, for the reference policy, when it is in-process),
+runs the episodes with the collector tuned for throughput, and judges the outcome: a run
+stopped by its circuit breaker, or with more than ``max_masked_fraction`` of its episodes
+masked, raises :class:`~envhub.errors.RolloutFailed` (carrying the result), so a dead
+server never passes for a finished run. The caller owns ``env`` and ``policy`` and closes
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from envhub.errors import InvalidRequest, RolloutFailed
+from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
+from envhub.policies.base import Policy
+from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
+from envhub.rollout.dispatcher import run_rollout
+from envhub.rollout.episode import EnvironmentLike, EpisodeRunner
+from envhub.rollout.summary import RunSummary
+from envhub.rollout.tasks import select_task_ids
+from envhub.trajectory import Trajectory
+
+__all__ = ["DEFAULT_MAX_MASKED_FRACTION", "RolloutResult", "run", "run_sync"]
+
+DEFAULT_MAX_MASKED_FRACTION = 0.1
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    """What a run produced: its summary, and its trajectories when they were not written
+    to ``output`` (read those with :func:`envhub.trajectory.read_trajectories`)."""
+
+    summary: RunSummary
+    trajectories: list[Trajectory] | None
+    output: Path | None
+
+
+async def run(
+    env: EnvironmentLike,
+    policy: Policy,
+    tasks: str | Sequence[str] | None = None,
+    *,
+    group_size: int = 1,
+    concurrency: int = 64,
+    output: str | Path | None = None,
+    resume: bool = False,
+    time_limit_s: float | None = None,
+    max_turns: int | None = None,
+    max_env_attempts: int = 3,
+    policy_version: int | None = None,
+    success_threshold: float = 1.0,
+    max_masked_fraction: float | None = DEFAULT_MAX_MASKED_FRACTION,
+    max_consecutive_masked: int | None = DEFAULT_BREAKER_THRESHOLD,
+    gc_threshold: int = DEFAULT_GC_THRESHOLD,
+    on_result: Callable[[Trajectory], None] | None = None,
+    on_plan: Callable[[int, int], None] | None = None,
+) -> RolloutResult:
+    """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
+    in flight.
+
+    ``tasks``: a ``--tasks`` spec (``"test"``, ``"0:100"``, ``"train[0:100]"``,
+    ``"id1,id2"``; default: the test split) or a list of task ids. ``output``: the JSONL
+    file to append to (``resume`` continues one: see :func:`run_rollout`); without it
+    the trajectories come back in the result. ``time_limit_s``: after that many seconds
+    the episodes in flight are cancelled and the summary says ``stopped="deadline"``
+    (``missing`` did not run). ``max_turns``: this runner's cap on model turns (an
+    in-process environment can also enforce its own budget). ``max_consecutive_masked``
+    masked episodes in a row open the circuit breaker (``None``: never). ``gc_threshold``:
+    see :func:`envhub.gc_tuning.gc_tuned_for_throughput` (0 leaves the collector alone).
+
+    Raises :class:`~envhub.errors.RolloutFailed` when the breaker opened or more than
+    ``max_masked_fraction`` of the episodes are masked (``None``: no limit).
+    """
+    if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
+        raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
+    deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    task_ids = await select_task_ids(env, tasks)
+    runner = EpisodeRunner(
+        env,
+        policy,
+        env_version=await _version(env),
+        max_turns=max_turns,
+        max_env_attempts=max_env_attempts,
+        policy_version=lambda: policy_version,
+        task_of=getattr(getattr(env, "tasks", None), "get", None) or (lambda task_id: None),
+    )
+    kept: list[Trajectory] | None = [] if output is None else None
+
+    def record(trajectory: Trajectory) -> None:
+        if kept is not None:
+            kept.append(trajectory)
+        if on_result is not None:
+            on_result(trajectory)
+
+    with gc_tuned_for_throughput(gc_threshold):
+        summary = await run_rollout(
+            runner,
+            task_ids,
+            output,
+            group_size=group_size,
+            concurrency=concurrency,
+            resume=resume,
+            success_threshold=success_threshold,
+            deadline=deadline,
+            breaker=CircuitBreaker(max_consecutive_masked) if max_consecutive_masked else None,
+            on_result=record,
+            on_plan=on_plan,
+        )
+    result = RolloutResult(summary, kept, None if output is None else Path(output))
+    failure = _failure(summary, max_masked_fraction)
+    if failure is not None:
+        raise RolloutFailed(failure, result=result)
+    return result
+
+
+def _blocking(function: Callable[P, Coroutine[Any, Any, T]], name: str, doc: str
+              ) -> Callable[P, T]:
+    """The blocking twin of a coroutine function, run on envhub's background loop."""
+
+    @functools.wraps(function)
+    def blocking(*args: P.args, **kwargs: P.kwargs) -> T:
+        from envhub.sync import run_sync as on_background_loop
+
+        return on_background_loop(function(*args, **kwargs))
+
+    blocking.__name__ = blocking.__qualname__ = name
+    blocking.__doc__ = doc
+    return blocking
+
+
+run_sync = _blocking(run, "run_sync", """:func:`run`, blocking (same arguments and result).
+
+It runs on envhub's background event loop (the one behind ``envhub.session``), so it also
+works where a loop is already running (a notebook), and the environment and policy stay
+on one loop across calls. Interrupting the call cancels the run.""")
+
+
+async def _version(env: Any) -> str:
+    """The environment's version: an attribute in-process, ``info()`` from a server."""
+    version = getattr(env, "version", None)
+    if isinstance(version, str):
+        return version
+    info = getattr(env, "info", None)
+    if info is None:
+        return "unknown"
+    details = info()
+    if inspect.isawaitable(details):
+        details = await details
+    return str(details.get("version", "unknown"))
+
+
+def _failure(summary: RunSummary, max_masked_fraction: float | None) -> str | None:
+    """Why the run's results cannot stand as a finished run, or ``None``."""
+    if summary.stopped == "circuit_breaker":
+        return (
+            f"the rollout stopped: {summary.stop_detail}; the environment or model server "
+            f"looks down, so {summary.missing} of {summary.planned} episodes were not run. "
+            "Fix it, then resume the run (--resume) to run them and re-run the masked ones."
+        )
+    if max_masked_fraction is not None and summary.masked_fraction > max_masked_fraction:
+        errors = ", ".join(f"{kind}: {n}" for kind, n in sorted(summary.errors.items()))
+        return (
+            f"{summary.masked} of {summary.episodes} episodes "
+            f"({summary.masked_fraction:.0%}) are masked, more than the "
+            f"{max_masked_fraction:.0%} allowed (--max-masked-fraction); errors: {errors}. "
+            "Masked episodes are infrastructure failures, not results: resume the run "
+            "(--resume) to re-run them."
+        )
+    return None
