@@ -9,13 +9,14 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── InvalidRequest           bad options, bad arguments to an API      (invalid_request)
     ├── ToolError                a tool call failed; becomes an is_error observation
     │   ├── ToolArgumentError    malformed JSON / wrong types / unknown tool
-    │   └── ToolTimeout          the call ran past its timeout
+    │   ├── ToolTimeout          the call ran past its timeout
+    │   └── FileOperationError   a sandbox file operation failed in a working sandbox
     ├── SessionError             session lifecycle problems
     │   ├── SessionNotFound      unknown or reaped session id              (session_not_found)
     │   ├── SessionClosed        stepping a closed/finished session        (session_closed)
     │   ├── CapacityError        too many sessions                         (capacity)
     │   └── BudgetExceeded       a per-episode budget ran out
-    ├── SandboxError             a sandbox failed to start or died         (sandbox_error)
+    ├── SandboxError             a sandbox cannot start or run commands    (sandbox_error)
     ├── EnvironmentFailure       reset/reward/close of an environment raised  (internal)
     ├── PolicyError              the model endpoint failed
     │   └── TransientPolicyError 429/5xx/timeouts: worth retrying
@@ -33,6 +34,7 @@ __all__ = [
     "CapacityError",
     "EnvhubError",
     "EnvironmentFailure",
+    "FileOperationError",
     "InvalidRequest",
     "PolicyError",
     "RegistryError",
@@ -85,6 +87,16 @@ class ToolArgumentError(ToolError):
 
 class ToolTimeout(ToolError):
     code = "timeout"
+
+
+class FileOperationError(ToolError):
+    """A sandbox file operation (read, write, upload, download) ran and failed: missing
+    path, permission denied, read-only file system, too large. The sandbox works; what is
+    in it (the model's doing) made the operation fail, so a tool that meets it gives an
+    error observation. Code that needs the file for setup or grading decides itself
+    whether that is infrastructure (``SandboxError``) or the model's outcome."""
+
+    code = "file_error"
 
 
 class SessionError(EnvhubError):

@@ -6,6 +6,10 @@ start (~50 ms here) per command. Speaking HTTP over the engine's unix socket wit
 (a core dependency) gives a streamed, capped, cancellable exec in three requests
 (create, start, inspect). Commands that need stdin still use the CLI (attaching stdin
 needs a hijacked connection). Paths are unversioned so any engine version answers.
+
+Engine errors (the container is gone, the engine does not answer) raise
+``SandboxError``; anything the command itself can cause, including holding its exec
+open past the deadline, is a result.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ def _client(sock: str) -> httpx.AsyncClient:
     return client
 
 
+_STATE_TIMEOUT_S = 30.0
+
+
 def _check(resp: httpx.Response, what: str) -> None:
     if resp.status_code >= 400:
         try:
@@ -66,15 +73,39 @@ async def exec_api(
     container_id: str,
     argv: Sequence[str],
     *,
+    user: str | None = None,
     workdir: str | None,
     env: Mapping[str, str] | None,
     limit: int,
     timeout: float,
 ) -> RawResult:
-    """Run ``argv`` in the container, demultiplexing and capping stdout/stderr."""
+    """Run ``argv`` in the container, demultiplexing and capping stdout/stderr.
+
+    ``timeout`` is a backstop above the command's own deadline: past it the output so
+    far is returned (timed out, unless the exec did end and only a leftover child held
+    its output open), or ``SandboxError`` if the container itself has stopped.
+    """
+    try:
+        return await _exec(sock, container_id, argv, user, workdir, env, limit, timeout)
+    except httpx.HTTPError as exc:
+        raise SandboxError(f"docker engine: {type(exc).__name__}: {exc}") from exc
+
+
+async def _exec(
+    sock: str,
+    container_id: str,
+    argv: Sequence[str],
+    user: str | None,
+    workdir: str | None,
+    env: Mapping[str, str] | None,
+    limit: int,
+    timeout: float,
+) -> RawResult:
     client = _client(sock)
     t0 = time.monotonic()
     body: dict[str, Any] = {"Cmd": list(argv), "AttachStdout": True, "AttachStderr": True}
+    if user:
+        body["User"] = user
     if workdir:
         body["WorkingDir"] = workdir
     if env:
@@ -84,12 +115,19 @@ async def exec_api(
     _check(resp, "exec create")
     exec_id = resp.json()["Id"]
     out, err = CappedBuffer(limit), CappedBuffer(limit)
+    held_open = False
     try:
         await asyncio.wait_for(_stream(client, exec_id, out, err), timeout)
     except asyncio.TimeoutError:
-        raise SandboxError(f"docker exec did not finish within {timeout:.0f}s") from None
+        # Held open by what the command did (a stopped process, a detached child keeping
+        # the output pipe): the command's outcome while the container runs.
+        try:
+            await asyncio.wait_for(_require_running(client, container_id), _STATE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise SandboxError("the docker engine did not answer a container inspect") from None
+        held_open = True
     code = None
-    for _ in range(50):
+    for _ in range(1 if held_open else 50):
         info = await client.get(f"/exec/{exec_id}/json")
         await info.aread()
         _check(info, "exec inspect")
@@ -98,10 +136,11 @@ async def exec_api(
             code = int(data["ExitCode"])
             break
         await asyncio.sleep(0.01)
-    if code is None:
+    if code is None and not held_open:
         raise SandboxError("docker exec finished streaming but reported no exit code")
     return RawResult(
-        exit_code=code,
+        exit_code=137 if code is None else code,
+        timed_out=code is None,
         stdout=out.value(),
         stderr=err.value(),
         duration_s=time.monotonic() - t0,
@@ -110,6 +149,15 @@ async def exec_api(
         stdout_truncated=out.truncated,
         stderr_truncated=err.truncated,
     )
+
+
+async def _require_running(client: httpx.AsyncClient, container_id: str) -> None:
+    resp = await client.get(f"/containers/{container_id}/json")
+    await resp.aread()
+    _check(resp, "container inspect")
+    state = resp.json().get("State") or {}
+    if not state.get("Running"):
+        raise SandboxError(f"the sandbox container stopped ({state.get('Status', 'unknown')})")
 
 
 async def _stream(

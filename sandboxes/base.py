@@ -2,6 +2,14 @@
 (what a command returns) and ``Sandbox`` (the small async interface every backend
 implements).
 
+Two kinds of failure, kept apart because they decide how an episode is scored:
+
+- the *sandbox* cannot start or run commands (engine gone, container dead, closed,
+  lifetime over): ``SandboxError``, an infrastructure failure that masks the episode;
+- a command or file operation *ran* and failed (non-zero exit, timeout, OOM kill,
+  missing file, permission denied, read-only file system): an ``ExecResult`` or
+  ``FileOperationError``, the outcome of whatever the commands did, never a mask.
+
 Why so small: environments must run unchanged on a laptop (``local``), on a shared
 Linux box (``bwrap``) and in a cluster (``docker``). Backends only implement
 ``_start``/``_run``/``_close``; file transfer, output capping and the context-manager
@@ -24,7 +32,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
 
-from envhub.errors import SandboxError
+from envhub.errors import FileOperationError, SandboxError
 
 __all__ = ["BackendName", "ExecResult", "RawResult", "Sandbox", "SandboxSpec"]
 
@@ -240,50 +248,50 @@ class Sandbox(ABC):
         )
 
     async def write_file(self, path: str, data: str | bytes, mode: int = 0o644) -> None:
-        """Write a file (parents created); relative paths are relative to the workdir."""
+        """Write a file (parents created); relative paths are relative to the workdir.
+        ``FileOperationError`` if it cannot be written there."""
         self._check_open()
         blob = data.encode() if isinstance(data, str) else data
         target = self._resolve(path)
         script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
         raw = await self._transfer(["sh", "-c", script, "sh", target, f"{mode:o}"], blob)
-        if raw.exit_code != 0:
-            raise SandboxError(f"write_file {path}: {raw.stderr.decode(errors='replace')}")
+        _check_transfer(raw, f"write_file {path}")
 
     async def read_file(self, path: str, *, max_bytes: int = 64 * _MiB) -> bytes:
-        """Read a file's bytes; ``SandboxError`` if missing or larger than ``max_bytes``."""
+        """Read a file's bytes; ``FileOperationError`` if it is missing, unreadable or
+        larger than ``max_bytes``."""
         self._check_open()
         raw = await self._transfer(["cat", "--", self._resolve(path)], None, limit=max_bytes)
-        if raw.exit_code != 0:
-            raise SandboxError(f"read_file {path}: {raw.stderr.decode(errors='replace')}")
+        _check_transfer(raw, f"read_file {path}")
         if raw.stdout_truncated:
-            raise SandboxError(f"read_file {path}: larger than {max_bytes} bytes")
+            raise FileOperationError(f"read_file {path}: larger than {max_bytes} bytes")
         return raw.stdout
 
     async def upload_dir(self, local_dir: str | os.PathLike[str], dest: str) -> None:
-        """Copy a host directory's contents into ``dest`` (tar through stdin)."""
+        """Copy a host directory's contents into ``dest`` (tar through stdin);
+        ``FileOperationError`` if ``dest`` cannot take them."""
         self._check_open()
         blob = await asyncio.to_thread(_tar_dir, Path(local_dir))
         target = self._resolve(dest)
         raw = await self._transfer(
             ["sh", "-c", 'mkdir -p -- "$1" && tar -x -f - -C "$1"', "sh", target], blob
         )
-        if raw.exit_code != 0:
-            raise SandboxError(f"upload_dir {dest}: {raw.stderr.decode(errors='replace')}")
+        _check_transfer(raw, f"upload_dir {dest}")
 
     async def download_dir(
         self, src: str, local_dir: str | os.PathLike[str], *, max_bytes: int = 512 * _MiB
     ) -> None:
         """Copy ``src``'s contents to a host directory. Extraction uses tarfile's
         ``data`` filter and skips what it rejects, so a hostile sandbox cannot plant
-        links or paths outside ``local_dir``."""
+        links or paths outside ``local_dir``. ``FileOperationError`` if ``src`` cannot
+        be archived or the archive is larger than ``max_bytes``."""
         self._check_open()
         raw = await self._transfer(
             ["tar", "-c", "-f", "-", "-C", self._resolve(src), "."], None, limit=max_bytes
         )
-        if raw.exit_code != 0:
-            raise SandboxError(f"download_dir {src}: {raw.stderr.decode(errors='replace')}")
+        _check_transfer(raw, f"download_dir {src}")
         if raw.stdout_truncated:
-            raise SandboxError(f"download_dir {src}: archive larger than {max_bytes} bytes")
+            raise FileOperationError(f"download_dir {src}: archive larger than {max_bytes} bytes")
         await asyncio.to_thread(_untar, raw.stdout, Path(local_dir))
 
     # -- helpers ---------------------------------------------------------------------
@@ -305,6 +313,16 @@ class Sandbox(ABC):
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<{type(self).__name__} {state} image={self.spec.image!r}>"
+
+
+def _check_transfer(raw: RawResult, what: str) -> None:
+    """The transfer command ran (a broken sandbox raised ``SandboxError`` in ``_run``); its
+    failure is the file operation's."""
+    if raw.timed_out:
+        raise FileOperationError(f"{what}: timed out")
+    if raw.exit_code != 0:
+        detail = raw.stderr.decode(errors="replace").strip() or f"exit code {raw.exit_code}"
+        raise FileOperationError(f"{what}: {detail}")
 
 
 def shell_join(argv: Argv) -> str:

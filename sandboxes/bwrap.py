@@ -44,6 +44,7 @@ __all__ = ["BwrapSandbox", "bwrap_available"]
 _SANDBOX_UID = 1000
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_CHDIR_FAILED = "bwrap: Can't chdir to "
 
 
 def bwrap_available() -> bool:
@@ -220,6 +221,10 @@ class BwrapSandbox(Sandbox):
         if self.cgroup is not None and self.cgroup.oom_kills() > before:
             raw.oom_killed = True
         if raw.exit_code == 1 and raw.stderr.startswith(b"bwrap: "):
-            # bwrap itself failed (bad mount, missing workdir...): a sandbox failure.
-            raise SandboxError(raw.stderr.decode(errors="replace").strip())
+            message = raw.stderr.decode(errors="replace").strip()
+            if message.startswith(_CHDIR_FAILED):
+                # the commands made their own working directory unusable (chmod 000,
+                # removed): their failure, as a shell reports it, not the sandbox's
+                return raw.model_copy(update={"exit_code": 126})
+            raise SandboxError(message)  # bwrap itself failed: namespaces, mounts
         return raw

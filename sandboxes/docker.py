@@ -1,15 +1,22 @@
 """``docker`` backend: one hardened container per sandbox.
 
 The container runs a do-nothing init (``sleep infinity`` under docker's tini) with
-``network_mode="none"``, a non-root user, ``cap_drop=ALL``, ``no-new-privileges``, a
-read-only root file system, tmpfs for the workdir and ``/tmp``, and memory/cpu/pids
-limits. Container lifecycle goes through the docker SDK in a worker thread (never on
-the event loop). Commands go through the engine API directly (``_docker_api``: async,
-streamed and capped; measured faster than both the SDK's ``exec_run`` and the
-``docker exec`` CLI, see benchmarks/sandbox_latency.py), or the CLI when stdin must be
-attached. Inside, coreutils' ``timeout -s KILL`` kills the command's process group at
-the deadline, since dropping the client connection does not stop a process in the
-container.
+``network_mode="none"``, ``cap_drop=ALL``, ``no-new-privileges``, a read-only root file
+system, tmpfs for the workdir and ``/tmp``, and memory/cpu/pids limits. Commands run as
+the non-root user 1000; the init runs as root (without capabilities), so nothing a
+command does (``kill -1``, ``kill 1``) can stop the container: a command cannot turn
+its sandbox into an infrastructure failure. Container lifecycle goes through the docker
+SDK in a worker thread (never on the event loop). Commands go through the engine API
+directly (``_docker_api``: async, streamed and capped; measured faster than both the
+SDK's ``exec_run`` and the ``docker exec`` CLI, see benchmarks/sandbox_latency.py), or
+the CLI when stdin must be attached.
+
+Each command runs in its own process group under coreutils' ``timeout -s KILL`` (which
+kills the group at the deadline, since dropping the client connection does not stop a
+process in the container), and a wrapper shell kills that group when the command
+returns: background children (``cmd &``, a fork bomb's copies) end with their ``exec``,
+as under ``bwrap``, instead of holding the pids limit for the rest of the episode. The
+wrapper uses only shell builtins after the command, so the cleanup needs no free pid.
 
 Every container carries ``envhub.*`` labels (owner host/pid/start time, pool, expiry)
 so ``envhub sandbox gc`` can remove leftovers after a crash (``envhub.sandboxes.gc``).
@@ -41,7 +48,15 @@ LABEL = "envhub.sandbox"
 _UID = 1000
 _client_lock = threading.Lock()
 _client: Any = None
+_USER = f"{_UID}:{_UID}"
 _OOM_PROBE = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
+# sh -c WRAPPER envhub-exec SECONDS ARGV...: the command gets the caller's stdin (fd 3:
+# sh gives background jobs /dev/null), its own process group (timeout's), and that
+# group is killed once the command has returned; the exit status is the command's.
+_WRAPPER = (
+    'exec 3<&0; s=$1; shift; timeout -s KILL "$s" "$@" <&3 3<&- & pid=$!; exec 3<&-; '
+    'wait "$pid"; rc=$?; kill -s KILL -- "-$pid" 2>/dev/null; exit "$rc"'
+)
 
 
 def get_client() -> Any:
@@ -134,7 +149,7 @@ class DockerSandbox(Sandbox):
             "init": self.init,
             "name": self.name,
             "hostname": "envhub",
-            "user": f"{_UID}:{_UID}",
+            "user": "0:0",  # the init only; every exec runs as _USER (module docstring)
             "working_dir": s.workdir,
             "environment": {"HOME": s.workdir, "LANG": "C.UTF-8", **s.env},
             "labels": owner_labels(self.pool, s.max_lifetime_s),
@@ -209,12 +224,13 @@ class DockerSandbox(Sandbox):
         if self.container_id is None or self._cli is None:
             raise SandboxError("docker sandbox not started")
         secs = max(1, math.ceil(timeout))
-        inner = ["timeout", "-s", "KILL", str(secs), *argv]
+        inner = ["sh", "-c", _WRAPPER, "envhub-exec", str(secs), *argv]
         if stdin is None and self._sock is not None:
             raw = await exec_api(
                 self._sock,
                 self.container_id,
                 inner,
+                user=_USER,
                 workdir=workdir or self.spec.workdir,
                 env=env,
                 limit=limit,
@@ -222,10 +238,11 @@ class DockerSandbox(Sandbox):
             )
         else:
             raw = await self._run_cli(inner, secs, stdin, workdir, env, limit)
-        if raw.exit_code == 137 and raw.duration_s >= timeout:
-            raw.timed_out = True
-        elif raw.exit_code == 137:
-            raw.oom_killed = await self._oom_happened()
+        if raw.exit_code == 137 and not raw.timed_out:
+            if raw.duration_s >= timeout:
+                raw.timed_out = True
+            else:
+                raw.oom_killed = await self._oom_happened()
         return raw
 
     async def _run_cli(
@@ -239,7 +256,7 @@ class DockerSandbox(Sandbox):
     ) -> RawResult:
         """``docker exec`` through the CLI: used when stdin must be attached."""
         assert self._cli is not None and self.container_id is not None
-        cmd = [self._cli, "exec"]
+        cmd = [self._cli, "exec", "-u", _USER]
         if stdin is not None:
             cmd.append("-i")
         cmd += ["-w", workdir or self.spec.workdir]

@@ -5,7 +5,8 @@ is labelled with its owner (host, pid, process start time) and an expiry time. g
 removes those whose owner process on this host is gone, those past their expiry, and,
 with ``all_=True``, every envhub container. bwrap sandboxes' processes die with their
 parent (``--die-with-parent``); what can remain is their directory (a tmpfs when envhub
-ran as root), named after the owner's pid, which :func:`gc_bwrap_dirs` removes.
+ran as root), named after the owner's pid, which :func:`gc_bwrap_dirs` removes;
+:func:`gc_local_dirs` does the same for ``local`` sandboxes' temp directories.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from pydantic import BaseModel
 
 from envhub.sandboxes._tmpfs import DIR_PREFIX, SOURCE, unmount
 from envhub.sandboxes.docker import LABEL, _process_start_time, get_client
+from envhub.sandboxes.local import DIR_PREFIX as LOCAL_DIR_PREFIX
 
-__all__ = ["GcReport", "gc_bwrap_dirs", "gc_containers", "is_orphan"]
-
-_OWNED = re.compile(rf"^{re.escape(DIR_PREFIX)}(\d+)-")
+__all__ = ["GcReport", "gc_bwrap_dirs", "gc_containers", "gc_local_dirs", "is_orphan"]
 
 
 class GcReport(BaseModel):
@@ -76,12 +76,30 @@ def gc_bwrap_dirs(base_dir: str | None = None) -> list[str]:
     with open("/proc/self/mounts") as mounts:
         mounted = {line.split()[1] for line in mounts if line.split()[0] == SOURCE}
     reaped = []
-    for directory in sorted(base.glob(f"{DIR_PREFIX}*")):
-        owner = _OWNED.match(directory.name)
-        if owner is None or os.path.exists(f"/proc/{owner.group(1)}"):
-            continue
+    for directory in _orphaned_dirs(base, DIR_PREFIX):
         if str(directory) in mounted:
             unmount(directory)
         shutil.rmtree(directory, ignore_errors=True)
         reaped.append(str(directory))
     return reaped
+
+
+def gc_local_dirs(base_dir: str | None = None) -> list[str]:
+    """Remove the ``local`` sandbox directories under ``base_dir`` (default: the temp dir)
+    whose owner process is gone (``envhub-local-<pid>-*``)."""
+    reaped = []
+    for directory in _orphaned_dirs(Path(base_dir or tempfile.gettempdir()), LOCAL_DIR_PREFIX):
+        shutil.rmtree(directory, ignore_errors=True)
+        reaped.append(str(directory))
+    return reaped
+
+
+def _orphaned_dirs(base: Path, prefix: str) -> list[Path]:
+    """Directories ``<prefix><pid>-*`` under ``base`` whose owner pid is not running."""
+    owned = re.compile(rf"^{re.escape(prefix)}(\d+)-")
+    found = []
+    for directory in sorted(base.glob(f"{prefix}*")):
+        owner = owned.match(directory.name)
+        if owner is not None and not os.path.exists(f"/proc/{owner.group(1)}"):
+            found.append(directory)
+    return found

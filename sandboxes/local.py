@@ -6,7 +6,9 @@ and a process-group kill on timeout protect the host from accidents, not from ma
 It is the embedded default because it needs nothing installed; use ``bwrap`` or
 ``docker`` for untrusted code. The sandbox's ``workdir`` (e.g. ``/work``) is mapped to
 a host temp directory for file operations and as the commands' cwd, so environments
-should use paths relative to the workdir.
+should use paths relative to the workdir. The directory is named after the owner
+process (``envhub-local-<pid>-*``), so ``envhub sandbox gc`` removes those whose owner
+died without closing them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from envhub.errors import SandboxError
 from envhub.sandboxes._proc import kill_group, run_process
 from envhub.sandboxes.base import Argv, RawResult, Sandbox
 
-__all__ = ["LocalSandbox", "rlimit_preexec", "uid_process_count"]
+__all__ = ["DIR_PREFIX", "LocalSandbox", "rlimit_preexec", "uid_process_count"]
 
+DIR_PREFIX = "envhub-local-"
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -81,7 +84,9 @@ class LocalSandbox(Sandbox):
         self._nproc = 0
 
     async def _start(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="envhub-local-", dir=self._base_dir))
+        self.root = Path(
+            tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-", dir=self._base_dir)
+        )
         (self.root / "work").mkdir()
         (self.root / "tmp").mkdir()
         # RLIMIT_NPROC counts every process of the user on the host, so the budget is
@@ -140,14 +145,22 @@ class LocalSandbox(Sandbox):
             resource.RLIMIT_NPROC: self._nproc,
             resource.RLIMIT_CORE: 0,
         }
-        return await run_process(
-            argv,
-            timeout=timeout,
-            limit=limit,
-            stdin=stdin,
-            cwd=str(cwd),
-            env=full_env,
-            preexec_fn=rlimit_preexec(limits),
-            on_spawn=self._groups.add,
-            on_exit=self._groups.discard,
-        )
+        try:
+            return await run_process(
+                argv,
+                timeout=timeout,
+                limit=limit,
+                stdin=stdin,
+                cwd=str(cwd),
+                env=full_env,
+                preexec_fn=rlimit_preexec(limits),
+                on_spawn=self._groups.add,
+                on_exit=self._groups.discard,
+            )
+        except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            # The working directory or the program is missing or closed to us: what
+            # commands did to their own files, so a failed command (as a shell reports
+            # it), not a broken sandbox.
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            message = f"envhub: cannot run {argv[0]}: {exc}\n".encode()
+            return RawResult(exit_code=code, stderr=message, stderr_bytes=len(message))

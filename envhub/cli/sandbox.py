@@ -42,22 +42,23 @@ def gc_cmd(
     all_: bool = typer.Option(False, "--all", help="remove every envhub container"),
     pool: str | None = typer.Option(None, "--pool", help="only containers of this pool"),
 ) -> None:
-    """Remove sandbox containers and bwrap directories left by crashed envhub processes."""
+    """Remove sandbox containers and bwrap/local directories left by dead envhub processes."""
     from envhub.errors import SandboxError
     from envhub.sandboxes.docker import docker_available
-    from envhub.sandboxes.gc import gc_bwrap_dirs, gc_containers
+    from envhub.sandboxes.gc import gc_bwrap_dirs, gc_containers, gc_local_dirs
 
     reaped = gc_bwrap_dirs()
+    local_reaped = gc_local_dirs()
+    dirs = f"{len(reaped)} bwrap and {len(local_reaped)} local directories"
     if not docker_available():
-        typer.echo(f"removed {len(reaped)} bwrap directories; docker not available, skipped")
+        typer.echo(f"removed {dirs}; docker not available, skipped")
         return
     try:
         report = gc_containers(all_=all_, pool=pool)
     except SandboxError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"removed {len(report.removed)} containers (kept {report.kept}) "
-               f"and {len(reaped)} bwrap directories")
+    typer.echo(f"removed {len(report.removed)} containers (kept {report.kept}) and {dirs}")
     for err in report.errors:
         typer.echo(f"error: {err}", err=True)
     if report.errors:

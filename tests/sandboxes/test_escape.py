@@ -12,10 +12,12 @@ import resource
 import subprocess
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
-from envhub.errors import SandboxError
+from envhub.errors import FileOperationError, SandboxError
 from envhub.sandboxes import Sandbox, SandboxSpec, open_sandbox
 
 # bash's /dev/tcp gives a TCP client without needing python/nc in the image.
@@ -96,15 +98,75 @@ async def test_fork_bomb_is_contained(isolated_backend: str) -> None:
     async with open_sandbox(spec, isolated_backend) as sb:
         r = await sb.exec("f(){ f | f & }; f; sleep 3; echo survived", timeout=8)
         assert "cannot fork" in r.stderr.lower() or r.timed_out  # the pids limit bit
-        # usable afterwards, or reported dead with a SandboxError
-        try:
-            alive = await sb.exec("echo alive", timeout=30)
-        except SandboxError:
-            return
-        assert alive.stdout == "alive\n"
+        # the bomb's copies ended with the command: the rest of the episode has its pids
+        # (a SandboxError here would mask the episode: a policy could escape its reward)
+        alive = await sb.exec("echo alive; ls -d /proc/[0-9]* | wc -l", timeout=30)
+        assert alive.stdout.startswith("alive\n"), alive
+        assert int(alive.stdout.split()[1]) < 10, alive.stdout  # init, keeper, this command
+        assert (await sb.exec(["sh", "-c", "cat"], timeout=30, stdin="stdin too")).ok
     # the host can still fork
     proc = await asyncio.create_subprocess_exec("true")
     assert await proc.wait() == 0
+
+
+async def test_background_children_end_with_their_exec(
+    isolated_backend: str, spec: SandboxSpec, host_sees
+) -> None:
+    marker = f"{uuid.uuid4().int % 10**6 + 10**6}.75"
+    async with open_sandbox(spec, isolated_backend) as sb:
+        r = await sb.exec(
+            f"sleep {marker} > /dev/null 2>&1 & sleep 0.5; tr '\\0' ' ' < /proc/$!/cmdline",
+            timeout=30,
+        )
+        assert marker in r.stdout  # control: it ran in the background
+        for _ in range(50):
+            if not await host_sees(marker):
+                break
+            await asyncio.sleep(0.1)
+        assert not await host_sees(marker)
+
+
+async def test_commands_cannot_stop_their_sandbox(isolated_backend: str, spec: SandboxSpec) -> None:
+    """Signalling the init, the keeper or every process: the command may kill itself,
+    never the sandbox (a dead sandbox is an infrastructure failure that masks)."""
+    async with open_sandbox(spec, isolated_backend) as sb:
+        for attack in ("kill -TERM 1", "kill -KILL 1", "kill -TERM -1", "kill -KILL -1"):
+            await sb.exec(f"{attack}; sleep 0.5", timeout=30)
+            alive = await sb.exec("echo alive", timeout=30)
+            assert alive.stdout == "alive\n", attack
+        # a workdir locked by its commands fails the commands that need it (a result)
+        await sb.exec(f"chmod 000 {spec.workdir}", timeout=30)
+        await sb.exec("ls", timeout=30)
+        assert (await sb.exec(f"chmod 755 {spec.workdir}", timeout=30, workdir="/tmp")).ok
+        assert (await sb.exec("echo alive", timeout=30)).stdout == "alive\n"
+
+
+async def test_failed_file_operations_are_not_sandbox_failures(
+    backend: str, spec: SandboxSpec, tmp_path: Path
+) -> None:
+    """What the sandbox may not read or write fails as a ``FileOperationError`` (the
+    model's outcome), never as a ``SandboxError`` (a broken sandbox, which masks)."""
+    (tmp_path / "f").write_text("x")
+    async with open_sandbox(spec, backend) as sb:
+        # these fail on every backend, also for root on the host (local: no isolation)
+        attempts: dict[str, Callable[[], Awaitable[object]]] = {
+            "read /proc/1/mem": lambda: sb.read_file("/proc/1/mem"),
+            "write into /proc": lambda: sb.write_file("/proc/envhub-evil", "x"),
+            "read a missing file": lambda: sb.read_file("no/such/file"),
+        }
+        if backend != "local":
+            attempts |= {
+                "read /etc/shadow": lambda: sb.read_file("/etc/shadow"),
+                "write /etc": lambda: sb.write_file("/etc/envhub-evil", "pwned"),
+                "upload to /usr": lambda: sb.upload_dir(tmp_path, "/usr/envhub-evil"),
+            }
+        for what, attempt in attempts.items():
+            with pytest.raises(FileOperationError) as failed:
+                await attempt()
+            assert not isinstance(failed.value, SandboxError), what
+        assert (await sb.exec("echo usable", timeout=30)).stdout == "usable\n"
+        await sb.write_file("ok.txt", "fine")
+        assert await sb.read_file("ok.txt") == b"fine"
 
 
 async def test_memory_bomb_is_oom_killed(isolated_backend: str) -> None:
@@ -157,7 +219,8 @@ async def test_background_process_gone_after_close(
     marker = f"{uuid.uuid4().int % 10**6 + 10**6}.5"
     sb: Sandbox
     async with open_sandbox(spec, isolated_backend) as sb:
-        r = await sb.exec(f"nohup sleep {marker} > /dev/null 2>&1 &", timeout=30)
+        # setsid: out of the command's process group, so it outlives its exec (docker)
+        r = await sb.exec(f"setsid sleep {marker} > /dev/null 2>&1 &", timeout=30)
         assert r.exit_code == 0
         if isolated_backend == "docker":
             assert await host_sees(marker)  # control: it does run in the background
@@ -259,3 +322,36 @@ async def test_gc_reaps_bwrap_dirs_of_a_crashed_process(require) -> None:  # typ
         assert leaked in gc_bwrap_dirs()
         assert (await alive.exec("echo still here", timeout=30)).stdout == "still here\n"
     assert not _exists(leaked) and leaked not in _tmpfs_mounts()
+
+
+async def test_gc_removes_local_dirs_of_dead_owners(tmp_path: Path) -> None:
+    """``envhub sandbox gc`` removes the directories of ``local`` sandboxes whose owner was
+    killed without closing them (nothing else ever would); a live owner's stay."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    crash = (
+        "import asyncio, os\n"
+        "from envhub.sandboxes import SandboxSpec, make_sandbox\n"
+        "async def main():\n"
+        "    sb = make_sandbox(SandboxSpec(), 'local')\n"
+        "    await sb.start()\n"
+        "    print(sb.root, flush=True)\n"
+        "    os._exit(1)  # killed without closing\n"
+        "asyncio.run(main())\n"
+    )
+    out = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", crash], capture_output=True, text=True, env=env
+    )
+    leaked = out.stdout.strip()
+    assert leaked.startswith(str(tmp_path)) and _exists(leaked), out.stderr
+    async with open_sandbox(SandboxSpec(), "local", base_dir=str(tmp_path)) as alive:
+        gc = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "envhub.cli", "sandbox", "gc"],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert gc.returncode == 0, gc.stderr
+        assert "1 local directories" in gc.stdout
+        assert not _exists(leaked)
+        assert (await alive.exec("echo still here", timeout=30)).stdout == "still here\n"

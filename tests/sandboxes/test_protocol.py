@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envhub.errors import InvalidRequest, SandboxError
+from envhub.errors import FileOperationError, InvalidRequest, SandboxError
 from envhub.sandboxes import ExecResult, SandboxSpec, open_sandbox, resolve_backend
 
 
@@ -64,10 +64,15 @@ async def test_files_roundtrip(backend: str, spec: SandboxSpec) -> None:
         assert r.stdout.split() == ["absolute", "25600"]
         await sb.write_file("/tmp/t.txt", "in tmp")
         assert await sb.read_file("/tmp/t.txt") == b"in tmp"
-        with pytest.raises(SandboxError):
+        # the operation failed, the sandbox did not: not a SandboxError (which masks)
+        with pytest.raises(FileOperationError, match="missing") as missing:
             await sb.read_file("missing.txt")
-        with pytest.raises(SandboxError):
+        assert not isinstance(missing.value, SandboxError)
+        with pytest.raises(FileOperationError, match="larger than 1000 bytes"):
             await sb.read_file("deep/dir/blob.bin", max_bytes=1000)
+        with pytest.raises(FileOperationError, match="download_dir"):
+            await sb.download_dir("no-such-dir", "/nonexistent-envhub-target")
+        assert (await sb.exec("echo usable", timeout=30)).stdout == "usable\n"
 
 
 async def test_upload_and_download_dir(backend: str, spec: SandboxSpec, tmp_path: Path) -> None:
