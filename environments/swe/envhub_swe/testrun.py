@@ -2,6 +2,11 @@
 
 Shared by episodes, grading and task generation, so a task is validated with exactly
 the commands that later grade it.
+
+Who is to blame decides the reward: setting a task up in a fresh sandbox must work, so
+a failure there is infrastructure (``SandboxError``, the episode is masked); what goes
+wrong in the agent's repository (a broken ``.git``, a deleted test log) is the agent's
+outcome and scores like failing tests.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from envhub.errors import SandboxError
+from envhub.errors import FileOperationError, SandboxError
 from envhub.rewards.swe import TestStatus, parse_pytest_log
 from envhub.sandboxes import ExecResult, Sandbox
 from envhub_swe.build import GIT_IDENTITY
@@ -44,12 +49,15 @@ async def _must(sb: Sandbox, cmd: str, timeout: float = 120.0) -> ExecResult:
 
 async def checkout(sb: Sandbox, layout: Layout) -> None:
     """Copy the pristine repository (at its base commit) into the sandbox's workdir."""
-    if layout.uploaded:
-        await sb.upload_dir(layout.repo_dir, ".")
-    else:
-        await _must(sb, f"cp -a {shlex.quote(layout.repo_dir)}/. .")
-    if layout.deps:
-        await sb.upload_dir(layout.deps, DEPS_DIR)
+    try:
+        if layout.uploaded:
+            await sb.upload_dir(layout.repo_dir, ".")
+        else:
+            await _must(sb, f"cp -a {shlex.quote(layout.repo_dir)}/. .")
+        if layout.deps:
+            await sb.upload_dir(layout.deps, DEPS_DIR)
+    except FileOperationError as exc:  # a fresh sandbox that cannot take the repository
+        raise SandboxError(f"checkout failed: {exc}") from exc
 
 
 BUG_COMMIT_MESSAGE = "envhub: task base commit"
@@ -140,10 +148,16 @@ async def run_tests(
     paths: list[str] | None = None,
     timeout: float = 300.0,
 ) -> TestRun:
-    """Run the tests in the workdir; the log goes to a file so no output cap cuts it."""
+    """Run the tests in the workdir; the log goes to a file so no output cap cuts it.
+
+    A log the tests' code removed or bloated reads as a run with no results.
+    """
     cmd = f"{pytest_command(repo, layout, paths)} > {LOG_FILE} 2>&1"
     result = await sb.exec(cmd, timeout=timeout)
-    log = (await sb.read_file(LOG_FILE, max_bytes=MAX_LOG_BYTES)).decode("utf-8", "replace")
+    try:
+        log = (await sb.read_file(LOG_FILE, max_bytes=MAX_LOG_BYTES)).decode("utf-8", "replace")
+    except FileOperationError as exc:
+        log = f"envhub: the test log could not be read ({exc})\n"
     return TestRun(
         statuses=parse_pytest_log(log),
         log=log,
@@ -163,7 +177,9 @@ def _exclude_tests(repo: RepoSpec | None) -> list[str]:
     ]
     if repo is not None:
         specs += [f":(exclude,glob){t.rstrip('/')}/**" for t in repo.tests]
-        specs += [f":(exclude){t}" for t in repo.tests if t.endswith(".py")]
+        # every file the tests (or a test patch) bring, data files included: the test
+        # patch must apply on top of the agent's diff whatever the agent created
+        specs += [f":(exclude){t.rstrip('/')}" for t in repo.tests]
     return specs
 
 
@@ -184,8 +200,12 @@ async def non_test_diff(sb: Sandbox, base_commit: str, repo: RepoSpec | None = N
 
 
 async def apply_patch(sb: Sandbox, patch: str) -> bool:
-    """Apply ``patch`` to the workdir with SWE-bench's fallbacks; False if none applies."""
-    await sb.write_file(PATCH_FILE, patch.encode())
+    """Apply ``patch`` to a fresh workdir with SWE-bench's fallbacks; False if none
+    applies."""
+    try:
+        await sb.write_file(PATCH_FILE, patch.encode())
+    except FileOperationError as exc:  # the grading sandbox is fresh: not the agent's doing
+        raise SandboxError(f"writing the patch failed: {exc}") from exc
     for cmd in (
         f"git apply --verbose {PATCH_FILE}",
         f"git apply --verbose --reject {PATCH_FILE}",
