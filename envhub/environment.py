@@ -101,6 +101,17 @@ class Environment:
     async def close(self) -> None:
         """Free per-episode resources (sandboxes, browser contexts)."""
 
+    @classmethod
+    async def aclose_shared(cls) -> None:
+        """Release what this class keeps for all its episodes in this process (warm
+        sandbox pools, a browser, a site server); by default nothing is kept.
+
+        Called by :meth:`LocalEnvironment.aclose` and when ``envhub serve`` shuts down,
+        after its sessions are closed: a signal-stopped server never runs ``atexit``
+        hooks, so this is what frees such resources. Sessions still open on the class
+        lose them. Must be safe to call repeatedly; a later episode starts them again.
+        """
+
 
 def option_names(cls: type[Environment]) -> list[str]:
     """The keyword options an environment class accepts (for ``envhub info``)."""

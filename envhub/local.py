@@ -123,7 +123,9 @@ class LocalEnvironment:
             await session.close()
 
     async def aclose(self) -> None:
-        """Nothing is pooled in-process; present for parity with ``RemoteEnvironment``."""
+        """Release the environment class's process-wide resources
+        (:meth:`Environment.aclose_shared`); call it when no session is open any more."""
+        await self.env_class.aclose_shared()
 
 
 def make(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -15,12 +16,14 @@ from envhub.server.fastpath import SessionFastPath
 from envhub.server.metrics import ServerMetrics
 from envhub.server.middleware import BearerAuth, BodySizeLimit
 from envhub.server.routes import environments_router, service_router, sessions_router
-from envhub.server.store import SessionStore
+from envhub.server.store import HostedEnvironment, SessionStore
 from envhub.server.websocket import SessionWebSocket
 
 __all__ = ["create_app"]
 
 OPEN_PATHS = frozenset({"/health"})
+
+log = logging.getLogger("envhub.server")
 
 
 def _hosted(envs: Sequence[str] | dict[str, LocalEnvironment]) -> dict[str, LocalEnvironment]:
@@ -34,6 +37,17 @@ def _hosted(envs: Sequence[str] | dict[str, LocalEnvironment]) -> dict[str, Loca
             raise ValueError(f"environment {local.name!r} is listed twice")
         hosted[local.name] = local
     return hosted
+
+
+async def _release_shared(hosted: Iterable[HostedEnvironment]) -> None:
+    """At shutdown, once the sessions are gone: free what the environments keep for all
+    episodes (warm sandbox pools, browsers). uvicorn re-raises SIGTERM/SIGINT after the
+    lifespan, so ``atexit`` hooks never run; this is where such resources go."""
+    envs = [h.base for h in hosted]
+    results = await asyncio.gather(*(env.aclose() for env in envs), return_exceptions=True)
+    for env, result in zip(envs, results, strict=True):
+        if isinstance(result, BaseException):
+            log.error("releasing %s's shared resources failed", env.name, exc_info=result)
 
 
 def create_app(
@@ -71,6 +85,7 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
             await store.shutdown()
+            await _release_shared(store.envs.values())
 
     app = FastAPI(
         title="envhub",

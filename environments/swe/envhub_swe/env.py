@@ -146,6 +146,11 @@ class SweEnv(Environment):
             sb, self.sb = self.sb, None
             await pools.release(sb)
 
+    @classmethod
+    async def aclose_shared(cls) -> None:
+        """Destroy this process's warm sandbox pools (containers, sandbox directories)."""
+        await asyncio.to_thread(pools.shutdown)
+
     def _sandbox(self) -> Sandbox:
         if self.sb is None:
             raise SandboxError("the episode has no sandbox (reset failed or it was closed)")

@@ -3,9 +3,10 @@
 A new environment instance serves each episode, and episodes come from many event
 loops (``asyncio.run`` per test, a server loop, a rollout loop), while a
 ``SandboxPool`` belongs to the loop that started it. So the pools live on one daemon
-loop thread; episodes acquire and release through it. :func:`shutdown` (also run at
-exit) closes every pool, so no container outlives the process; ``envhub sandbox gc``
-is the backstop for a SIGKILL.
+loop thread; episodes acquire and release through it. :func:`shutdown` closes every
+pool, so no container or sandbox directory outlives the process: ``SweEnv.aclose_shared``
+calls it (``LocalEnvironment.aclose``, ``envhub serve`` shutting down), and exit hooks
+do for scripts that end without it; ``envhub sandbox gc`` is the backstop for a SIGKILL.
 """
 
 from __future__ import annotations

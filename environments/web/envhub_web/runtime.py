@@ -4,8 +4,10 @@ The MiniShop server (uvicorn) and the Playwright browser pool are started once p
 process and shared by all sessions. Playwright objects are bound to the loop that
 created them, while sessions may come from many loops (``asyncio.run`` per test, a
 server loop, a rollout loop), so both services live on this dedicated loop thread and
-sessions reach them through :meth:`Runtime.run`. ``shutdown()`` (also run at exit)
-stops the browsers and the server, so no Chromium process outlives the process.
+sessions reach them through :meth:`Runtime.run`. ``shutdown()`` stops the browsers
+and the server, so no Chromium process outlives the process: the web environments'
+``aclose_shared`` calls it (``LocalEnvironment.aclose``, ``envhub serve`` shutting
+down), and an exit hook does for scripts that end without it.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ the new page as text; a failed action raises a ``ToolError`` the model reads as 
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 from envhub import Budgets, Environment, tool
 from envhub.errors import InvalidRequest
 from envhub_web.pool import BrowserPool, find_chromium, get_pool
+from envhub_web.runtime import shutdown
 from envhub_web.tab import Tab
 from envhub_web.text_tab import TextTab
 
@@ -183,3 +185,9 @@ class BrowsingEnv(Environment):
         if self.tab is not None:
             tab, self.tab = self.tab, None
             await tab.close()
+
+    @classmethod
+    async def aclose_shared(cls) -> None:
+        """Stop the process's web runtime: browsers and site servers, which both web
+        environments share."""
+        await asyncio.to_thread(shutdown)
