@@ -1,25 +1,37 @@
 """Helpers for plugin and integration tests: contract checks and a real server in a thread.
 
-``call_tool``: one turn with one tool call, for tool tests.
+``call_tool``: one turn with one tool call, for tool tests. ``replay_calls``: an episode
+of scripted calls through the rollout engine, for hostile-action tests.
 ``check_environment``: for every selected task, replaying the gold actions must score 1 and
 doing nothing must score 0 (:mod:`envhub.rollout.check` runs both through the rollout
 engine). ``serve_in_thread``: uvicorn on 127.0.0.1 for tests that need real HTTP.
+``first_uses_at_once``: the cold-cache race, from threads and processes at the same moment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import traceback
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from envhub.local import LocalEnvironment, make
+from envhub.policies.reference import ReferencePolicy
 from envhub.rollout.check import CheckFailure, CheckReport, check_tasks
+from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.session import Session
+from envhub.task import GoldCall
+from envhub.trajectory import Trajectory
 from envhub.types import StepResult, ToolCall
 
 __all__ = [
@@ -28,6 +40,8 @@ __all__ = [
     "call_tool",
     "check_environment",
     "check_tasks",
+    "first_uses_at_once",
+    "replay_calls",
     "serve_in_thread",
 ]
 
@@ -88,3 +102,107 @@ async def call_tool(session: Session, tool: str, /, **arguments: Any) -> StepRes
     """``await call_tool(session, "run_sql", query=...)``: one turn with one tool call."""
     call = ToolCall(id=f"call-{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments)
     return await session.step([call])
+
+
+async def replay_calls(
+    env: LocalEnvironment, task_id: str, calls: Iterable[GoldCall], *, max_env_attempts: int = 3
+) -> Trajectory:
+    """One episode of ``task_id`` through the rollout engine, its policy making ``calls``
+    (one per turn; then the task's answer as a final message if the episode still runs).
+
+    For hostile-action tests: with episode retries on, as ``envhub rollout`` runs them,
+    an action an environment wrongly turns into an infrastructure failure shows as a
+    masked trajectory or ``metrics.episode_attempts > 1`` instead of a scored episode.
+    """
+    task = env.tasks.get(task_id).model_copy(update={"gold_actions": list(calls)})
+    runner = EpisodeRunner(
+        env,
+        ReferencePolicy(),
+        env_version=env.version,
+        max_env_attempts=max_env_attempts,
+        task_of=lambda _: task,
+    )
+    return await runner.run(EpisodeSpec(task_id=task_id, sample_index=0, group_id="replay"))
+
+
+#: runs a test's script in a fresh interpreter: set up, say ready, wait for go, first_use()
+_FIRST_USE_RUNNER = """
+import pathlib, sys, time
+script, ready, go = map(pathlib.Path, sys.argv[1:4])
+exec(compile(script.read_text(), str(script), "exec"))
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
+first_use()
+"""
+
+
+def first_uses_at_once(
+    first_use: Callable[[], object],
+    script: str,
+    *,
+    threads: int = 4,
+    processes: int = 3,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = 600.0,
+) -> None:
+    """Start ``threads`` calls of ``first_use`` in this process and ``processes`` fresh
+    interpreters running ``script`` (Python source that defines ``first_use()``; its
+    imports run before the start), all released at the same moment.
+
+    This is how two episodes on a fresh machine meet a cold cache. Raises
+    ``AssertionError`` with every thread's traceback and every failed process's output.
+    """
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="envhub-first-use-") as tmp:
+        folder = Path(tmp)
+        (folder / "script.py").write_text(script, "utf-8")
+        go = folder / "go"
+        procs = []
+        for i in range(processes):
+            with open(folder / f"out{i}", "w") as out:
+                argv = [sys.executable, "-c", _FIRST_USE_RUNNER, str(folder / "script.py"),
+                        str(folder / f"ready{i}"), str(go)]  # fmt: skip
+                procs.append(subprocess.Popen(argv, env={**os.environ, **(env or {})},
+                                              stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout_s
+            while not all((folder / f"ready{i}").exists() or p.poll() is not None
+                          for i, p in enumerate(procs)):  # fmt: skip
+                if time.monotonic() > deadline:
+                    raise AssertionError("the first-use processes did not get ready in time")
+                time.sleep(0.01)
+            barrier = threading.Barrier(threads + 1)
+
+            def run() -> None:
+                barrier.wait()
+                try:
+                    first_use()
+                except BaseException:
+                    failures.append(f"thread: {traceback.format_exc()}")
+
+            workers = [threading.Thread(target=run, daemon=True) for _ in range(threads)]
+            for worker in workers:
+                worker.start()
+            go.touch()
+            barrier.wait()
+            for worker in workers:
+                worker.join(max(deadline - time.monotonic(), 0))
+                if worker.is_alive():
+                    failures.append("thread: still running at the deadline")
+            for i, proc in enumerate(procs):
+                try:
+                    proc.wait(max(deadline - time.monotonic(), 0))
+                except subprocess.TimeoutExpired:
+                    failures.append(f"process {i}: still running at the deadline")
+                    continue
+                if proc.returncode != 0:
+                    output = (folder / f"out{i}").read_text(errors="replace")[-4000:]
+                    failures.append(f"process {i} exited {proc.returncode}:\n{output}")
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    if failures:
+        raise AssertionError(f"{len(failures)} first use(s) failed:\n" + "\n".join(failures))
