@@ -1,8 +1,10 @@
 """The builder: pinned sdist -> git repository at a reproducible base commit -> venv/image.
 
-Everything lands in :func:`~envhub_swe.catalog.cache_root` and is reused when present:
+Everything lands in :func:`~envhub_swe.catalog.cache_root`, each artefact built once
+(across threads and processes, see :func:`envhub.cache.build_once`) and reused after:
 
-- ``sdists/<file>``: downloaded with ``pip download --no-binary :all:``, sha256-checked;
+- ``sdists/<name-version>/<file>``: downloaded with ``pip download --no-binary :all:``,
+  sha256-checked;
 - ``wheels/``: the test requirements as wheels (fetched on the host, which reaches
   PyPI; sandboxes have no network and install from here with ``--no-index``);
 - ``repos/<name-version>/``: the unpacked sdist committed as the only commit, with a
@@ -15,13 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 
+from envhub.cache import build_once
 from envhub.errors import SandboxError
 from envhub_swe.catalog import Layout, RepoSpec, cache_root, load_catalog
 
@@ -66,32 +67,32 @@ def _sha256(path: Path) -> str:
 
 
 def fetch_sdist(repo: RepoSpec) -> Path:
-    """The repository's sdist, downloaded once and checked against the pinned sha256."""
-    dest = cache_root() / "sdists"
-    dest.mkdir(parents=True, exist_ok=True)
-    found = [p for p in dest.glob("*.tar.gz") if _sha256(p) == repo.sha256]
-    if not found:
+    """The repository's sdist (``sdists/<name-version>/<file>``), downloaded once and
+    checked against the pinned sha256."""
+
+    def download(dest: Path) -> None:
         _run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
              "--no-binary", ":all:", f"{repo.name}=={repo.version}", "-d", str(dest)]
         )  # fmt: skip
-        found = [p for p in dest.glob("*.tar.gz") if _sha256(p) == repo.sha256]
-    if not found:
-        raise SandboxError(f"no sdist of {repo.name}=={repo.version} matches sha256 {repo.sha256}")
-    return found[0]
+        if not [p for p in dest.glob("*.tar.gz") if _sha256(p) == repo.sha256]:
+            raise SandboxError(
+                f"no sdist of {repo.name}=={repo.version} matches sha256 {repo.sha256}"
+            )
+
+    dest = build_once(cache_root() / "sdists" / repo.key, download, stamp=repo.sha256)
+    (sdist,) = dest.glob("*.tar.gz")
+    return sdist
 
 
 def prepare_repo(repo: RepoSpec) -> Path:
-    """The git repository of ``repo`` (built on first use); returns its directory."""
-    target = cache_root() / "repos" / repo.key
-    if (target / ".git").is_dir():
-        return target
-    sdist = fetch_sdist(repo)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        with tarfile.open(sdist) as tar:
-            tar.extractall(tmp, filter="data")
-        (top,) = Path(tmp).iterdir()  # an sdist has exactly one top-level directory
+    """The git repository of ``repo`` (``repos/<name-version>/``, built on first use)."""
+
+    def commit_sdist(target: Path) -> None:
+        unpacked = target.parent / "unpacked"
+        with tarfile.open(fetch_sdist(repo)) as tar:
+            tar.extractall(unpacked, filter="data")
+        (top,) = unpacked.iterdir()  # an sdist has exactly one top-level directory
         _run(["git", "init", "-q", "-b", "main"], cwd=top, env=_GIT_ENV)
         _run(["git", "add", "-A", "-f"], cwd=top, env=_GIT_ENV)
         _run(
@@ -100,63 +101,69 @@ def prepare_repo(repo: RepoSpec) -> Path:
             env=_GIT_ENV,
         )
         top.rename(target)
-    return target
+
+    return build_once(cache_root() / "repos" / repo.key, commit_sdist, stamp=repo.sha256)
 
 
 def base_commit(repo: RepoSpec) -> str:
     return _run(["git", "rev-parse", "HEAD"], cwd=prepare_repo(repo), env=_GIT_ENV).strip()
 
 
+def _requirements_stamp() -> str:
+    """What an installed requirements tree depends on: the pins and the host Python."""
+    return "\n".join([sys.version, *load_catalog().test_requirements])
+
+
 def fetch_wheels() -> Path:
     """The catalog's test requirements as wheels, for offline installs."""
-    dest = cache_root() / "wheels"
     reqs = load_catalog().test_requirements
-    stamp = dest / ".requirements"
-    if stamp.is_file() and stamp.read_text() == "\n".join(reqs):
-        return dest
-    dest.mkdir(parents=True, exist_ok=True)
-    _run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-         "--python-version", "3.11", "-d", str(dest), *reqs]
-    )  # fmt: skip
-    stamp.write_text("\n".join(reqs))
-    return dest
+
+    def download(dest: Path) -> None:
+        _run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+             "--only-binary", ":all:", "--python-version", "3.11", "-d", str(dest), *reqs]
+        )  # fmt: skip
+
+    return build_once(cache_root() / "wheels", download, stamp="\n".join(reqs))
+
+
+def _retarget_scripts(venv: Path, final: Path) -> None:
+    """pip writes the venv's absolute path into its scripts (shebangs, ``activate``); the
+    venv is built at a temporary path, so point them at the path it is renamed to."""
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            data = script.read_bytes()
+            if str(venv).encode() in data and b"\0" not in data:
+                script.write_bytes(data.replace(str(venv).encode(), str(final).encode()))
 
 
 def prepare_venv() -> Path:
     """A host venv with the test requirements (for the ``local`` backend)."""
-    venv = cache_root() / "venv"
-    reqs = load_catalog().test_requirements
-    stamp = venv / ".requirements"
-    if stamp.is_file() and stamp.read_text() == "\n".join(reqs):
-        return venv
-    wheels = fetch_wheels()
-    shutil.rmtree(venv, ignore_errors=True)
-    _run([sys.executable, "-m", "venv", str(venv)])
-    _run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
-         "--find-links", str(wheels), *reqs]
-    )  # fmt: skip
-    stamp.write_text("\n".join(reqs))
-    return venv
+    final = cache_root() / "venv"
+
+    def install(venv: Path) -> None:
+        _run([sys.executable, "-m", "venv", str(venv)])
+        _run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
+             "--find-links", str(fetch_wheels()), *load_catalog().test_requirements]
+        )  # fmt: skip
+        _retarget_scripts(venv, final)
+
+    return build_once(final, install, stamp=_requirements_stamp())
 
 
 def prepare_deps() -> Path:
     """The test requirements unpacked into one directory (``pip install --target``),
     uploaded into bwrap sandboxes and put on their ``PYTHONPATH``."""
-    deps = cache_root() / "deps"
-    reqs = load_catalog().test_requirements
-    stamp = deps / ".requirements"
-    if stamp.is_file() and stamp.read_text() == "\n".join(reqs):
-        return deps
-    wheels = fetch_wheels()
-    shutil.rmtree(deps, ignore_errors=True)
-    _run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-compile",
-         "--find-links", str(wheels), "--target", str(deps), *reqs]
-    )  # fmt: skip
-    stamp.write_text("\n".join(reqs))
-    return deps
+
+    def install(deps: Path) -> None:
+        _run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-compile",
+             "--find-links", str(fetch_wheels()), "--target", str(deps),
+             *load_catalog().test_requirements]
+        )  # fmt: skip
+
+    return build_once(cache_root() / "deps", install, stamp=_requirements_stamp())
 
 
 def upload_layout(repo: RepoSpec) -> Layout:

@@ -15,11 +15,10 @@ import hashlib
 import shutil
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
 from envhub.errors import SandboxError
-from envhub.sandboxes.images import image_exists
+from envhub.sandboxes.images import build_image_once, image_exists
 from envhub_swe.build import base_commit, fetch_wheels, prepare_repo
 from envhub_swe.catalog import IMAGE_LAYOUT, RepoSpec, load_catalog
 
@@ -62,10 +61,13 @@ def image_name(repo: RepoSpec) -> str:
 
 
 def build_image(repo: RepoSpec, *, force: bool = False) -> str:
-    """Build (or find) ``repo``'s image; returns its tag."""
+    """Build (or find) ``repo``'s image; returns its tag. Concurrent first uses, in
+    threads or processes, build it once (:func:`envhub.sandboxes.images.build_image_once`)."""
     tag = image_name(repo)
-    if not force and image_exists(tag):
-        return tag
+    return build_image_once(tag, lambda: _build(repo, tag), force=force)
+
+
+def _build(repo: RepoSpec, tag: str) -> None:
     base = _python_image()
     if not image_exists(base):
         raise SandboxError(f"base image {base} missing: run `envhub sandbox build python` first")
@@ -88,21 +90,16 @@ def build_image(repo: RepoSpec, *, force: bool = False) -> str:
         proc = _docker("build", "--network", "none", "--force-rm", "-q", "-t", tag, str(ctx))
     if proc.returncode != 0:
         raise SandboxError(f"docker build of {tag} failed: {proc.stderr[-3000:]}")
-    return tag
 
 
 _built: set[str] = set()
-_build_lock = threading.Lock()
 
 
 def ensure_image(repo: RepoSpec) -> str:
-    """``repo``'s image, built on first use (once per process; blocking: call it in a
-    thread). So ``envhub check swe`` works after ``envhub sandbox build python`` alone."""
+    """``repo``'s image, built on first use (checked once per process; blocking: call it
+    in a thread). So ``envhub check swe`` works after ``envhub sandbox build python`` alone."""
     tag = image_name(repo)
-    if tag in _built:
-        return tag
-    with _build_lock:
-        if tag not in _built:
-            build_image(repo)
-            _built.add(tag)
+    if tag not in _built:
+        build_image(repo)
+        _built.add(tag)
     return tag
