@@ -10,7 +10,8 @@ recipe's ``Dockerfile`` instead (``FROM debian:bookworm-slim`` etc.).
 
 Images are tagged ``envhub/<name>:<content hash>`` (hash of the recipe, its parent's
 hash and the builder version), so a build is skipped when the tag exists and redone
-when the recipe changes. ``envhub/<name>:latest`` points at the newest build.
+when the recipe changes; concurrent first uses build a tag once (:func:`build_image_once`).
+``envhub/<name>:latest`` points at the newest build.
 """
 
 from __future__ import annotations
@@ -21,15 +22,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from envhub.cache import cache_root, locked
 from envhub.errors import SandboxError
 
-__all__ = ["Recipe", "build", "image_exists", "image_tag", "list_recipes", "load_recipe"]
+__all__ = [
+    "Recipe",
+    "build",
+    "build_image_once",
+    "image_exists",
+    "image_tag",
+    "list_recipes",
+    "load_recipe",
+]
 
 RECIPES_DIR = Path(__file__).parent
 _BUILDER_VERSION = "1"
@@ -178,12 +189,30 @@ def _import(root: Path, tag: str, recipe: Recipe) -> None:
         raise SandboxError(f"docker import {tag} failed: {imp.stderr.decode(errors='replace')}")
 
 
+def build_image_once(tag: str, build: Callable[[], None], *, force: bool = False) -> str:
+    """Docker image ``tag``, made by ``build()`` unless it exists (or ``force``).
+
+    Tags are content hashes, so an existing tag is the finished image, and docker only
+    tags an image once its build or import succeeded. Builds of one tag run one at a time
+    across threads and processes (:func:`envhub.cache.locked`, lock files in
+    ``$ENVHUB_CACHE/images``): the first to take the lock builds, the others find it.
+    """
+    if not force and image_exists(tag):
+        return tag
+    with locked(cache_root("images") / tag.replace("/", "_").replace(":", "-")):
+        if force or not image_exists(tag):
+            build()
+    return tag
+
+
 def build(name: str, *, force: bool = False, dockerfile: bool = False, log: bool = True) -> str:
     """Build recipe ``name`` (and its parents) unless already built; return the tag."""
     recipe = load_recipe(name)
     tag = image_tag(name)
-    if not force and image_exists(tag):
-        return tag
+    return build_image_once(tag, lambda: _build(name, recipe, tag, dockerfile, log), force=force)
+
+
+def _build(name: str, recipe: Recipe, tag: str, dockerfile: bool, log: bool) -> None:
     latest = f"envhub/{name}:latest"
     if dockerfile:
         _run(
@@ -198,7 +227,7 @@ def build(name: str, *, force: bool = False, dockerfile: bool = False, log: bool
             ],
             log,
         )
-        return tag
+        return
     if os.geteuid() != 0:
         raise SandboxError("building a debootstrap image needs root (debootstrap, chroot)")
     if recipe.parent:
@@ -220,9 +249,15 @@ def build(name: str, *, force: bool = False, dockerfile: bool = False, log: bool
             shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
             (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
         _add_user(root, recipe)
-        _import(root, tag, recipe)
-    _docker("tag", tag, latest, capture_output=True)
-    return tag
+        # imported under a staging tag, tagged for real only once the import succeeded
+        staging = f"{tag}-staging{os.getpid()}"
+        try:
+            _import(root, staging, recipe)
+            for ref in (tag, latest):
+                if _docker("tag", staging, ref, capture_output=True).returncode != 0:
+                    raise SandboxError(f"docker tag {staging} {ref} failed")
+        finally:
+            _docker("rmi", staging, capture_output=True)
 
 
 def _main(argv: list[str]) -> int:
