@@ -1,8 +1,9 @@
 """Build the shipped SQLite databases from package data into a cache directory.
 
-Each database is built once, atomically (written to a temporary file, then renamed), so
-concurrent first uses never see a half-written file. The DDL (with primary and foreign
-keys) lives in ``data/<db>.sql``; the loaders here only turn package data into rows.
+Each database is built once, atomically (written to a temporary file, then renamed), even
+when many threads or processes use it first at once (:func:`envhub.cache.build_once`).
+The DDL (with primary and foreign keys) lives in ``data/<db>.sql``; the loaders here only
+turn package data into rows.
 The file name carries :data:`BUILD_VERSION`, so changing a loader rebuilds the cache.
 """
 
@@ -11,15 +12,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sqlite3
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from envhub.cache import build_once, cache_root
 from envhub_sql import sources
 
 __all__ = ["BUILD_VERSION", "DATABASES", "build_database", "cache_dir", "database_path"]
@@ -30,9 +30,7 @@ Row = tuple[Any, ...]
 
 def cache_dir() -> Path:
     """``$ENVHUB_CACHE/sql`` if set, else ``~/.cache/envhub/sql``."""
-    root = os.environ.get("ENVHUB_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "envhub"
-    return base / "sql"
+    return cache_root("sql")
 
 
 def _insert(conn: sqlite3.Connection, table: str, rows: Iterable[Row]) -> None:
@@ -234,14 +232,9 @@ def build_database(db_id: str, root: Path | None = None) -> Path:
     """The path of database ``db_id``, building it first if the cache lacks it."""
     if db_id not in DATABASES:
         raise KeyError(f"unknown database {db_id!r}; shipped: {', '.join(sorted(DATABASES))}")
-    target = database_path(db_id, root)
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{db_id}-", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        conn = sqlite3.connect(tmp_name)
+
+    def build(path: Path) -> None:
+        conn = sqlite3.connect(path)
         try:
             ddl = resources.files("envhub_sql").joinpath(f"data/{db_id}.sql").read_text("utf-8")
             conn.executescript(ddl)
@@ -256,9 +249,5 @@ def build_database(db_id: str, root: Path | None = None) -> Path:
             conn.commit()
         finally:
             conn.close()
-        os.chmod(tmp_name, 0o644)  # mkstemp's 0600 would hide a shared cache from other users
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return target
+
+    return build_once(database_path(db_id, root), build)

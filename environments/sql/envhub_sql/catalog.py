@@ -8,7 +8,6 @@ they are there.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -18,8 +17,6 @@ from envhub_sql.builder import DATABASES, build_database
 from envhub_sql.schema import DatabaseNotes, load_notes
 
 __all__ = ["Database", "resolve_database"]
-
-_BUILD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -47,6 +44,5 @@ def resolve_database(db_id: str, db_root: str | None = None) -> Database:
         return Database(db_id, path, bird_notes(path.parent, path))
     if db_id not in DATABASES:
         raise KeyError(f"unknown database {db_id!r}; shipped: {', '.join(sorted(DATABASES))}")
-    with _BUILD_LOCK:  # one build per process even when many sessions start at once
-        path = build_database(db_id)
+    path = build_database(db_id)  # once, however many sessions and processes start at once
     return Database(db_id, path, load_notes(db_id))
