@@ -41,8 +41,9 @@ def test_cold_database_is_built_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
     exec(script, namespace)  # counts this process's builds too (undone by monkeypatch)
     first_uses_at_once(namespace["first_use"], script, threads=4, processes=3)  # type: ignore[arg-type]
     assert (tmp_path / "builds").read_text().splitlines() == ["build"]
+    name = builder.database_path("elements").name
     assert sorted(p.name for p in (tmp_path / "cache" / "sql").iterdir()) == [
-        "elements-v1.sqlite",
-        "elements-v1.sqlite.lock",
-        "elements-v1.sqlite.stamp",
+        name,
+        f"{name}.lock",
+        f"{name}.stamp",
     ]
