@@ -15,13 +15,11 @@ titles and text, read back from the SQLite index by rowid.
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from envhub.cache import build_once
 from envhub.errors import InvalidRequest
 from envhub_search.index import MAX_QUERY_CHARS, Hit, QueryTooLong, SearchIndex
 
@@ -50,14 +48,14 @@ class Bm25sRetriever:
         self._index = index
         self._stemmer = stemmer_module.Stemmer("english")
         self._lock = threading.Lock()  # bm25s.tokenize and the stemmer are not thread-safe
-        saved = directory / f"bm25s-{importlib.metadata.version('bm25s')}"
-        if not saved.exists():
-            self._build(saved)
+        saved = build_once(directory / f"bm25s-{importlib.metadata.version('bm25s')}",
+                           self._build)
         self._model = bm25s.BM25.load(str(saved), mmap=True, load_vocab=True,
                                       show_progress=False)
 
     def _build(self, target: Path) -> None:
-        """Index every passage (rowid order, so a bm25s document i is SQLite row i + 1)."""
+        """Index every passage (rowid order, so a bm25s document i is SQLite row i + 1) and
+        save the matrix at ``target`` (once per corpus: :func:`envhub.cache.build_once`)."""
         texts: list[str] = []
         for rows in self._index.passage_batches(_BATCH):
             texts.extend(f"{title}\n{body}" for _rowid, title, body in rows)
@@ -65,16 +63,7 @@ class Bm25sRetriever:
                                       show_progress=False)
         model = self._bm25s.BM25()
         model.index(tokens, show_progress=False)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
-            model.save(str(scratch), show_progress=False)
-            try:
-                os.rename(scratch, target)
-            except OSError:
-                if not target.exists():
-                    raise  # not a lost race with another process
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        model.save(str(target), show_progress=False)
 
     def search(self, query: str, k: int = 5) -> list[Hit]:
         """The ``k`` best passages by bm25s; [] if no query word is in the corpus."""

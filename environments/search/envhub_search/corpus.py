@@ -3,10 +3,10 @@
 The build is deterministic in its inputs, so its output is cached in a directory named
 by a hash of them: the builder version, the versions of the data packages, the seed, the
 counterfactual flag, and the path, size and modification time of any user files. The
-cache lives under ``$ENVHUB_CACHE/search`` (or ``~/.cache/envhub/search``); a build
-writes a temporary directory and renames it into place, so concurrent processes never
-see half-built files. Within a process, each corpus is loaded once and shared by all
-sessions.
+cache lives under ``$ENVHUB_CACHE/search`` (or ``~/.cache/envhub/search``); each corpus
+is built once however many threads and processes ask at once, into a temporary directory
+renamed into place (:func:`envhub.cache.build_once`). Within a process, each corpus is
+loaded once and shared by all sessions.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import shutil
-import tempfile
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 from envhub import TaskSet
+from envhub.cache import build_once
+from envhub.cache import cache_root as envhub_cache_root
 from envhub.errors import InvalidRequest
 from envhub_search.articles import Passage, chunk, prose_documents, render_documents
 from envhub_search.counterfactual import perturb
@@ -111,13 +112,12 @@ class Corpus:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("ENVHUB_CACHE")
-    root = Path(base) if base else Path.home() / ".cache" / "envhub"
-    return root / "search"
+    return envhub_cache_root("search")
 
 
 def _build(options: CorpusOptions, target: Path) -> None:
-    """Render (or read) the documents, index their passages and write the tasks."""
+    """Render (or read) the documents, index their passages and write the tasks into the
+    new directory ``target``."""
     kb = base = None
     if options.corpus is not None:
         docs = list(read_corpus(options.corpus))
@@ -134,6 +134,7 @@ def _build(options: CorpusOptions, target: Path) -> None:
         facts = {(p.doc_id, f): p.pid for ps in passages.values() for p in ps for f in p.facts}
         tasks = generate_tasks(kb, facts, base)
     rows = ((d.doc_id, d.title, d.text, len(passages[d.doc_id])) for d in docs)
+    target.mkdir()
     build_index(target / _INDEX_FILE, rows, (p for d in docs for p in passages[d.doc_id]))
     with open(target / _TASKS_FILE, "w", encoding="utf-8") as fh:
         for task in tasks:
@@ -142,21 +143,7 @@ def _build(options: CorpusOptions, target: Path) -> None:
 
 def _materialise(options: CorpusOptions, root: Path) -> Path:
     """The cache directory for ``options``, building it first if needed."""
-    directory = root / options.cache_key()
-    if (directory / _TASKS_FILE).exists():
-        return directory
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=root))
-    try:
-        _build(options, scratch)
-        try:
-            os.rename(scratch, directory)
-        except OSError:
-            if not (directory / _TASKS_FILE).exists():
-                raise  # not a lost race with another process: a real failure
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return directory
+    return build_once(root / options.cache_key(), partial(_build, options))
 
 
 _LOADED: dict[tuple[CorpusOptions, Path], Corpus] = {}
