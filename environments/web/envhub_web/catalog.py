@@ -10,6 +10,7 @@ import heapq
 import math
 import random
 import re
+import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -318,7 +319,17 @@ class Catalog:
         return [self.products[d] for d in top[end - self.PAGE_SIZE :]], len(scores)
 
 
-@lru_cache(maxsize=4)
+_BUILD_LOCK = threading.Lock()
+
+
 def load_catalog(seed: int = 0, size: int = 3000) -> Catalog:
-    """One catalog per (seed, size) and process: building it takes ~0.3 s."""
+    """One catalog per (seed, size) and process, built by the first caller while
+    concurrent ones wait (~0.3 s of CPU). It lives in memory only: rebuilding it in another
+    process is as fast as loading a saved copy would be."""
+    with _BUILD_LOCK:
+        return _build_catalog(seed, size)
+
+
+@lru_cache(maxsize=4)
+def _build_catalog(seed: int, size: int) -> Catalog:
     return Catalog(seed, size)
