@@ -16,7 +16,6 @@ from typing import Any
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
 from envhub.errors import SandboxError, ToolError
-from envhub.rewards.swe import grade
 from envhub.sandboxes import Sandbox, SandboxSpec, resolve_backend
 from envhub_swe import pools
 from envhub_swe.catalog import IMAGE_LAYOUT, SWEBENCH_LAYOUT, Layout
@@ -270,7 +269,7 @@ class SweEnv(Environment):
             run = await run_tests(sb, inst.repo, inst.layout, timeout=self.test_timeout_s)
         finally:
             await pools.release(sb)
-        result = grade(run.statuses, inst.fail_to_pass, inst.pass_to_pass)
+        result = await asyncio.to_thread(inst.grade, run)  # SWE-bench's grader reads a file
         return Reward(
             value=1.0 if result.resolved else 0.0,
             components={"patch_applied": 1.0, "f2p": result.f2p, "p2p": result.p2p},

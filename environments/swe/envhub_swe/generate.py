@@ -4,8 +4,10 @@ For each repository: run the suite once for the baseline, then try seeded candid
 (one bug, or two or three combined). A candidate becomes a task iff the suite still
 collects and finishes within the time limit, at least one baseline-passing test
 fails, and fewer than ``max_fail_fraction`` of them fail. Failing tests form
-FAIL_TO_PASS, the rest of the baseline-passing ones PASS_TO_PASS. The gold patch is the
-reverse diff; the gold actions are ``str_replace`` edits with a unique ``old_str``.
+FAIL_TO_PASS, the rest of the baseline-passing ones PASS_TO_PASS. Logs are read with
+envhub's semantics of :mod:`envhub.rewards.swe` (exact node ids from the ``-rA``
+summary), the reading that later grades the tasks. The gold patch is the reverse diff;
+the gold actions are ``str_replace`` edits with a unique ``old_str``.
 
 Same seed, same catalog, same tests -> the same tasks (ids are content hashes).
 
@@ -30,7 +32,7 @@ from typing import Any
 
 import libcst as cst
 
-from envhub.rewards.swe import PASSING
+from envhub.rewards.swe import PASSING, passed_tests, read_statuses
 from envhub.sandboxes import Sandbox, SandboxSpec, open_sandbox
 from envhub_swe.build import base_commit, host_layout, prepare_repo
 from envhub_swe.catalog import Layout, RepoSpec, load_catalog
@@ -161,6 +163,15 @@ def relative_paths(log: str) -> str:
     return _SANDBOX_DIR.sub(lambda m: "" if m.group(1) == "work" else "/tmp/", log)
 
 
+def _split(run: TestRun, passing: list[str]) -> tuple[list[str], list[str]]:
+    """``(FAIL_TO_PASS, PASS_TO_PASS)``: the baseline-passing tests ``run`` fails, passes."""
+    statuses = read_statuses(run.log, passing)
+    return (
+        [t for t in passing if statuses.get(t) not in PASSING],
+        [t for t in passing if statuses.get(t) in PASSING],
+    )
+
+
 def _record(
     repo: RepoSpec,
     pristine: str,
@@ -171,8 +182,7 @@ def _record(
     passing: list[str],
     seed: int,
 ) -> dict[str, Any]:
-    f2p = [t for t in passing if run.statuses.get(t) not in PASSING]
-    p2p = [t for t in passing if run.statuses.get(t) in PASSING]
+    f2p, p2p = _split(run, passing)
     patch = bug_patch = ""
     edits: list[dict[str, str]] = []
     for path in sorted(cand.files):
@@ -224,7 +234,7 @@ async def generate_repo(
         baseline = await run_tests(sb, repo, layout, timeout=600)
     if not baseline.collected:
         raise RuntimeError(f"{repo.name}: baseline run failed:\n{baseline.log[-3000:]}")
-    passing = sorted(t for t, s in baseline.statuses.items() if s in PASSING)
+    passing = passed_tests(baseline.log)
     timeout = max(30.0, 5 * baseline.duration_s)
     log(f"{repo.name}: baseline {len(passing)} passing in {baseline.duration_s:.1f}s")
     candidates = _candidates(repo, root, random.Random(f"{seed}:{repo.name}"), max_candidates)
@@ -246,7 +256,7 @@ async def generate_repo(
                 index = next_index
                 next_index += 1
                 run = await _evaluate(sb, repo, layout, queue[index], timeout)
-                failing = [t for t in passing if run.statuses.get(t) not in PASSING]
+                failing, _ = _split(run, passing)
                 if not run.collected or not failing:
                     continue
                 if len(failing) >= max_fail_fraction * len(passing):

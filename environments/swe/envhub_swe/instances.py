@@ -5,6 +5,11 @@ Two sources share one format: the shipped tasks (``data/tasks.jsonl``, made by
 files whose images the user has (``swebench=`` option, ``image_template``). A record
 keeps SWE-bench's keys; envhub's extras (``bug_patch``, ``gold_edits``, ``split``) are
 optional.
+
+The two are graded differently (:meth:`Instance.grade`): envhub's generated tasks
+(``repo`` ``pypi/<name>``) with envhub's exact-id reading of the pytest log, SWE-bench
+records with the ``swebench`` package's own parser and grader (SWE-bench 5's
+``log_parser`` and ``eval_type`` keys are honoured), see :mod:`envhub.rewards.swe`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,15 @@ from typing import Any
 
 from envhub import GoldCall, Task, TaskSet
 from envhub.errors import InvalidRequest
+from envhub.rewards.swe import (
+    Grade,
+    grade_log,
+    grade_swebench,
+    swebench_eval_type,
+    swebench_log_parser,
+)
 from envhub_swe.catalog import IMAGE_LAYOUT, Layout, RepoSpec, load_catalog
+from envhub_swe.testrun import TestRun
 
 __all__ = ["Instance", "load_instances", "to_task"]
 
@@ -62,6 +75,38 @@ class Instance:
     test_patch: str
     fail_to_pass: list[str]
     pass_to_pass: list[str]
+    #: SWE-bench's parser and eval type for SWE-bench records; None: an envhub task
+    log_parser: str | None = None
+    eval_type: str = "pass_and_fail"
+
+    def grade(self, run: TestRun) -> Grade:
+        """The verdict on a test run: SWE-bench's own for SWE-bench records, envhub's
+        for its generated tasks (the semantics their FAIL_TO_PASS lists were made with)."""
+        if self.log_parser is None:
+            return grade_log(run.log, self.fail_to_pass, self.pass_to_pass)
+        return grade_swebench(
+            run.log,
+            self.fail_to_pass,
+            self.pass_to_pass,
+            exit_code=run.exit_code,
+            timed_out=run.timed_out,
+            log_parser=self.log_parser,
+            eval_type=self.eval_type,
+        )
+
+
+def _is_generated(record: dict[str, Any]) -> bool:
+    """envhub's own tasks name a catalog repository, ``pypi/<name>``."""
+    return str(record["repo"]).startswith("pypi/")
+
+
+def _swebench_grading(record: dict[str, Any]) -> tuple[str | None, str]:
+    """``(log_parser, eval_type)`` of a record: None for envhub's tasks; SWE-bench's
+    choice for SWE-bench records (needs the ``swebench`` extra)."""
+    if _is_generated(record):
+        return None, "pass_and_fail"
+    parser = swebench_log_parser(str(record["repo"]), record.get("log_parser"))
+    return parser, swebench_eval_type(record.get("eval_type"))
 
 
 def test_patch_files(test_patch: str) -> list[str]:
@@ -72,7 +117,7 @@ def _record_repo(record: dict[str, Any]) -> RepoSpec:
     """The catalog entry for shipped tasks; an ad-hoc spec for SWE-bench instances
     (tests: the files the test patch touches, else those holding the graded tests)."""
     repo_id = record["repo"]
-    if repo_id.startswith("pypi/"):
+    if _is_generated(record):
         return load_catalog().get(repo_id.removeprefix("pypi/"))
     files = test_patch_files(record.get("test_patch") or "") or sorted(
         {t.split("::")[0] for t in _id_list(record["FAIL_TO_PASS"])}
@@ -91,7 +136,8 @@ def resolve_instance(task: Task, *, image_template: str | None, layout: Layout |
     so their tag is computed here, not stored)."""
     record = task.metadata
     repo = _record_repo(record)
-    if record["repo"].startswith("pypi/") and image_template is None:
+    log_parser, eval_type = _swebench_grading(record)
+    if _is_generated(record) and image_template is None:
         from envhub_swe.images import image_name
 
         image = image_name(repo)
@@ -112,6 +158,8 @@ def resolve_instance(task: Task, *, image_template: str | None, layout: Layout |
         test_patch=record.get("test_patch") or "",
         fail_to_pass=_id_list(record["FAIL_TO_PASS"]),
         pass_to_pass=_id_list(record["PASS_TO_PASS"]),
+        log_parser=log_parser,
+        eval_type=eval_type,
     )
 
 
@@ -151,7 +199,8 @@ def _read_jsonl(text: str) -> list[dict[str, Any]]:
 
 
 def load_instances(path: str | None = None) -> TaskSet:
-    """The shipped tasks, or a user's SWE-bench JSONL file."""
+    """The shipped tasks, or a user's SWE-bench JSONL file (whose grading is checked
+    here, so a missing ``swebench`` extra or an unsupported parser fails at load)."""
     if path is None:
         text = resources.files("envhub_swe").joinpath("data/tasks.jsonl").read_text("utf-8")
     else:
@@ -159,4 +208,8 @@ def load_instances(path: str | None = None) -> TaskSet:
         if not p.is_file():
             raise InvalidRequest(f"no SWE-bench file at {path}")
         text = p.read_text("utf-8")
-    return TaskSet(to_task(r) for r in _read_jsonl(text))
+    records = _read_jsonl(text)
+    for record in records:
+        if "repo" in record:
+            _swebench_grading(record)
+    return TaskSet(to_task(r) for r in records)

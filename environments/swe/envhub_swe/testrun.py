@@ -15,7 +15,6 @@ import shlex
 from dataclasses import dataclass
 
 from envhub.errors import FileOperationError, SandboxError
-from envhub.rewards.swe import TestStatus, parse_pytest_log
 from envhub.sandboxes import ExecResult, Sandbox
 from envhub_swe.build import GIT_IDENTITY
 from envhub_swe.catalog import DEPS_DIR, Layout, RepoSpec
@@ -125,9 +124,11 @@ class DiffError(Exception):
 
 @dataclass
 class TestRun:
+    """One run of the test command: its ``-rA`` log is what grading reads
+    (:meth:`envhub_swe.instances.Instance.grade`, :mod:`envhub.rewards.swe`)."""
+
     __test__ = False  # not a pytest test class
 
-    statuses: dict[str, TestStatus]
     log: str
     exit_code: int
     timed_out: bool
@@ -159,7 +160,6 @@ async def run_tests(
     except FileOperationError as exc:
         log = f"envhub: the test log could not be read ({exc})\n"
     return TestRun(
-        statuses=parse_pytest_log(log),
         log=log,
         exit_code=result.exit_code,
         timed_out=result.timed_out,

@@ -29,7 +29,7 @@ from envhub_swe.instances import load_instances
 from envhub_swe.testrun import apply_patch, run_tests, setup_task
 
 from envhub import Task
-from envhub.rewards.swe import PASSING, grade
+from envhub.rewards.swe import PASSING, read_statuses
 
 
 async def validate(task: Task, env: SweEnv) -> dict[str, Any]:
@@ -40,14 +40,15 @@ async def validate(task: Task, env: SweEnv) -> dict[str, Any]:
     try:
         await setup_task(sb, inst.layout, inst.bug_patch, inst.base_commit)
         base = await run_tests(sb, inst.repo, inst.layout, timeout=env.test_timeout_s)
-        still_passing = [t for t in inst.fail_to_pass if base.statuses.get(t) in PASSING]
-        broken = [t for t in inst.pass_to_pass if base.statuses.get(t) not in PASSING]
+        statuses = read_statuses(base.log, [*inst.fail_to_pass, *inst.pass_to_pass])
+        still_passing = [t for t in inst.fail_to_pass if statuses.get(t) in PASSING]
+        broken = [t for t in inst.pass_to_pass if statuses.get(t) not in PASSING]
         out["base"] = {"f2p_passing": still_passing[:5], "p2p_failing": broken[:5]}
         if not await apply_patch(sb, task.metadata["patch"]):
             out["error"] = "gold patch does not apply"
             return out
         fixed = await run_tests(sb, inst.repo, inst.layout, timeout=env.test_timeout_s)
-        result = grade(fixed.statuses, inst.fail_to_pass, inst.pass_to_pass)
+        result = inst.grade(fixed)
         out["gold"] = {
             "resolution": result.resolution.value,
             "failed_f2p": list(result.failed_f2p[:5]),
