@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from envhub.cache import build_once
 from envhub.errors import InvalidRequest
 
 __all__ = ["SMOLLM2_GGUF", "smollm2_gguf_path", "smollm2_tokenizer", "tiny_llama"]
@@ -57,14 +58,13 @@ def _load_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
     path = smollm2_gguf_path()
-    cache = _cache_dir(path)
-    if (cache / "tokenizer_config.json").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(str(cache))
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        tokenizer.save_pretrained(str(tmp))
-        os.replace(tmp, cache)  # atomic: concurrent first runs never see a partial copy
+
+    def convert(tmp: Path) -> None:
+        gguf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        gguf.save_pretrained(str(tmp))
+
+    # once per machine, however many processes start at once (envhub.cache.build_once)
+    tokenizer = AutoTokenizer.from_pretrained(str(build_once(_cache_dir(path), convert)))
     tokenizer.chat_template = _qwen25_template()
     tokenizer.padding_side = "left"  # what TRL's GRPOTrainer requires
     return tokenizer
