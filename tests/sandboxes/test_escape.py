@@ -93,10 +93,15 @@ async def test_cannot_see_host_processes(
         await host_proc.wait()
 
 
-async def test_fork_bomb_is_contained(isolated_backend: str) -> None:
+@pytest.mark.parametrize(
+    "bomb",
+    ["f(){ f | f & }; f", "f(){ sleep 600 & f & }; f"],  # classic; copies that stay
+    ids=["classic", "lingering"],
+)
+async def test_fork_bomb_is_contained(isolated_backend: str, bomb: str) -> None:
     spec = SandboxSpec(pids=64, memory="256MiB")
     async with open_sandbox(spec, isolated_backend) as sb:
-        r = await sb.exec("f(){ f | f & }; f; sleep 3; echo survived", timeout=8)
+        r = await sb.exec(f"{bomb}; sleep 3; echo survived", timeout=8)
         assert "cannot fork" in r.stderr.lower() or r.timed_out  # the pids limit bit
         # the bomb's copies ended with the command: the rest of the episode has its pids
         # (a SandboxError here would mask the episode: a policy could escape its reward)

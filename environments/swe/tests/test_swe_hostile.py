@@ -44,8 +44,9 @@ ISOLATED = [
     (_editor("view", "/etc/shadow"), "Permission denied"),
     (_editor("create", "/etc/envhub-evil", file_text="pwned"), "Read-only file system"),
     (_bash("kill -TERM 1; kill -KILL -1"), "<returncode>"),
-    # a fork bomb, bounded by the sandbox's pids limit; its copies die with the command
+    # fork bombs, bounded by the sandbox's pids limit; their copies die with the command
     (_bash("f(){ f | f & }; f; sleep 1; echo bombed"), "<returncode>"),
+    (_bash("g(){ sleep 600 & g & }; g; sleep 1; echo bombed"), "<returncode>"),
     (_bash("echo still-alive; ls -d /proc/[0-9]* | wc -l"), "still-alive"),
 ]
 
