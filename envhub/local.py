@@ -7,12 +7,12 @@ engine, the trainer adapters and the gymnasium adapter work against either.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from envhub.budgets import Budgets
+from envhub.caches import SizedLRU, approx_bytes
 from envhub.environment import Environment
 from envhub.errors import InvalidRequest
 from envhub.registry import discover, load_environment_class
@@ -21,13 +21,47 @@ from envhub.task import TaskSet
 
 __all__ = ["LocalEnvironment", "make"]
 
-_TASKSETS: OrderedDict[tuple[type[Environment], str], TaskSet] = OrderedDict()
-_TASKSETS_LOCK = threading.Lock()
-_TASKSETS_KEPT = 64  # option sets whose tasks stay loaded (a server sees client-chosen options)
+_TaskSetKey = tuple[type[Environment], str]
+
+# Task sets shared by every LocalEnvironment of the same class and options, so that
+# repeated ``make()`` calls load once; bounded by count and memory because a server also
+# loads the option sets its clients choose.
+_TASKSETS: SizedLRU[_TaskSetKey, tuple[TaskSet, int]] = SizedLRU(
+    max_entries=64, max_bytes=256 * 2**20
+)
+_TASKSETS_LOCK = threading.Lock()  # guards the two dicts, never held while loading
+_LOADING: dict[_TaskSetKey, threading.Lock] = {}  # one load at a time per option set
 
 
 def _options_key(options: dict[str, Any]) -> str:
     return repr(sorted(options.items()))
+
+
+def _shared_taskset(key: _TaskSetKey, load: Callable[[], TaskSet]) -> tuple[TaskSet, int]:
+    """The cached task set for ``key`` and its size in bytes, loading it on a miss.
+
+    Loads of different option sets run in parallel, so a slow one (a client's large
+    variant) never holds up another environment's sessions.
+    """
+    with _TASKSETS_LOCK:
+        cached = _TASKSETS.get(key)
+        if cached is not None:
+            return cached
+        loading = _LOADING.setdefault(key, threading.Lock())
+    with loading:
+        try:
+            with _TASKSETS_LOCK:
+                cached = _TASKSETS.get(key)
+            if cached is not None:
+                return cached
+            tasks = load()
+            entry = (tasks, approx_bytes(tasks))
+            with _TASKSETS_LOCK:
+                _TASKSETS.put(key, entry, entry[1])
+            return entry
+        finally:
+            with _TASKSETS_LOCK:
+                _LOADING.pop(key, None)
 
 
 class LocalEnvironment:
@@ -44,6 +78,7 @@ class LocalEnvironment:
         self.budgets = budgets or self.env_class.budgets
         self.name = self.env_class.name or (env if isinstance(env, str) else env.__name__)
         self._prototype = self._instantiate()  # validates the options once, up front
+        self._tasks: tuple[TaskSet, int] | None = None
 
     @property
     def version(self) -> str:
@@ -58,16 +93,20 @@ class LocalEnvironment:
 
     @property
     def tasks(self) -> TaskSet:
-        """The task set for these options, loaded once per process and option set."""
-        key = (self.env_class, _options_key(self.options))
-        with _TASKSETS_LOCK:
-            if key in _TASKSETS:
-                _TASKSETS.move_to_end(key)
-            else:
-                _TASKSETS[key] = self._prototype.load_tasks()
-                while len(_TASKSETS) > _TASKSETS_KEPT:
-                    _TASKSETS.popitem(last=False)
-            return _TASKSETS[key]
+        """The task set for these options: loaded on first use, then held by this object
+        (and shared with others of the same options while the process cache keeps it)."""
+        return self._loaded_tasks()[0]
+
+    @property
+    def tasks_bytes(self) -> int:
+        """Estimated memory of :attr:`tasks` (what a cache of environments weighs them by)."""
+        return self._loaded_tasks()[1]
+
+    def _loaded_tasks(self) -> tuple[TaskSet, int]:
+        if self._tasks is None:
+            key = (self.env_class, _options_key(self.options))
+            self._tasks = _shared_taskset(key, self._prototype.load_tasks)
+        return self._tasks
 
     def task_ids(self, split: str | None = None) -> list[str]:
         return [t.id for t in self.tasks.split(split)]
