@@ -6,12 +6,16 @@ the episode. One instance serves exactly one episode; budgets, error observation
 metrics are the session's job (:mod:`envhub.session`), not the environment's.
 
 Options (a data path, a mode, a sandbox backend) are the constructor's keyword
-arguments, so ``--env-arg KEY=VALUE`` and HTTP ``options`` reach them unchanged.
+arguments, so the operator's ``--env-arg KEY=VALUE`` reaches them unchanged; a server's
+clients may set only the options the class declares in ``client_options``
+(:mod:`envhub.options`).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from envhub.budgets import Budgets
@@ -36,6 +40,10 @@ class Environment:
     budgets: ClassVar[Budgets] = Budgets()
     #: whether an assistant message without tool calls ends the episode
     final_answer_ends_episode: ClassVar[bool] = True
+    #: options an HTTP/WebSocket client may set, name -> type with bounds, e.g.
+    #: ``{"num_tasks": Annotated[int, Field(ge=1, le=10_000)]}``; nothing by default.
+    #: Never declare what touches the server's machine (sandbox, paths, caches, timeouts).
+    client_options: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     #: the user message of the one ``"default"`` task of an environment that does not
     #: override :meth:`load_tasks` (empty: no message; :meth:`reset` writes the prompt)
     default_prompt: ClassVar[str] = ""

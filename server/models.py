@@ -43,7 +43,11 @@ class EnvironmentInfo(BaseModel):
     tools: list[dict[str, Any]] = Field(description="OpenAI function-tool JSON schemas")
     tasks: int
     splits: list[str]
-    options: dict[str, Any] = Field(description="options the server hosts it with")
+    options: dict[str, Any] = Field(description="options the server's operator hosts it with")
+    client_options: dict[str, dict[str, Any]] = Field(
+        description="options a client may set in POST /v1/sessions: name -> JSON schema with "
+        "the type and bounds; any other option is refused"
+    )
     budgets: Budgets
 
 
@@ -69,7 +73,9 @@ class CreateSession(BaseModel):
     task_id: str | None = None
     seed: int | None = None
     options: dict[str, Any] | None = Field(
-        None, description="environment constructor options, merged over the hosted ones"
+        None,
+        description="client-settable options of the environment (its client_options), "
+        "validated, then merged over the hosted ones",
     )
     session_id: str | None = Field(None, pattern=SESSION_ID_PATTERN)
 

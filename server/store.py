@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from envhub.caches import SizedLRU
 from envhub.errors import (
     CapacityError,
     EnvhubError,
@@ -25,6 +26,7 @@ from envhub.errors import (
     SessionNotFound,
 )
 from envhub.local import LocalEnvironment
+from envhub.options import client_option_schemas, validate_client_options
 from envhub.server.metrics import ServerMetrics
 from envhub.server.models import EnvironmentInfo
 from envhub.session import Session
@@ -42,21 +44,31 @@ __all__ = ["HostedEnvironment", "SessionStore"]
 log = logging.getLogger("envhub.server")
 
 _MAX_VARIANTS = 32  # distinct client option sets kept built per environment
+_MAX_VARIANT_BYTES = 256 * 2**20  # and the memory their task sets may hold together
+_CONCURRENT_BUILDS = 2  # variant builds running at once per environment
 
 
 class HostedEnvironment:
     """One environment the server hosts, plus the variants clients asked for with ``options``.
 
-    Building a variant constructs the environment and loads its tasks, which can read
-    files or datasets, so it runs in a worker thread; concurrent requests for the same
-    option set wait for one build.
+    Client options are checked against the environment's declared client-settable
+    options before anything is built (:mod:`envhub.options`). Building a variant
+    constructs the environment and loads its tasks, which can take seconds of CPU, so it
+    runs in a worker thread, a few at a time; concurrent requests for the same option
+    set wait for one build. Built variants are kept by count and by task-set memory.
     """
 
     def __init__(self, name: str, base: LocalEnvironment) -> None:
         self.name = name
         self.base = base
-        self._variants: OrderedDict[str, asyncio.Future[LocalEnvironment]] = OrderedDict()
+        self._variants: SizedLRU[str, LocalEnvironment] = SizedLRU(
+            max_entries=_MAX_VARIANTS, max_bytes=_MAX_VARIANT_BYTES
+        )
+        self._building: dict[str, asyncio.Future[LocalEnvironment]] = {}
+        self._build_slots = asyncio.Semaphore(_CONCURRENT_BUILDS)
         self._info: EnvironmentInfo | None = None
+        # checks the environment's declaration now: a bad one stops the server at start
+        self.client_options = client_option_schemas(base.env_class)
 
     async def warm(self) -> None:
         """Load the hosted option set's tasks before the first request needs them."""
@@ -72,30 +84,36 @@ class HostedEnvironment:
                 tasks=len(tasks),
                 splits=tasks.splits,
                 options=self.base.options,
+                client_options=self.client_options,
                 budgets=self.base.budgets,
             )
         return self._info
 
     async def variant(self, options: dict[str, Any] | None) -> LocalEnvironment:
-        """The environment with ``options`` merged over the hosted ones (built once, LRU-kept)."""
+        """The environment with the client's ``options`` (validated against the declared
+        client-settable ones) merged over the hosted ones; built once, kept while it fits."""
         if not options:
             return self.base
-        merged = {**self.base.options, **options}
+        chosen = validate_client_options(self.base.env_class, options, env=self.name)
+        merged = {**self.base.options, **chosen}
+        if merged == self.base.options:
+            return self.base
         key = json.dumps(merged, sort_keys=True, default=repr)
-        future = self._variants.get(key)
+        built = self._variants.get(key)
+        if built is not None:
+            return built
+        future = self._building.get(key)
         if future is None:
-            future = asyncio.ensure_future(asyncio.to_thread(self._build, merged))
-            self._variants[key] = future
-            while len(self._variants) > _MAX_VARIANTS:
-                self._variants.popitem(last=False)
-        else:
-            self._variants.move_to_end(key)
-        try:
-            return await asyncio.shield(future)
-        except BaseException:
-            if future.done() and self._variants.get(key) is future:
-                del self._variants[key]  # a failed build is not cached
-            raise
+            future = asyncio.ensure_future(self._build_variant(key, merged))
+            self._building[key] = future
+            future.add_done_callback(lambda _: self._building.pop(key, None))
+        return await asyncio.shield(future)
+
+    async def _build_variant(self, key: str, options: dict[str, Any]) -> LocalEnvironment:
+        async with self._build_slots:
+            env = await asyncio.to_thread(self._build, options)
+        self._variants.put(key, env, env.tasks_bytes)
+        return env
 
     def _build(self, options: dict[str, Any]) -> LocalEnvironment:
         try:
@@ -103,7 +121,7 @@ class HostedEnvironment:
             env.tasks  # noqa: B018 - load now, in this thread, not on the event loop later
         except EnvhubError:
             raise
-        except Exception as exc:  # the environment rejected its options (bad path, value)
+        except Exception as exc:  # the environment's own checks refused a client value
             message = f"bad options for {self.name}: {type(exc).__name__}: {exc}"
             raise InvalidRequest(message) from exc
         return env

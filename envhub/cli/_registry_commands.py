@@ -46,7 +46,8 @@ def info_command(
     env: Annotated[str, typer.Argument(help="plugin name or module:Class")],
     env_arg: EnvArgOption = None,
 ) -> None:
-    """Show an environment's options, tools with their JSON schemas, and a sample task."""
+    """Show an environment's options (all, and those a server's clients may set, with their
+    bounds), tools with their JSON schemas, and a sample task."""
     from envhub.local import LocalEnvironment
 
     try:
@@ -56,12 +57,14 @@ def info_command(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     from envhub.environment import option_names
+    from envhub.options import client_option_schemas
 
     sample = next(iter(tasks), None)
     payload = {
         "name": local.name,
         "version": local.version,
         "options": option_names(local.env_class),
+        "client_options": client_option_schemas(local.env_class),
         "budgets": local.budgets.model_dump(),
         "tasks": len(tasks),
         "splits": {split: len(tasks.split(split)) for split in tasks.splits},

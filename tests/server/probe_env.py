@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
 
 from envhub import Budgets, Environment, Task, TaskSet, tool
 
@@ -22,6 +25,7 @@ class ProbeEnv(Environment):
     name = "probe"
     version = "0.0.1"
     budgets = Budgets(max_turns=50, tool_timeout_s=0.5, episode_timeout_s=60.0)
+    client_options: ClassVar[dict[str, Any]] = {"num_tasks": Annotated[int, Field(ge=1, le=100)]}
 
     def __init__(self, num_tasks: int = 3) -> None:
         super().__init__()

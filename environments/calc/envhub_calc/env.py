@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
+
 from envhub import Budgets, Environment, Reward, TaskSet, tool
 from envhub.rewards import Rubric, numeric_match
 from envhub_calc.calculator import evaluate
@@ -17,6 +21,11 @@ class CalcEnv(Environment):
     version = "0.1.0"
     budgets = Budgets(max_turns=8, tool_timeout_s=5.0, episode_timeout_s=120.0)
     rubric = Rubric({"correct": 1.0, "answered": 0.0})
+    # a client's task set is generated on the server's CPU and kept in its memory: bounded
+    client_options: ClassVar[dict[str, Any]] = {
+        "num_tasks": Annotated[int, Field(ge=1, le=10_000)],
+        "seed": Annotated[int, Field(ge=0, lt=2**32)],
+    }
 
     def __init__(self, num_tasks: int = 3000, seed: int = 0) -> None:
         super().__init__()

@@ -8,6 +8,7 @@ opened articles contained a gold supporting passage are recorded with weight 0.
 from __future__ import annotations
 
 import re
+from typing import Any, ClassVar, Literal
 
 from envhub import Budgets, Environment, Reward, TaskSet, tool
 from envhub.errors import InvalidRequest
@@ -38,6 +39,12 @@ class SearchEnv(Environment):
     version = "0.1.0"
     budgets = Budgets(max_turns=16, tool_timeout_s=10.0, episode_timeout_s=600.0)
     rubric = Rubric({"exact_match": 1.0, "f1": 0.0, "substring_match": 0.0})
+    # two values each, so at most a few corpora per server; a seed (a new corpus on the
+    # server's disk and in its memory per value), paths and the cache are the operator's
+    client_options: ClassVar[dict[str, Any]] = {
+        "counterfactual": bool,
+        "retriever": Literal[tuple(RETRIEVERS)],
+    }
 
     def __init__(
         self,

@@ -6,7 +6,9 @@ import asyncio
 import sqlite3
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
 from envhub.errors import InvalidRequest
@@ -61,6 +63,11 @@ class SqlEnv(Environment):
     name = "sql"
     version = "0.1.0"
     budgets = Budgets(max_turns=10, tool_timeout_s=30.0, episode_timeout_s=300.0)
+    # scoring only: data paths, the sandbox and the query limits are the operator's
+    client_options: ClassVar[dict[str, Any]] = {
+        "comparator": Literal[tuple(COMPARATORS)],
+        "invalid_reward": Annotated[float, Field(ge=-1.0, le=1.0)],
+    }
 
     def __init__(
         self,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
 
 from envhub import Reward, Task, TaskSet
 from envhub.rewards.web import ShopGoal, ShopPurchase, webshop_reward
@@ -46,6 +49,10 @@ class WebShopEnv(BrowsingEnv):
 
     name = "web"
     version = "0.1.0"
+    # the mode, catalog (a site per catalog), browser and paths are the operator's
+    client_options: ClassVar[dict[str, Any]] = {
+        "num_tasks": Annotated[int, Field(ge=1, le=10_000)]
+    }
 
     def __init__(
         self,
