@@ -244,9 +244,15 @@ class Session:
     def _error(self, call: ToolCall, message: str, kind: str | None) -> Observation:
         if kind is not None:
             self.metrics.count_error(kind)
-        return Observation(
-            tool_call_id=call.id, name=call.name, content=f"Error: {message}", is_error=True
-        )
+        content = self._within_budget(f"Error: {message}")  # messages quote model input
+        return Observation(tool_call_id=call.id, name=call.name, content=content, is_error=True)
+
+    def _within_budget(self, text: str) -> str:
+        """``text`` cut to the output budget, counted in the metrics when cut."""
+        if len(text) <= self.budgets.max_output_chars:
+            return text
+        self.metrics.truncated_outputs += 1
+        return truncate_output(text, self.budgets.max_output_chars)
 
     async def _run_call(self, call: ToolCall) -> Observation:
         self.metrics.tool_calls += 1
@@ -276,10 +282,7 @@ class Session:
             return self._error(call, f"{type(exc).__name__}: {exc}", "exception")
         finally:
             self.metrics.env_s += time.perf_counter() - started
-        text = _render_output(output)
-        if len(text) > self.budgets.max_output_chars:
-            self.metrics.truncated_outputs += 1
-            text = truncate_output(text, self.budgets.max_output_chars)
+        text = self._within_budget(_render_output(output))
         if spec.terminal:
             self._end("terminal_tool")
         return Observation(tool_call_id=call.id, name=call.name, content=text)

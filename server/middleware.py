@@ -66,7 +66,12 @@ class PayloadTooLarge(HTTPException):
 
 class BodySizeLimit:
     """413 for bodies over ``max_bytes``: by ``Content-Length`` up front, and by counting
-    the streamed chunks for chunked uploads that declare no length."""
+    the streamed chunks for chunked uploads that declare no length.
+
+    FastAPI routes turn the counting error into a 413 through the error handlers; layers
+    that read the body themselves (the session fast path) let it through, and it is
+    answered here, since no response has started yet.
+    """
 
     def __init__(self, app: ASGIApp, *, max_bytes: int, on_error: OnError) -> None:
         self.app = app
@@ -89,6 +94,7 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         received = 0
+        started = False
 
         async def counting_receive() -> Message:
             nonlocal received
@@ -99,4 +105,15 @@ class BodySizeLimit:
                     raise PayloadTooLarge(self.max_bytes)
             return message
 
-        await self.app(scope, counting_receive, send)
+        async def watching_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, watching_send)
+        except PayloadTooLarge as exc:
+            if started:
+                raise
+            self.on_error("payload_too_large")
+            await _send_error(send, 413, "payload_too_large", str(exc.detail))

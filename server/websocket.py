@@ -102,7 +102,7 @@ class SessionWebSocket:
 
     async def _answer(self, path_session: str | None, data: str | bytes, where: str) -> bytes:
         """The reply to one message: a result body or an error body."""
-        if len(data) > self.max_message_bytes:
+        if _too_large(data, self.max_message_bytes):
             return self._error("payload_too_large",
                                f"message larger than {self.max_message_bytes} bytes")
         try:
@@ -159,6 +159,14 @@ class SessionWebSocket:
 
 
 _OPS = ("create", "step", "close", "info")
+
+
+def _too_large(data: str | bytes, limit: int) -> bool:
+    """Whether a message exceeds ``limit`` bytes; a text frame counts its UTF-8 bytes (one
+    to four per character), encoded only when its length alone cannot decide."""
+    if isinstance(data, bytes) or len(data) > limit:
+        return len(data) > limit
+    return len(data) * 4 > limit and len(data.encode("utf-8", "surrogatepass")) > limit
 
 
 def _body(result: BaseModel) -> bytes:

@@ -41,7 +41,7 @@ async def test_happy_path_and_reward(env: envhub.LocalEnvironment) -> None:
     [
         (call("add", "{not json"), "invalid_arguments", "not valid JSON"),
         (call("add", "[1, 2]"), "invalid_arguments", "must be a JSON object"),
-        (call("add", {"a": "x"}), "invalid_arguments", "valid integer"),
+        (call("add", {"a": "x"}), "invalid_arguments", "as an integer"),  # cut to 100 chars
         (call("nope", {}), "unknown_tool", "available tools: add"),
         (call("boom", {}), "exception", "RuntimeError: kaboom"),
         (call("nap", {"seconds": 2}), "timeout", "timed out after 0.3s"),
