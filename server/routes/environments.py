@@ -16,7 +16,8 @@ router = APIRouter(prefix="/v1/environments", tags=["environments"])
 
 @router.get("", responses=ERRORS(401))
 async def list_environments(request: Request) -> EnvironmentList:
-    """Hosted environments with version, tool schemas, task count, options and budgets."""
+    """Hosted environments with version, tool schemas, task count, hosted options, the
+    options a client may set (JSON schemas with bounds) and budgets."""
     hosted = store_of(request).envs.values()
     return EnvironmentList(environments=[await h.info() for h in hosted])
 
