@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from envhub.sandboxes.base import RawResult
 
-__all__ = ["CappedBuffer", "run_process"]
+__all__ = ["CappedBuffer", "kill_group", "run_process", "start_failure"]
 
 _CHUNK = 256 * 1024
 _EXIT_GRACE_S = 0.5  # how long pipes may stay open after the command exited
@@ -81,6 +82,15 @@ async def _feed_stdin(proc: asyncio.subprocess.Process, data: bytes | None) -> N
             await proc.stdin.drain()
         proc.stdin.close()
         await proc.stdin.wait_closed()
+
+
+def start_failure(program: str, exc: OSError) -> RawResult:
+    """The result of a command that could not be started as given (missing program or
+    working directory, no permission, arguments too long): its own failure, with the
+    exit code a shell gives it (127 not found, else 126), not the sandbox's."""
+    code = 127 if exc.errno == errno.ENOENT else 126
+    message = f"envhub: cannot run {program}: {exc.strerror or exc}\n".encode()
+    return RawResult(exit_code=code, stderr=message, stderr_bytes=len(message))
 
 
 def kill_group(pid: int) -> None:

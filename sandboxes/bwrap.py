@@ -22,6 +22,7 @@ Consequences worth knowing:
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import os
 import resource
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from envhub.errors import SandboxError
 from envhub.sandboxes._cgroup import Cgroup
-from envhub.sandboxes._proc import kill_group, run_process
+from envhub.sandboxes._proc import kill_group, run_process, start_failure
 from envhub.sandboxes._tmpfs import DIR_PREFIX, mount_tmpfs, unmount
 from envhub.sandboxes.base import Argv, RawResult, Sandbox, SandboxSpec
 from envhub.sandboxes.local import rlimit_preexec, uid_process_count
@@ -44,7 +45,10 @@ __all__ = ["BwrapSandbox", "bwrap_available"]
 _SANDBOX_UID = 1000
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-_CHDIR_FAILED = "bwrap: Can't chdir to "
+# bwrap's messages for a command that cannot start as given (its working directory made
+# unusable by earlier commands, a missing or non-executable program): the command's
+# failure, reported with a shell's exit codes, not the sandbox's
+_COMMAND_FAILED = ("bwrap: Can't chdir to ", "bwrap: execvp ")
 
 
 def bwrap_available() -> bool:
@@ -207,24 +211,29 @@ class BwrapSandbox(Sandbox):
         }
         cmd = [*self._prefix, "--chdir", cwd, "--", *argv]
         before = self.cgroup.oom_kills() if self.cgroup is not None else 0
-        raw = await run_process(
-            cmd,
-            timeout=timeout,
-            limit=limit,
-            stdin=stdin,
-            cwd=str(self.root),
-            env=full_env,
-            preexec_fn=self._preexec(timeout),
-            on_spawn=self._groups.add,
-            on_exit=self._groups.discard,
-        )
+        try:
+            raw = await run_process(
+                cmd,
+                timeout=timeout,
+                limit=limit,
+                stdin=stdin,
+                cwd=str(self.root),
+                env=full_env,
+                preexec_fn=self._preexec(timeout),
+                on_spawn=self._groups.add,
+                on_exit=self._groups.discard,
+            )
+        except OSError as exc:
+            if exc.errno != errno.E2BIG:  # arguments too long: the command's failure
+                raise
+            return start_failure(argv[0], exc)
         if self.cgroup is not None and self.cgroup.oom_kills() > before:
             raw.oom_killed = True
         if raw.exit_code == 1 and raw.stderr.startswith(b"bwrap: "):
             message = raw.stderr.decode(errors="replace").strip()
-            if message.startswith(_CHDIR_FAILED):
-                # the commands made their own working directory unusable (chmod 000,
-                # removed): their failure, as a shell reports it, not the sandbox's
-                return raw.model_copy(update={"exit_code": 126})
+            if message.startswith(_COMMAND_FAILED):
+                missing = message.startswith(_COMMAND_FAILED[1]) and "No such file" in message
+                code = 127 if missing else 126
+                return raw.model_copy(update={"exit_code": code})
             raise SandboxError(message)  # bwrap itself failed: namespaces, mounts
         return raw

@@ -14,6 +14,7 @@ died without closing them.
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
 import os
 import resource
@@ -23,12 +24,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 
 from envhub.errors import SandboxError
-from envhub.sandboxes._proc import kill_group, run_process
+from envhub.sandboxes._proc import kill_group, run_process, start_failure
 from envhub.sandboxes.base import Argv, RawResult, Sandbox
 
 __all__ = ["DIR_PREFIX", "LocalSandbox", "rlimit_preexec", "uid_process_count"]
 
 DIR_PREFIX = "envhub-local-"
+_COMMAND_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.E2BIG}
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -157,10 +159,9 @@ class LocalSandbox(Sandbox):
                 on_spawn=self._groups.add,
                 on_exit=self._groups.discard,
             )
-        except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
-            # The working directory or the program is missing or closed to us: what
-            # commands did to their own files, so a failed command (as a shell reports
-            # it), not a broken sandbox.
-            code = 127 if isinstance(exc, FileNotFoundError) else 126
-            message = f"envhub: cannot run {argv[0]}: {exc}\n".encode()
-            return RawResult(exit_code=code, stderr=message, stderr_bytes=len(message))
+        except OSError as exc:
+            # A missing or locked working directory (what commands did to their own
+            # files), a missing program, arguments too long: the command's failure.
+            if exc.errno not in _COMMAND_ERRNOS:
+                raise
+            return start_failure(argv[0], exc)

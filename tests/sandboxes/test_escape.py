@@ -224,8 +224,9 @@ async def test_background_process_gone_after_close(
     marker = f"{uuid.uuid4().int % 10**6 + 10**6}.5"
     sb: Sandbox
     async with open_sandbox(spec, isolated_backend) as sb:
-        # setsid: out of the command's process group, so it outlives its exec (docker)
-        r = await sb.exec(f"setsid sleep {marker} > /dev/null 2>&1 &", timeout=30)
+        # setsid: out of the command's process group, so it outlives its exec (docker),
+        # once it has left the group (the sleep gives it time to)
+        r = await sb.exec(f"setsid sleep {marker} > /dev/null 2>&1 & sleep 1", timeout=30)
         assert r.exit_code == 0
         if isolated_backend == "docker":
             assert await host_sees(marker)  # control: it does run in the background

@@ -41,6 +41,17 @@ async def test_timeout_is_reported_and_sandbox_survives(backend: str, spec: Sand
         assert (await sb.exec("echo alive", timeout=30)).stdout == "alive\n"
 
 
+async def test_commands_that_cannot_start_are_results(backend: str, spec: SandboxSpec) -> None:
+    """A missing program, a file that is no program, an argument over the kernel's limit:
+    the command fails as a shell would report it; the sandbox does not (SandboxError)."""
+    async with open_sandbox(spec, backend) as sb:
+        assert (await sb.exec(["no-such-program"], timeout=30)).exit_code == 127
+        assert (await sb.exec(["/etc/passwd"], timeout=30)).exit_code == 126
+        too_long = await sb.exec(["echo", "x" * 300_000], timeout=30)
+        assert too_long.exit_code != 0 and "argument list too long" in too_long.stderr.lower()
+        assert (await sb.exec("echo alive", timeout=30)).stdout == "alive\n"
+
+
 async def test_output_is_capped_keeping_head_and_tail(backend: str) -> None:
     spec = SandboxSpec(output_limit=1024)
     async with open_sandbox(spec, backend) as sb:
