@@ -172,20 +172,23 @@ class SqlEnv(Environment):
         Args:
             query: A single SQLite SELECT statement whose result answers the question.
         """
-        self.submission = Submission(query=query)
+        # recorded once its outcome is known: a call cut short (timeout, infrastructure)
+        # must not leave an empty result behind to be scored
+        submission = Submission(query=query)
         try:
             result = await self._execute(query, MAX_SUBMISSION_ROWS)
         except RejectedQuery as exc:
-            self.submission.error = f"query rejected: {exc}"
+            submission.error = f"query rejected: {exc}"
         except QueryError as exc:
-            self.submission.error = str(exc)
+            submission.error = str(exc)
         else:
             if result.truncated:
-                self.submission.error = f"the result has more than {MAX_SUBMISSION_ROWS} rows"
-            self.submission.rows = result.rows
-        if self.submission.error:
-            return f"Submission recorded but invalid: {self.submission.error}"
-        return f"Submission recorded ({len(self.submission.rows)} rows)."
+                submission.error = f"the result has more than {MAX_SUBMISSION_ROWS} rows"
+            submission.rows = result.rows
+        self.submission = submission
+        if submission.error:
+            return f"Submission recorded but invalid: {submission.error}"
+        return f"Submission recorded ({len(submission.rows)} rows)."
 
     # -- scoring ----------------------------------------------------------------------------
 

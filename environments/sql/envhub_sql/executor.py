@@ -1,40 +1,45 @@
-"""Where model-written queries are gated and run: in the server process, or in a sandbox.
+"""Where model-written queries are gated and run: in a worker process of the server, or
+in a sandbox.
 
 Both executors first pass the query through the sqlglot gate (:func:`check_query`, in a
 worker thread: parsing is CPU work) and then run the same code
-(:mod:`envhub_sql.connection`): in-process in that same thread on a per-session
-read-only connection; in a sandbox its source runs under ``python3`` against the
-session's private copy of the database, so a sqlite bug reachable from SQL would hit a
-throwaway, resource-limited, network-less process rather than the server.
+(:mod:`envhub_sql.connection`): by default in one of the server's query worker processes
+(:mod:`envhub_sql.workers`), which is killed if the query outlives its limit; in a
+sandbox its source runs under ``python3`` against the session's private copy of the
+database, so a sqlite bug reachable from SQL would hit a throwaway, resource-limited,
+network-less process rather than the server.
+
+Whatever a query does is the model's outcome (an error the model reads); only a runner
+that cannot start or open its database is an infrastructure failure (``SandboxError``,
+which masks the episode).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from envhub.errors import SandboxError
 from envhub_sql.connection import (
+    SETUP_FAILED,
     QueryError,
     QueryResult,
     QueryTimeout,
     decode_result,
-    open_readonly,
-    run_query,
 )
 from envhub_sql.guard import check_query
+from envhub_sql.workers import RUNNER, worker_pool
 
 if TYPE_CHECKING:
     from envhub.sandboxes import Sandbox
 
-__all__ = ["InProcessExecutor", "QueryExecutor", "SandboxExecutor", "make_executor"]
+__all__ = ["QueryExecutor", "SandboxExecutor", "WorkerExecutor", "make_executor"]
 
 _SANDBOX_DB = "db.sqlite"
 _SANDBOX_MEMORY = "512MiB"
-_RUNNER = resources.files("envhub_sql").joinpath("connection.py").read_text("utf-8")
+#: exit statuses that mean the runner never ran: its setup failed, or no python3
+_RUNNER_NOT_RUN = frozenset({SETUP_FAILED, 126, 127})
 
 
 class QueryExecutor(Protocol):
@@ -45,26 +50,22 @@ class QueryExecutor(Protocol):
     async def close(self) -> None: ...
 
 
-class InProcessExecutor:
-    """A read-only connection per session, used from worker threads one call at a time."""
+class WorkerExecutor:
+    """Queries of one session, run by the process's worker pool (read-only connections
+    to ``path`` live in the workers, so a session holds nothing of its own)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._conn: sqlite3.Connection | None = None
 
     def _run(self, query: str, timeout_s: float, max_rows: int | None) -> QueryResult:
         checked = check_query(query)  # in the worker thread too: one thread hop per call
-        if self._conn is None:
-            self._conn = open_readonly(self.path)
-        return run_query(self._conn, checked, timeout_s=timeout_s, max_rows=max_rows)
+        return worker_pool().run(self.path, checked, timeout_s=timeout_s, max_rows=max_rows)
 
     async def run(self, query: str, *, timeout_s: float, max_rows: int | None) -> QueryResult:
         return await asyncio.to_thread(self._run, query, timeout_s, max_rows)
 
     async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Holds no resources."""
 
 
 class SandboxExecutor:
@@ -96,20 +97,24 @@ class SandboxExecutor:
     async def run(self, query: str, *, timeout_s: float, max_rows: int | None) -> QueryResult:
         checked = await asyncio.to_thread(check_query, query)
         sandbox = await self._started()
-        argv = ["python3", "-c", _RUNNER, _SANDBOX_DB, str(timeout_s), str(max_rows or 0)]
-        # the runner's own progress handler stops the query; the exec timeout is the backstop
+        argv = ["python3", "-c", RUNNER, _SANDBOX_DB, str(timeout_s), str(max_rows or 0)]
+        # the runner stops itself at the limit (plus GRACE_S); the exec timeout, which also
+        # covers starting python3 in the sandbox, is the backstop
         result = await sandbox.exec(argv, timeout=timeout_s + 10.0, stdin=checked)
-        # running out of time or memory is the query's doing: the model reads it as an error
+        # running out of time or memory, or crashing the runner, is the query's doing: the
+        # model reads it as an error. Only a runner that never ran is infrastructure.
         if result.timed_out:
-            raise QueryTimeout(
-                f"the query ran longer than the {timeout_s:g} s limit and was stopped"
-            )
+            raise QueryTimeout.after(timeout_s)
         if result.oom_killed:
             raise QueryError(f"the query ran out of memory (limit {_SANDBOX_MEMORY})")
-        if result.exit_code != 0 or not result.stdout.strip():
+        if result.exit_code in _RUNNER_NOT_RUN:
             raise SandboxError(
-                f"the sandboxed query runner failed (exit code {result.exit_code}): "
+                f"the sandboxed query runner could not run (exit code {result.exit_code}): "
                 f"{result.stderr[-500:]}"
+            )
+        if result.exit_code != 0 or not result.stdout.strip():
+            raise QueryError(
+                f"the query crashed the process running it (exit code {result.exit_code})"
             )
         return decode_result(result.stdout)
 
@@ -120,4 +125,4 @@ class SandboxExecutor:
 
 
 def make_executor(path: Path, sandbox: str | None) -> QueryExecutor:
-    return InProcessExecutor(path) if sandbox is None else SandboxExecutor(path, sandbox)
+    return WorkerExecutor(path) if sandbox is None else SandboxExecutor(path, sandbox)

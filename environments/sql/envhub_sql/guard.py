@@ -1,8 +1,11 @@
 """The read-only gate: only one SELECT (or WITH ... SELECT) statement gets through.
 
 sqlglot parses the query so the model gets a precise, readable reason for a rejection.
-It is the first layer only: the connection (:mod:`envhub_sql.connection`) is read-only
-and its sqlite authorizer denies anything but reads even if a query slipped past.
+The length is checked before parsing (parsing costs about 1 s per 100 kB of hostile SQL),
+and text sqlite cannot take (NUL characters, unpaired surrogates) is refused with a
+reason instead of failing inside the driver. The gate is the first layer only: the
+connection (:mod:`envhub_sql.connection`) is read-only and its sqlite authorizer denies
+anything but reads even if a query slipped past.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from envhub_sql.connection import FORBIDDEN_FUNCTIONS
+from envhub_sql.connection import FORBIDDEN_FUNCTIONS, MAX_SQL_BYTES
 
 __all__ = ["RejectedQuery", "check_query"]
 
@@ -54,6 +57,16 @@ def check_query(query: str) -> str:
     Cached: parsing is pure-Python work (~0.5 ms), and the queries of a GRPO group or of
     the reference policy repeat. Rejections raise, so they are never cached.
     """
+    try:
+        size = len(query.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise RejectedQuery(
+            "the query contains characters that are not valid Unicode (unpaired surrogates)"
+        ) from None
+    if size > MAX_SQL_BYTES:
+        raise RejectedQuery(f"the query is {size} bytes long; the limit is {MAX_SQL_BYTES} bytes")
+    if "\x00" in query:
+        raise RejectedQuery("the query contains a NUL character")
     text = query.strip()
     if not text:
         raise RejectedQuery("empty query")
@@ -66,6 +79,8 @@ def check_query(query: str) -> str:
         raise RejectedQuery(f"could not parse the query: {detail}{position}") from None
     except TokenError as exc:
         raise RejectedQuery(f"could not parse the query: {exc}") from None
+    except RecursionError:
+        raise RejectedQuery("the query is nested too deeply to check") from None
     if len(statements) != 1:
         raise RejectedQuery(
             f"only a single statement is allowed, found {len(statements)}; "
