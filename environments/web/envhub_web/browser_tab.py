@@ -1,7 +1,10 @@
 """Browser mode: one Playwright page in a fresh context from the pool, per episode.
 
 Every Playwright call runs on the runtime loop (:mod:`envhub_web.runtime`); the public
-methods hop there, so sessions on any event loop can drive the tab. Elements are
+methods hop there, so sessions on any event loop can drive the tab. ``goto`` takes
+pages of the tab's own site only (:func:`envhub_web.tab.site_url`), and the context
+itself reaches no other origin (:func:`envhub_web.pool.site_only`), whatever a link, a
+redirect or a script of the page asks for. Elements are
 found by their ``data-bid`` attribute; with ``tag_all`` (MiniWoB pages, which have no
 bids of their own) every element without one gets a numeric bid in document order,
 which is deterministic for a seeded page and therefore usable in gold actions.
@@ -9,6 +12,7 @@ which is deterministic for a seeded page and therefore usable in gold actions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from importlib import resources
@@ -19,7 +23,7 @@ from envhub.errors import SandboxError, ToolError
 from envhub_web.pageview import format_observation
 from envhub_web.pool import BrowserPool
 from envhub_web.runtime import runtime
-from envhub_web.tab import SCROLL_DIRECTIONS, allowed_url
+from envhub_web.tab import SCROLL_DIRECTIONS, site_url
 
 if TYPE_CHECKING:
     from playwright.async_api import BrowserContext, Locator, Page
@@ -44,11 +48,13 @@ class BrowserTab:
         pool: BrowserPool,
         context: BrowserContext,
         page: Page,
+        origin: str,
         nav_timeout_s: float,
         tag_all: bool,
         owns_pool: bool = False,
     ) -> None:
         self._pool, self._context, self._page = pool, context, page
+        self.origin = origin
         self.nav_timeout_s = nav_timeout_s
         self.tag_all = tag_all
         self.owns_pool = owns_pool
@@ -58,18 +64,20 @@ class BrowserTab:
         cls,
         pool: BrowserPool,
         cookies: list[dict[str, Any]],
+        origin: str,
         *,
         nav_timeout_s: float = 10.0,
         action_timeout_s: float = 5.0,
         tag_all: bool = False,
         owns_pool: bool = False,
     ) -> BrowserTab:
-        """A tab in a fresh context of ``pool``; ``owns_pool``: close the pool with the tab."""
+        """A tab on the site ``origin`` (e.g. ``http://127.0.0.1:8123``) in a fresh context
+        of ``pool``; ``owns_pool``: close the pool with the tab."""
 
         async def start() -> BrowserTab:
             context = None
             try:
-                context, page = await pool.new_page()
+                context, page = await pool.new_page(origin)
                 if cookies:
                     await context.add_cookies(cookies)
                 context.set_default_timeout(action_timeout_s * 1000)
@@ -80,7 +88,7 @@ class BrowserTab:
                 if owns_pool:
                     await pool.close()
                 raise
-            return cls(pool, context, page, nav_timeout_s, tag_all, owns_pool)
+            return cls(pool, context, page, origin, nav_timeout_s, tag_all, owns_pool)
 
         return await runtime().run(start())
 
@@ -133,7 +141,7 @@ class BrowserTab:
         await self._on_runtime(run())
 
     async def goto(self, url: str) -> None:
-        target = allowed_url(self.url if self.url.startswith("http") else "", url)
+        target = site_url(self.origin, self.url, url)
 
         async def run() -> None:
             try:
@@ -141,16 +149,22 @@ class BrowserTab:
             except Exception as exc:
                 if not self._alive():
                     raise self._failure(f"{target} did not load: {_short(exc)}") from None
-                cdp = await self._context.new_cdp_session(self._page)
-                try:
-                    await cdp.send("Page.stopLoading")
-                finally:
-                    await cdp.detach()
+                await self._stop_loading()
                 raise ToolError(
                     f"{target} did not load: {_short(exc)}; still on {self.url}"
                 ) from None
 
         await self._on_runtime(run())
+
+    async def _stop_loading(self) -> None:
+        """Stop a navigation that failed or hangs, so the tab is usable; best effort: a
+        page left on Chromium's error page has nothing to stop (CDP says so)."""
+        with contextlib.suppress(Exception):
+            cdp = await self._context.new_cdp_session(self._page)
+            try:
+                await cdp.send("Page.stopLoading")
+            finally:
+                await cdp.detach()
 
     async def click(self, bid: str) -> None:
         await self._act(bid, "click", lambda el: el.click())

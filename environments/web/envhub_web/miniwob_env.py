@@ -36,7 +36,9 @@ _START_JS = """([seed, maxTimeMs]) => {
   return WOB_TASK_READY;
 }"""
 _READY_JS = "() => WOB_TASK_READY"
-_STATE_JS = "() => [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_GLOBAL, WOB_REWARD_REASON]"
+#: the episode's state; a page the model navigated to (another page of the site) has none
+_STATE_JS = """() => typeof WOB_DONE_GLOBAL === "undefined" ? [false, 0, 0, null]
+  : [WOB_DONE_GLOBAL, WOB_RAW_REWARD_GLOBAL, WOB_REWARD_GLOBAL, WOB_REWARD_REASON]"""
 
 
 def miniwob_task_url(base_url: str, task: str) -> str:

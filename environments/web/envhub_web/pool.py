@@ -7,6 +7,12 @@ runtime loop (see :mod:`envhub_web.runtime`), grows up to ``max_browsers`` proce
 with at most ``contexts_per_browser`` contexts each, and closes its browsers when no
 episode has held a context for ``linger_s`` seconds, or at
 :func:`envhub_web.runtime.shutdown`.
+
+A context reaches one site only: its proxy is a closed port and only the site's
+``host:port`` bypasses it (:func:`site_only`). Chromium would otherwise reach every
+port on 127.0.0.1 directly (envhub's own server, a model server), by ``goto``, a link,
+a redirect, a script's ``fetch`` or a WebSocket alike. Spares are therefore kept per
+site.
 """
 
 from __future__ import annotations
@@ -17,17 +23,29 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from envhub.errors import EnvironmentFailure
 from envhub_web.runtime import add_shutdown_hook, runtime
 
 if TYPE_CHECKING:
-    from playwright.async_api import Browser, BrowserContext, Page, Playwright
+    from playwright.async_api import Browser, BrowserContext, Page, Playwright, ProxySettings
 
-__all__ = ["CHROMIUM_ARGS", "BrowserPool", "find_chromium", "get_pool", "launch_browser"]
+__all__ = [
+    "CHROMIUM_ARGS",
+    "BrowserPool",
+    "find_chromium",
+    "get_pool",
+    "launch_browser",
+    "site_only",
+]
+
+#: nothing listens on the discard port: a request sent to this proxy fails
+_NOWHERE = "http://127.0.0.1:9"
 
 #: Flags for Debian's Chromium in containers; the proxy and resolver rules make every
-#: host other than 127.0.0.1 unreachable from the page, whatever a page links to.
+#: host other than 127.0.0.1 unreachable from the page, whatever a page links to (a
+#: context's own proxy, :func:`site_only`, narrows that to one port of 127.0.0.1).
 CHROMIUM_ARGS = (
     "--headless",
     "--no-sandbox",
@@ -38,12 +56,20 @@ CHROMIUM_ARGS = (
     "--disable-sync",
     "--disable-quic",
     "--no-first-run",
-    "--proxy-server=http://127.0.0.1:9",
+    f"--proxy-server={_NOWHERE}",
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 )
 
 
 VIEWPORT = {"width": 1024, "height": 768}
+
+
+def site_only(origin: str) -> ProxySettings:
+    """A context proxy that lets requests reach ``origin`` (``http://127.0.0.1:8123``)
+    and nothing else: ``<-loopback>`` removes Chromium's implicit bypass of loopback
+    addresses, so other ports of 127.0.0.1 go to the proxy, which is not there."""
+    parts = urlsplit(origin)
+    return {"server": _NOWHERE, "bypass": f"<-loopback>,{parts.hostname}:{parts.port}"}
 
 
 def find_chromium() -> str | None:
@@ -90,7 +116,7 @@ class BrowserPool:
     linger_s: float = 10.0
     spares: int = 2
     _playwright: Playwright | None = None
-    _spare: list[tuple[BrowserContext, Page]] = field(default_factory=list)
+    _spare: dict[str, list[tuple[BrowserContext, Page]]] = field(default_factory=dict)
     _refill: asyncio.Task[None] | None = None
     _warming: int = 0
     _slots: list[_Slot] = field(default_factory=list)
@@ -118,12 +144,12 @@ class BrowserPool:
         self._slots.append(slot)
         return slot
 
-    async def _create(self) -> tuple[BrowserContext, Page]:
+    async def _create(self, origin: str) -> tuple[BrowserContext, Page]:
         async with self._lock:
             slot = await self._slot()
             slot.contexts += 1
         try:
-            context = await slot.browser.new_context(viewport=VIEWPORT)
+            context = await slot.browser.new_context(viewport=VIEWPORT, proxy=site_only(origin))
             page = await context.new_page()
         except BaseException:
             slot.contexts -= 1
@@ -131,33 +157,37 @@ class BrowserPool:
         context._envhub_slot = slot  # type: ignore[attr-defined]
         return context, page
 
-    async def new_page(self) -> tuple[BrowserContext, Page]:
-        """A page in a fresh, isolated context; give the context back with :meth:`release`.
+    async def new_page(self, origin: str) -> tuple[BrowserContext, Page]:
+        """A page in a fresh, isolated context that reaches the site ``origin`` only; give
+        the context back with :meth:`release`.
 
         A pre-warmed spare is handed out when one is ready (opening a context and a page
         is most of a reset's cost), and a background task makes the next spare.
         """
         self._cancel_idle()
-        while self._spare:
-            context, page = self._spare.pop()
+        spares = self._spare.setdefault(origin, [])
+        while spares:
+            context, page = spares.pop()
             browser = context.browser
             if browser is not None and browser.is_connected() and not page.is_closed():
-                self._refill_soon()
+                self._refill_soon(origin)
                 return context, page
             await self._discard(context)
-        pair = await self._create()
-        self._refill_soon()
+        pair = await self._create(origin)
+        self._refill_soon(origin)
         return pair
 
-    def _refill_soon(self) -> None:
+    def _refill_soon(self, origin: str) -> None:
         if self.spares and (self._refill is None or self._refill.done()):
-            self._refill = asyncio.get_running_loop().create_task(self._make_spares())
+            loop = asyncio.get_running_loop()
+            self._refill = loop.create_task(self._make_spares(origin))
 
-    async def _make_spares(self) -> None:
-        while len(self._spare) < self.spares:
+    async def _make_spares(self, origin: str) -> None:
+        spares = self._spare.setdefault(origin, [])
+        while len(spares) < self.spares:
             self._warming += 1
             try:
-                self._spare.append(await self._create())
+                spares.append(await self._create(origin))
             except Exception:
                 return  # the next new_page() opens its own context and reports the error
             finally:
@@ -194,7 +224,8 @@ class BrowserPool:
     @property
     def in_use(self) -> int:
         """Contexts held by episodes (open contexts minus ready and warming spares)."""
-        return sum(s.contexts for s in self._slots) - len(self._spare) - self._warming
+        spare = sum(len(pairs) for pairs in self._spare.values())
+        return sum(s.contexts for s in self._slots) - spare - self._warming
 
     @property
     def browsers(self) -> int:

@@ -1,30 +1,69 @@
-"""What both modes implement: a tab the tools drive, and the 127.0.0.1 allow-list.
+"""What both modes implement: a tab the tools drive, and the site-only URL policy.
 
 Tools raise :class:`envhub.errors.ToolError` with a model-readable message for a
-missing bid, a wrong element kind, an off-site URL or a page that does not load;
-the session turns it into an ``is_error`` observation and the episode goes on.
+missing bid, a wrong element kind, an off-site or malformed URL or a page that does not
+load; the session turns it into an ``is_error`` observation and the episode goes on.
+
+A tab may open pages of its own site only: the same scheme, host and port as the site
+the environment serves (:func:`site_url`). Other ports on 127.0.0.1 are other programs
+(envhub's own server with ``/v1/environments`` and ``/metrics``, a model server), so
+"127.0.0.1" alone is not a boundary. The text mode applies the rule to links, form
+actions and redirects too; the browser mode's context cannot reach another origin at
+all (:func:`envhub_web.pool.site_only`).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 from envhub.errors import ToolError
 
-__all__ = ["ALLOWED_HOSTS", "SCROLL_DIRECTIONS", "Tab", "allowed_url"]
+__all__ = ["SCROLL_DIRECTIONS", "Tab", "site_url"]
 
-ALLOWED_HOSTS = frozenset({"127.0.0.1"})
 SCROLL_DIRECTIONS = ("up", "down", "left", "right")
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_FIRST_SEGMENT = re.compile(r"[^/?#]*")
 
-def allowed_url(current: str, target: str) -> str:
-    """``target`` resolved against ``current``; raises unless it is http(s) on 127.0.0.1."""
-    url = urljoin(current or "http://127.0.0.1/", target.strip())
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or parts.hostname not in ALLOWED_HOSTS:
+
+def _origin(parts: SplitResult) -> tuple[str, str | None, int | None]:
+    """(scheme, host, port) with the scheme's default port; ``ValueError`` for a bad port."""
+    return parts.scheme, parts.hostname, parts.port or _DEFAULT_PORTS.get(parts.scheme)
+
+
+def _same_origin(origin: str, url: str) -> bool:
+    try:
+        return _origin(urlsplit(url)) == _origin(urlsplit(origin))
+    except ValueError:
+        return False
+
+
+def site_url(origin: str, current: str, target: str) -> str:
+    """``target`` as an absolute URL (resolved against ``current``, a page of the site, or
+    the site's root) if it is a page of the site ``origin``; else a ``ToolError`` saying
+    why: malformed, or not on this site."""
+    text = target.strip()
+    hint = f'give a path such as "/cart" or a URL on {origin}'
+    if _CONTROL.search(text):
+        raise ToolError(f"{target!r} is not a valid URL: it contains control characters; {hint}")
+    first = _FIRST_SEGMENT.match(text)
+    scheme = first.group().partition(":")[0] if first and ":" in first.group() else None
+    if scheme is not None and not _SCHEME.fullmatch(scheme):
+        raise ToolError(f"{target!r} is not a valid URL: {scheme!r} is not a scheme; {hint}")
+    base = current if _same_origin(origin, current) else f"{origin}/"
+    try:
+        url = urljoin(base, text)
+        _origin(urlsplit(url))
+    except ValueError as exc:
+        raise ToolError(f"{target!r} is not a valid URL: {exc}; {hint}") from None
+    if not _same_origin(origin, url):
         raise ToolError(
-            f"navigation to {target!r} is not allowed: only http://127.0.0.1 pages can be opened"
+            f"navigation to {target!r} is not allowed: only pages of this site ({origin}) "
+            "can be opened"
         )
     return url
 

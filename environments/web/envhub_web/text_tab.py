@@ -14,7 +14,7 @@ import httpx
 
 from envhub.errors import ToolError
 from envhub_web.pageview import Element, Page, format_observation, parse_html
-from envhub_web.tab import SCROLL_DIRECTIONS, allowed_url
+from envhub_web.tab import SCROLL_DIRECTIONS, site_url
 
 __all__ = ["TextTab"]
 
@@ -22,9 +22,11 @@ _MAX_REDIRECTS = 5
 
 
 class TextTab:
-    """A page driven over HTTP; one per episode, with its own cookies and history."""
+    """A page of the site ``origin`` driven over HTTP; one per episode, with its own
+    cookies and history. Links, form actions and redirects off the site are refused."""
 
-    def __init__(self, cookies: dict[str, str], nav_timeout_s: float = 10.0) -> None:
+    def __init__(self, cookies: dict[str, str], origin: str, nav_timeout_s: float = 10.0) -> None:
+        self.origin = origin
         self.nav_timeout_s = nav_timeout_s
         self._client = httpx.AsyncClient(
             cookies=cookies,
@@ -49,10 +51,10 @@ class TextTab:
                     f"{url} did not load within {self.nav_timeout_s:g}s;"
                     f" still on {self.url or 'no page'}"
                 ) from None
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise ToolError(f"cannot load {url}: {type(exc).__name__}: {exc}") from None
             if response.is_redirect and "location" in response.headers:
-                url = allowed_url(url, response.headers["location"])
+                url = self._site_url(response.headers["location"], current=url)
                 method, data = "GET", None
                 continue
             self.page = parse_html(response.text, str(response.url), response.status_code)
@@ -68,8 +70,11 @@ class TextTab:
             raise ToolError(f"element [{bid}] is disabled")
         return element
 
+    def _site_url(self, target: str, current: str | None = None) -> str:
+        return site_url(self.origin, self.url if current is None else current, target)
+
     async def goto(self, url: str) -> None:
-        await self._request("GET", allowed_url(self.url, url))
+        await self._request("GET", self._site_url(url))
 
     async def click(self, bid: str) -> None:
         element = self._element(bid)
@@ -159,7 +164,7 @@ class TextTab:
         attrs = submitter.attrs if submitter is not None else {}
         action = attrs.get("formaction") or form.attrs.get("action") or self.url
         method = (attrs.get("formmethod") or form.attrs.get("method") or "get").upper()
-        url = allowed_url(self.url, action)
+        url = self._site_url(action)
         if method == "POST":
             await self._request("POST", url, dict(fields))
         else:

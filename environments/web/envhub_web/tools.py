@@ -64,9 +64,10 @@ class BrowsingEnv(Environment):
         self._steps = 0
 
     async def open_tab(self, cookies: dict[str, str], base_url: str) -> Tab:
-        """A fresh tab for this episode (a pooled browser context, or an HTTP client)."""
+        """A fresh tab for this episode (a pooled browser context, or an HTTP client),
+        confined to the site at ``base_url``."""
         if self.mode == "text":
-            return TextTab(cookies, self.nav_timeout_s)
+            return TextTab(cookies, base_url, self.nav_timeout_s)
         from envhub_web.browser_tab import BrowserTab
 
         assert self.chromium_path is not None
@@ -80,6 +81,7 @@ class BrowsingEnv(Environment):
         return await BrowserTab.open(
             pool,
             cookie_list,
+            base_url,
             nav_timeout_s=self.nav_timeout_s,
             tag_all=self.tag_all_elements,
             owns_pool=self.fresh_browser,
@@ -157,10 +159,10 @@ class BrowsingEnv(Environment):
 
     @tool
     async def goto(self, url: str) -> str:
-        """Open a URL; only pages on http://127.0.0.1 can be opened.
+        """Open a page of this site; other sites and ports cannot be opened.
 
         Args:
-            url: An absolute URL on 127.0.0.1 or a path such as "/cart".
+            url: A path such as "/cart", or an absolute URL on this site.
         """
         await self._tab.goto(url)
         return await self.observe()

@@ -42,7 +42,7 @@ async def test_idle_pool_closes_its_browsers() -> None:
     pool = BrowserPool(find_chromium() or "", linger_s=0.5)
 
     async def use_once() -> tuple[int, int]:
-        context, _ = await pool.new_page()
+        context, _ = await pool.new_page("http://127.0.0.1:9")
         await asyncio.sleep(0.3)
         held = pool.in_use
         await pool.release(context)
