@@ -109,7 +109,11 @@ class SearchEnv(Environment):
                 such as "country/FRA#2" opens its article).
         """
         doc_id = doc_id.strip()
-        doc = self.index.document(doc_id) or self.index.document(_PASSAGE_SUFFIX.sub("", doc_id))
+        doc = None
+        if _is_unicode(doc_id):  # no id is anything else, and sqlite cannot take it
+            doc = self.index.document(doc_id) or self.index.document(
+                _PASSAGE_SUFFIX.sub("", doc_id)
+            )
         if doc is None:
             raise LookupError(f"no document {doc_id!r}; use an id from the search results")
         self.seen.update((doc.doc_id, *doc.passage_ids))
@@ -139,6 +143,15 @@ class SearchEnv(Environment):
             components["retrieved_gold"] = float(bool(found))
             components["gold_recall"] = len(found) / len(gold_passages)
         return self.rubric.score(components, prediction=prediction, answers=golds)
+
+
+def _is_unicode(text: str) -> bool:
+    """False for text with unpaired surrogates, which JSON tool arguments can carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _as_bool(value: object) -> bool:
