@@ -134,10 +134,11 @@ def test_swebench_instance_on_a_locally_built_image(
             "base_commit": head,
             "patch": record["patch"],
             "test_patch": test_patch,
-            "FAIL_TO_PASS": json.dumps([f"{new_test}::{f2p.split('::', 1)[1]}"]),
+            "FAIL_TO_PASS": json.dumps([f"{new_test}::{f2p.split('::', 1)[1]}".split()[0]]),
+            # SWE-bench's lists carry ids as its whitespace-splitting log parser cut them
             "PASS_TO_PASS": json.dumps(
                 [
-                    f"{new_test}::{t.split('::', 1)[1]}"
+                    f"{new_test}::{t.split('::', 1)[1]}".split()[0]
                     for t in record["PASS_TO_PASS"][:20]
                     if t.startswith(test_module)
                 ]
