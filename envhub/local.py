@@ -12,11 +12,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from envhub.budgets import Budgets
-from envhub.caches import SizedLRU, approx_bytes
 from envhub.environment import Environment
 from envhub.errors import InvalidRequest
 from envhub.registry import discover, load_environment_class
 from envhub.session import Session
+from envhub.sized_lru import SizedLRU, approx_bytes
 from envhub.task import TaskSet
 
 __all__ = ["LocalEnvironment", "make"]

@@ -42,6 +42,7 @@ from envhub.types import (
 __all__ = ["Session", "truncate_output"]
 
 _REPLAY_CACHE = 8  # step replies kept per session for request_id idempotency
+_MAX_ECHOED_NAME = 256  # longest tool name an error observation repeats back
 
 
 def truncate_output(text: str, limit: int) -> str:
@@ -245,7 +246,8 @@ class Session:
         if kind is not None:
             self.metrics.count_error(kind)
         content = self._within_budget(f"Error: {message}")  # messages quote model input
-        return Observation(tool_call_id=call.id, name=call.name, content=content, is_error=True)
+        name = call.name[:_MAX_ECHOED_NAME]  # an unknown name is the model's input too
+        return Observation(tool_call_id=call.id, name=name, content=content, is_error=True)
 
     def _within_budget(self, text: str) -> str:
         """``text`` cut to the output budget, counted in the metrics when cut."""

@@ -17,7 +17,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from envhub.caches import SizedLRU
 from envhub.errors import (
     CapacityError,
     EnvhubError,
@@ -30,6 +29,7 @@ from envhub.options import client_option_schemas, validate_client_options
 from envhub.server.metrics import ServerMetrics
 from envhub.server.models import EnvironmentInfo
 from envhub.session import Session
+from envhub.sized_lru import SizedLRU
 from envhub.types import (
     CloseResult,
     EpisodeMetrics,

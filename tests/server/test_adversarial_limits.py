@@ -66,6 +66,7 @@ async def test_error_observations_keep_to_the_output_budget(
         observation = reply.json()["observations"][0]
         assert observation["is_error"] and observation["content"].startswith("Error: ")
         assert len(observation["content"]) <= limit + len("\n[truncated 1000000 chars]\n")
+        assert len(observation["name"]) <= 256  # the echoed tool name is cut too
         assert "[truncated" in observation["content"]
         metrics = (await http.get(f"/v1/sessions/{sid}")).json()["metrics"]
         assert metrics["truncated_outputs"] == 1
