@@ -149,6 +149,10 @@ class BrowserTab:
             except Exception as exc:
                 if not self._alive():
                     raise self._failure(f"{target} did not load: {_short(exc)}") from None
+                if "net::ERR_CONNECTION_REFUSED" in str(exc):  # only the site is reachable
+                    raise SandboxError(
+                        f"the site of this episode refuses connections ({_short(exc)})"
+                    ) from None
                 await self._stop_loading()
                 raise ToolError(
                     f"{target} did not load: {_short(exc)}; still on {self.url}"

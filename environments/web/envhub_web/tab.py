@@ -3,6 +3,8 @@
 Tools raise :class:`envhub.errors.ToolError` with a model-readable message for a
 missing bid, a wrong element kind, an off-site or malformed URL or a page that does not
 load; the session turns it into an ``is_error`` observation and the episode goes on.
+A site that refuses connections, or a browser that died, is no action's doing: that is
+:class:`envhub.errors.SandboxError`, and the episode is masked instead of scored.
 
 A tab may open pages of its own site only: the same scheme, host and port as the site
 the environment serves (:func:`site_url`). Other ports on 127.0.0.1 are other programs

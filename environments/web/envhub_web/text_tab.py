@@ -12,7 +12,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import httpx
 
-from envhub.errors import ToolError
+from envhub.errors import SandboxError, ToolError
 from envhub_web.pageview import Element, Page, format_observation, parse_html
 from envhub_web.tab import SCROLL_DIRECTIONS, site_url
 
@@ -50,6 +50,10 @@ class TextTab:
                 raise ToolError(
                     f"{url} did not load within {self.nav_timeout_s:g}s;"
                     f" still on {self.url or 'no page'}"
+                ) from None
+            except httpx.ConnectError as exc:  # only the tab's own site is ever asked
+                raise SandboxError(
+                    f"the site of this episode refuses connections ({url}: {exc})"
                 ) from None
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise ToolError(f"cannot load {url}: {type(exc).__name__}: {exc}") from None

@@ -10,6 +10,7 @@ scripts aimed at that server) shows that the page itself cannot reach it either.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +24,7 @@ from envhub_web.tab import Tab
 from envhub_web.text_tab import TextTab
 
 import envhub
-from envhub.errors import ToolError
+from envhub.errors import SandboxError, ToolError
 from envhub.server import create_app
 from envhub.task import GoldCall
 from envhub.testing import replay_calls, serve_in_thread
@@ -247,6 +248,21 @@ async def test_a_page_that_never_answers_is_an_error_and_the_tab_goes_on(
             await tab.goto("/slow")
         with pytest.raises(ToolError, match=NOT_ALLOWED):
             await tab.goto("http://127.0.0.1:9/")
+    finally:
+        await tab.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_site_that_refuses_connections_is_an_infrastructure_failure(mode: str) -> None:
+    """The reverse confusion: the episode's own site being down is not the model's
+    error (every episode would be scored 0), it masks the episode."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    tab = await open_tab(mode, closed)
+    try:
+        with pytest.raises(SandboxError, match="refuses connections"):
+            await tab.goto("/")
     finally:
         await tab.close()
 
