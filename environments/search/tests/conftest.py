@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -11,17 +10,18 @@ from envhub.session import Session
 from envhub.types import Observation, ToolCall
 
 
-@pytest.fixture(scope="session", autouse=True)
-def search_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Point ``ENVHUB_CACHE`` at a fresh directory so tests never reuse a stale build."""
-    path = str(tmp_path_factory.mktemp("envhub-cache"))
-    previous = os.environ.get("ENVHUB_CACHE")
-    os.environ["ENVHUB_CACHE"] = path
-    yield path
-    if previous is None:
-        os.environ.pop("ENVHUB_CACHE", None)
-    else:
-        os.environ["ENVHUB_CACHE"] = previous
+@pytest.fixture(scope="session")
+def search_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One fresh corpus cache for the whole run, so tests never reuse a stale build."""
+    return str(tmp_path_factory.mktemp("envhub-cache"))
+
+
+@pytest.fixture(autouse=True)
+def search_cache(search_cache_dir: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point ``ENVHUB_CACHE`` at that cache for each search test only (other plugins'
+    tests keep their own caches)."""
+    monkeypatch.setenv("ENVHUB_CACHE", search_cache_dir)
+    return search_cache_dir
 
 
 async def _call(session: Session, name: str, **arguments: object) -> Observation:
