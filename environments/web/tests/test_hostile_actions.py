@@ -282,15 +282,23 @@ HOSTILE_CALLS = [
 ]
 
 
+#: MiniShop only: a button is no text box (an error); a browser shortcut that would close
+#: the tab (a dead page is infrastructure, masked) must reach the page as a key press only
+WEB_EXTRA = [
+    _call("fill", bid="search-button", text="x"),
+    _call("press", bid="search-input", key="Control+w"),
+]
+
+
 @pytest.mark.parametrize(
     ("env_name", "mode", "task_id", "extra"),
     [
-        ("web", "text", "minishop-0-00004", [_call("fill", bid="search-button", text="x")]),
+        ("web", "text", "minishop-0-00004", WEB_EXTRA),
         pytest.param(
             "web",
             "browser",
             "minishop-0-00004",
-            [_call("fill", bid="search-button", text="x")],
+            WEB_EXTRA,
             marks=pytest.mark.chromium,
         ),
         pytest.param(
