@@ -19,6 +19,7 @@ from envhub_sql.executor import QueryExecutor, make_executor
 from envhub_sql.guard import RejectedQuery
 from envhub_sql.render import describe, format_result, list_tables_text, table_names
 from envhub_sql.userdata import load_user_tasks
+from envhub_sql.workers import worker_pool
 
 __all__ = ["SqlEnv"]
 
@@ -227,3 +228,8 @@ class SqlEnv(Environment):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    @classmethod
+    async def aclose_shared(cls) -> None:
+        """Stop the process's idle query workers; a later query starts new ones."""
+        await asyncio.to_thread(worker_pool().close)

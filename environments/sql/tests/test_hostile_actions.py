@@ -10,8 +10,10 @@ they must still end at the query's limit.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +113,35 @@ async def test_an_episode_of_hostile_calls_is_scored_not_masked(sandbox: str | N
     submitted = trajectory.messages[-1]
     assert submitted["role"] == "tool"
     assert f"Submission recorded but invalid: the query {STOPPED}" in submitted["content"]
+
+
+def _query_worker_pids() -> set[int]:
+    """This process's children running the query runner in worker mode."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and b"--serve" in cmdline.split(b"\0"):
+            pids.add(int(entry.name))
+    return pids
+
+
+async def test_shared_close_stops_the_query_workers(call: CallTool) -> None:
+    env = envhub.make("sql")
+    session = await env.open("chinook-0000")
+    await call(session, "run_sql", query="SELECT 1")
+    assert _query_worker_pids()
+    await session.close()
+    await env.aclose()
+    assert not _query_worker_pids()
+    again = await env.open("chinook-0000")  # a later query starts a worker again
+    assert (await call(again, "run_sql", query="SELECT 2")).observations[
+        0
+    ].content == "2\n2\n(1 row)"
+    await again.close()
