@@ -141,7 +141,6 @@ async def test_shared_close_stops_the_query_workers(call: CallTool) -> None:
     await env.aclose()
     assert not _query_worker_pids()
     again = await env.open("chinook-0000")  # a later query starts a worker again
-    assert (await call(again, "run_sql", query="SELECT 2")).observations[
-        0
-    ].content == "2\n2\n(1 row)"
+    result = await call(again, "run_sql", query="SELECT 2")
+    assert result.observations[0].content == "2\n2\n(1 row)"
     await again.close()
