@@ -12,17 +12,24 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from envhub.budgets import Budgets
+
 __all__ = [
     "ENV_STOP_PREFIX",
+    "SESSION_ID_PATTERN",
     "CloseResult",
+    "CreateSession",
+    "EnvironmentInfo",
     "EpisodeMetrics",
     "Message",
     "Observation",
     "Reward",
     "SessionInfo",
     "SessionStart",
+    "StepRequest",
     "StepResult",
     "StopReason",
+    "TaskPage",
     "ToolCall",
     "env_stop_reason",
 ]
@@ -174,3 +181,60 @@ class SessionInfo(BaseModel):
     metrics: EpisodeMetrics
     age_s: float
     idle_s: float
+
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9._~-]{1,128}$"
+"""Client-chosen session ids appear in URL paths, so they are limited to unreserved characters."""
+
+
+class EnvironmentInfo(BaseModel):
+    """One hosted environment: what a client needs before opening sessions on it."""
+
+    name: str
+    version: str
+    tools: list[dict[str, Any]] = Field(description="OpenAI function-tool JSON schemas")
+    tasks: int
+    splits: list[str]
+    options: dict[str, Any] = Field(description="options the server's operator hosts it with")
+    client_options: dict[str, dict[str, Any]] = Field(
+        description="options a client may set in POST /v1/sessions: name -> JSON schema with "
+        "the type and bounds; any other option is refused"
+    )
+    budgets: Budgets
+
+
+class TaskPage(BaseModel):
+    env: str
+    split: str | None
+    offset: int
+    limit: int
+    total: int = Field(description="task count of the split, for paging")
+    task_ids: list[str]
+
+
+class CreateSession(BaseModel):
+    """``POST /v1/sessions``; with ``session_id`` set, repeating the call is safe."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str
+    task_id: str | None = None
+    seed: int | None = None
+    options: dict[str, Any] | None = Field(
+        None,
+        description="client-settable options of the environment (its client_options), "
+        "validated, then merged over the hosted ones",
+    )
+    session_id: str | None = Field(None, pattern=SESSION_ID_PATTERN)
+
+
+class StepRequest(BaseModel):
+    """One assistant turn: its tool calls (flat or OpenAI form) and optional text."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    content: str | None = None
+    request_id: str | None = Field(
+        None, max_length=128, description="repeat it to get the stored reply instead of a rerun"
+    )
