@@ -1,4 +1,5 @@
-"""Choosing a backend: ``--sandbox`` beats ``ENVHUB_SANDBOX`` beats ``local``.
+"""Choosing a backend: an environment's ``sandbox`` option, else ``ENVHUB_SANDBOX``, else
+the caller's default.
 
 Backends are imported on demand so ``import envhub.sandboxes`` never imports docker.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, overload
 
 from envhub.errors import InvalidRequest
 from envhub.sandboxes.base import Sandbox, SandboxSpec
@@ -20,10 +21,27 @@ ENV_VAR = "ENVHUB_SANDBOX"
 DEFAULT_BACKEND = "local"
 
 
-def resolve_backend(explicit: str | None = None) -> str:
-    """The backend to use: ``explicit`` (a CLI flag or server option), else the
-    ``ENVHUB_SANDBOX`` environment variable, else ``local``."""
-    name = (explicit or os.environ.get(ENV_VAR) or DEFAULT_BACKEND).strip().lower()
+@overload
+def resolve_backend(option: str | None = None, *, default: str = DEFAULT_BACKEND) -> str: ...
+@overload
+def resolve_backend(option: str | None, *, default: None) -> str | None: ...
+
+
+def resolve_backend(
+    option: str | None = None, *, default: str | None = DEFAULT_BACKEND
+) -> str | None:
+    """The backend to use, by the one rule every environment follows: ``option`` (the
+    environment's ``sandbox`` option, which ``--sandbox`` fills in), else the
+    ``ENVHUB_SANDBOX`` environment variable (the operator's documented default), else
+    ``default`` (``local``; ``None`` where "no sandbox" is a choice, as for SQL queries).
+
+    Envhub never writes ``ENVHUB_SANDBOX``; only the operator sets it. A name outside
+    :data:`BACKENDS` is an :class:`InvalidRequest` that lists them.
+    """
+    name = option or os.environ.get(ENV_VAR) or default
+    if name is None:
+        return None
+    name = name.strip().lower()
     if name not in BACKENDS:
         raise InvalidRequest(
             f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}"

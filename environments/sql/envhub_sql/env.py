@@ -13,6 +13,7 @@ from pydantic import Field
 from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
 from envhub.errors import InvalidRequest
 from envhub.rewards.sql import COMPARATORS, execution_match, has_order_by
+from envhub.sandboxes import resolve_backend
 from envhub_sql.catalog import Database, resolve_database
 from envhub_sql.connection import QueryError, QueryResult, open_readonly, run_query
 from envhub_sql.executor import QueryExecutor, make_executor
@@ -25,7 +26,6 @@ __all__ = ["SqlEnv"]
 
 #: a submission with more rows than this is invalid (protects the reward from memory bombs)
 MAX_SUBMISSION_ROWS = 100_000
-SANDBOX_BACKENDS = ("local", "bwrap", "docker")
 #: gold queries get BIRD's 30 s: a slow user gold must not turn into a zero reward
 GOLD_TIMEOUT_S = 30.0
 
@@ -58,7 +58,9 @@ class SqlEnv(Environment):
     ``comparator`` is ``bird`` (set equality, default), ``spider`` or ``strict``;
     ``invalid_reward`` scores a missing or failing submission (SkyRL uses -1);
     ``query_timeout_s`` and ``max_rows`` bound ``run_sql``; ``sandbox`` (``local``,
-    ``bwrap`` or ``docker``) runs model-written queries in a sandbox instead of in-process.
+    ``bwrap`` or ``docker``, default ``ENVHUB_SANDBOX``:
+    :func:`envhub.sandboxes.resolve_backend`) runs model-written queries in a sandbox;
+    with neither, they run in the process's query workers.
     """
 
     name = "sql"
@@ -87,17 +89,14 @@ class SqlEnv(Environment):
             raise InvalidRequest(
                 f"comparator must be one of {', '.join(COMPARATORS)}, not {comparator!r}"
             )
-        if sandbox and sandbox not in SANDBOX_BACKENDS:
-            raise InvalidRequest(
-                f"sandbox must be one of {', '.join(SANDBOX_BACKENDS)} (or unset), not {sandbox!r}"
-            )
         self.tasks_path = tasks
         self.db_root = db_root
         self.comparator = comparator
         self.invalid_reward = float(invalid_reward)
         self.query_timeout_s = float(query_timeout_s)
         self.max_rows = int(max_rows)
-        self.sandbox = sandbox or None
+        # the common rule (option, ENVHUB_SANDBOX); neither: in-process query workers
+        self.sandbox = resolve_backend(sandbox, default=None)
         self.database: Database | None = None
         self.executor: QueryExecutor | None = None
         self.submission: Submission | None = None

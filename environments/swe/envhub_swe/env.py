@@ -10,7 +10,6 @@ FAIL_TO_PASS and PASS_TO_PASS run, and the reward is 1 iff all of them pass.
 from __future__ import annotations
 
 import asyncio
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +33,7 @@ class SweEnv(Environment):
     """SWE-Gym/SWE-smith-style repair tasks graded by the repository's own tests.
 
     Options: ``sandbox`` (``docker``, the default unless ``ENVHUB_SANDBOX`` says
-    otherwise, or ``bwrap``/``local``, see README);
+    otherwise, or ``bwrap``/``local``: :func:`envhub.sandboxes.resolve_backend`);
     ``swebench`` a SWE-bench JSONL file instead of the shipped tasks, with
     ``image_template`` (default ``sweb.eval.x86_64.{instance_id}:latest``),
     ``repo_dir`` (where the image holds the repository: ``/testbed`` for SWE-bench
@@ -64,9 +63,9 @@ class SweEnv(Environment):
         memory: str = "2GiB",
     ) -> None:
         super().__init__()
-        # --sandbox / ENVHUB_SANDBOX as everywhere, but docker rather than local by
+        # the common rule (option, ENVHUB_SANDBOX), but docker rather than local by
         # default: the tasks run in repository images
-        self.backend = resolve_backend(sandbox or os.environ.get("ENVHUB_SANDBOX") or "docker")
+        self.backend = resolve_backend(sandbox, default="docker")
         self.swebench = swebench
         self.image_template = image_template
         if swebench is not None:  # SWE-bench's images: /testbed and its conda env
