@@ -1,9 +1,10 @@
-"""Options shared by every command that takes an environment (``--env-arg KEY=VALUE``)."""
+"""Options shared by every command that takes an environment (``--env-arg KEY=VALUE``,
+``--sandbox``)."""
 
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -12,8 +13,8 @@ __all__ = [
     "EnvArgOption",
     "GcThresholdOption",
     "SandboxBackendOption",
+    "env_options",
     "parse_env_args",
-    "use_sandbox_backend",
 ]
 
 EnvArgOption = Annotated[
@@ -44,29 +45,54 @@ SandboxBackendOption = Annotated[
     str | None,
     typer.Option(
         "--sandbox",
-        help="sandbox backend for environments that run code: local|bwrap|docker "
-        "(default: $ENVHUB_SANDBOX, else local)",
+        help="sandbox backend (local|bwrap|docker) of the environments that declare a "
+        "`sandbox` option, as --env-arg sandbox=... would set it "
+        "(default: each environment's own, see $ENVHUB_SANDBOX)",
     ),
 ]
 
 
-def use_sandbox_backend(backend: str | None) -> None:
-    """Make ``--sandbox`` the process-wide default that ``resolve_backend`` reads.
+def env_options(
+    envs: Sequence[str], env_args: list[str] | None, sandbox: str | None
+) -> list[dict[str, Any]]:
+    """The options of each of ``envs``: the ``--env-arg`` pairs, plus ``sandbox=<--sandbox>``
+    for each environment whose class declares a ``sandbox`` option.
 
-    Environments resolve their backend through ``envhub.sandboxes.resolve_backend``,
-    whose configuration source is ``ENVHUB_SANDBOX``; setting it here means one flag
-    reaches every environment a command creates, in-process or hosted.
+    ``--sandbox`` is an environment option like any other and never writes
+    ``ENVHUB_SANDBOX`` (the operator's default, which environments read through
+    ``envhub.sandboxes.resolve_backend``). It is refused when it names no backend, when
+    ``--env-arg sandbox=`` sets the option too, and when none of ``envs`` declares it
+    (it would change nothing). Environment classes are loaded only for ``--sandbox``.
     """
-    if backend is None:
-        return
+    options = parse_env_args(env_args or [])
+    if sandbox is None:
+        return [dict(options) for _ in envs]
+    from envhub.environment import option_names
+    from envhub.errors import EnvhubError
+    from envhub.registry import load_environment_class
     from envhub.sandboxes import BACKENDS
 
-    if backend not in BACKENDS:
+    if sandbox not in BACKENDS:
         raise typer.BadParameter(
-            f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}",
+            f"unknown backend {sandbox!r}; choose from {', '.join(BACKENDS)}",
             param_hint="--sandbox",
         )
-    os.environ["ENVHUB_SANDBOX"] = backend
+    if "sandbox" in options:
+        raise typer.BadParameter(
+            "give the backend once: --sandbox or --env-arg sandbox=...", param_hint="--sandbox"
+        )
+    try:
+        takes = ["sandbox" in option_names(load_environment_class(env)) for env in envs]
+    except EnvhubError as exc:
+        raise typer.BadParameter(str(exc), param_hint="ENV") from None
+    if not any(takes):
+        raise typer.BadParameter(
+            f"{', '.join(envs)} declare{'s' if len(envs) == 1 else ''} no sandbox option "
+            "(environments that run model code, such as swe and sql, do)",
+            param_hint="--sandbox",
+        )
+    return [{**options, "sandbox": sandbox} if take else dict(options) for take in takes]
+
 
 GcThresholdOption = Annotated[
     int,

@@ -21,8 +21,7 @@ from envhub.cli.options import (
     EnvArgOption,
     GcThresholdOption,
     SandboxBackendOption,
-    parse_env_args,
-    use_sandbox_backend,
+    env_options,
 )
 from envhub.errors import EnvhubError, RolloutFailed
 from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
@@ -190,7 +189,12 @@ def rollout_command(
     from envhub.policies import SamplingParams, make_policy
     from envhub.rollout.runtime import run_async
 
-    use_sandbox_backend(sandbox)
+    if sandbox is not None and env_url:
+        raise _fail(
+            "--sandbox sets the backend of an in-process environment; a server's is its "
+            "operator's (envhub serve --sandbox): drop --sandbox"
+        )
+    env_opts = env_options([env], env_arg, sandbox)[0]
     if policy == "openai" and not base_url:
         raise _fail(NO_MODEL_HINT)
     if policy == "reference" and env_url:
@@ -233,7 +237,7 @@ def rollout_command(
             _rollout(
                 env,
                 chosen,
-                options=parse_env_args(env_arg or []),
+                options=env_opts,
                 env_url=env_url,
                 env_transport=cast("SessionTransport", env_transport),
                 env_token=env_token,
@@ -336,9 +340,9 @@ def check_command(
     """
     from envhub.rollout.runtime import run_async
 
-    use_sandbox_backend(sandbox)
+    options = env_options([env], env_arg, sandbox)[0]
     try:
-        report, elapsed = run_async(_check(env, parse_env_args(env_arg or []), tasks, concurrency))
+        report, elapsed = run_async(_check(env, options, tasks, concurrency))
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
     if report.ok:
@@ -369,14 +373,17 @@ async def _check(env: str, options: dict[str, Any], tasks: str | None, concurren
     from envhub.rollout.tasks import select_task_ids
 
     local = make(env, **options)
-    ids = local.task_ids(None) if tasks is None else await select_task_ids(local, tasks)
-    started = time.perf_counter()
-    with _progress() as progress:
-        bar = progress.add_task(f"check {env}", total=2 * len(ids), stats="")
-        report = await check_tasks(
-            local, ids, concurrency=concurrency, on_result=lambda t: progress.advance(bar)
-        )
-    return report, time.perf_counter() - started
+    try:
+        ids = local.task_ids(None) if tasks is None else await select_task_ids(local, tasks)
+        started = time.perf_counter()
+        with _progress() as progress:
+            bar = progress.add_task(f"check {env}", total=2 * len(ids), stats="")
+            report = await check_tasks(
+                local, ids, concurrency=concurrency, on_result=lambda t: progress.advance(bar)
+            )
+        return report, time.perf_counter() - started
+    finally:
+        await local.aclose()  # the class's shared resources: pools, browsers
 
 
 @app.command("export")

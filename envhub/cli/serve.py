@@ -17,8 +17,7 @@ from envhub.cli.options import (
     EnvArgOption,
     GcThresholdOption,
     SandboxBackendOption,
-    parse_env_args,
-    use_sandbox_backend,
+    env_options,
 )
 from envhub.errors import EnvhubError
 from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
@@ -64,7 +63,8 @@ def serve(
 ) -> None:
     """Serve ENVs at http://HOST:PORT (API under /v1, OpenAPI at /openapi.json) until Ctrl-C.
 
-    --env-arg options apply to every hosted environment; budget flags override theirs.
+    --env-arg options apply to every hosted environment, --sandbox to those with a
+    `sandbox` option; budget flags override theirs.
     """
     try:
         import uvicorn
@@ -74,11 +74,10 @@ def serve(
     except ImportError as exc:
         typer.echo(f"error: {exc.name} is missing: pip install 'envhub[server]'", err=True)
         raise typer.Exit(2) from None
-    use_sandbox_backend(sandbox)
-    options = parse_env_args(env_arg or [])
+    options_of = env_options(envs, env_arg, sandbox)
     try:
         hosted = {}
-        for env_id in envs:
+        for env_id, options in zip(envs, options_of, strict=True):
             local = make(
                 env_id, max_turns=max_turns, tool_timeout_s=tool_timeout,
                 episode_timeout_s=episode_timeout, max_output_chars=max_output_chars, **options,

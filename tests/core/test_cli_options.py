@@ -1,13 +1,16 @@
 """Options shared by the commands that take an environment."""
 
 import os
+from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from envhub import Environment, GoldCall, Task, TaskSet, tool
 from envhub.cli import app
-from envhub.cli.options import parse_env_args, use_sandbox_backend
+from envhub.cli.options import env_options, parse_env_args
 
 
 def test_env_args_parse_json_values() -> None:
@@ -22,14 +25,73 @@ def test_env_args_parse_json_values() -> None:
         parse_env_args(["novalue"])
 
 
-def test_sandbox_flag_sets_the_process_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    from envhub.sandboxes import resolve_backend
+class SandboxedEnv(Environment):
+    """Declares a ``sandbox`` option and records what each instance was given."""
 
-    monkeypatch.setenv("ENVHUB_SANDBOX", "local")  # restored (or removed) after the test
-    use_sandbox_backend("bwrap")
-    assert os.environ["ENVHUB_SANDBOX"] == "bwrap" and resolve_backend(None) == "bwrap"
-    with pytest.raises(typer.BadParameter, match="unknown backend"):
-        use_sandbox_backend("vm")
+    name = "sandboxed"
+    given: ClassVar[list[str | None]] = []
+
+    def __init__(self, sandbox: str | None = None) -> None:
+        super().__init__()
+        SandboxedEnv.given.append(sandbox)
+
+    def load_tasks(self) -> TaskSet:
+        gold = [GoldCall(name="say", arguments={"text": "hi"})]
+        return TaskSet([Task(id="hi", prompt=[{"role": "user", "content": "hi"}],
+                             gold_actions=gold)])  # fmt: skip
+
+    @tool(terminal=True)
+    def say(self, text: str) -> str:
+        """Say something.
+
+        Args:
+            text: What to say.
+        """
+        self.said = text
+        return "ok"
+
+    def reward(self) -> float:
+        return float(getattr(self, "said", None) == "hi")
+
+
+SANDBOXED = f"{__name__}:SandboxedEnv"
+
+
+def test_sandbox_flag_is_an_environment_option_not_process_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ENVHUB_SANDBOX", raising=False)
+    before = dict(os.environ)
+    SandboxedEnv.given.clear()
+    result = CliRunner().invoke(app, ["check", SANDBOXED, "--sandbox", "bwrap"])
+    assert result.exit_code == 0, result.output
+    assert SandboxedEnv.given and set(SandboxedEnv.given) == {"bwrap"}
+    assert dict(os.environ) == before
+
+
+def test_sandbox_reaches_only_the_environments_that_declare_it() -> None:
+    assert env_options(["calc", SANDBOXED], ["seed=3"], "docker") == [
+        {"seed": 3},
+        {"seed": 3, "sandbox": "docker"},
+    ]
+    assert env_options(["calc", "no-such-env"], ["seed=3"], None) == [{"seed": 3}] * 2
+    with pytest.raises(typer.BadParameter, match="calc declares no sandbox option"):
+        env_options(["calc"], [], "docker")
+    with pytest.raises(typer.BadParameter, match="give the backend once"):
+        env_options([SANDBOXED], ["sandbox=local"], "docker")
+    with pytest.raises(typer.BadParameter, match="unknown environment 'no-such-env'"):
+        env_options(["no-such-env"], [], "docker")
+
+
+def test_sandbox_is_refused_with_a_server(tmp_path: Path) -> None:
+    """``--env-url`` sends --env-arg options as client options, and a server refuses
+    ``sandbox`` from clients: the flag is refused before anything is sent."""
+    result = CliRunner().invoke(
+        app,
+        ["rollout", "calc", "--env-url", "http://127.0.0.1:9", "--sandbox", "local",
+         "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "-o", str(tmp_path / "t")],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "drop --sandbox" in result.output
 
 
 def test_check_rejects_unknown_sandbox() -> None:
