@@ -10,14 +10,16 @@ from importlib import import_module
 from typing import Any
 
 from envhub.budgets import Budgets as Budgets
+from envhub.describe import describe_environments as describe_environments
 from envhub.environment import Environment as Environment
+from envhub.errors import ContextLengthExceeded as ContextLengthExceeded
 from envhub.errors import EnvhubError as EnvhubError
 from envhub.local import LocalEnvironment as LocalEnvironment
 from envhub.local import make as make
-from envhub.registry import list_environments as list_environments
+from envhub.registry import discover_environments as discover_environments
 from envhub.session import Session as Session
 from envhub.sync import SyncSession as SyncSession
-from envhub.sync import session as session
+from envhub.sync import sync_session as sync_session
 from envhub.task import GoldCall as GoldCall
 from envhub.task import Task as Task
 from envhub.task import TaskSet as TaskSet
@@ -40,6 +42,7 @@ _LAZY_MODULES = ("rollout",)
 __all__ = [
     "Budgets",
     "CloseResult",
+    "ContextLengthExceeded",
     "EnvhubError",
     "Environment",
     "GoldCall",
@@ -53,10 +56,11 @@ __all__ = [
     "Task",
     "TaskSet",
     "ToolCall",
-    "list_environments",
+    "describe_environments",
+    "discover_environments",
     "make",
     "rollout",
-    "session",
+    "sync_session",
     "tool",
 ]
 

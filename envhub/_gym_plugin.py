@@ -21,10 +21,10 @@ def register_envs() -> list[str]:
     """Register ``envhub/NAME-v0`` for every installed plugin (once); returns the ids."""
     from gymnasium.envs.registration import register, registry
 
-    from envhub.registry import discover
+    from envhub.registry import discover_environments
 
     ids = []
-    for name in discover():
+    for name in discover_environments():
         env_id = f"envhub/{name}-v0"
         if env_id not in registry:
             register(id=env_id, entry_point=ADAPTER, kwargs={"env": name})

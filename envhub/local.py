@@ -14,7 +14,7 @@ from typing import Any
 from envhub.budgets import Budgets
 from envhub.environment import Environment
 from envhub.errors import InvalidRequest
-from envhub.registry import discover, load_environment_class
+from envhub.registry import discover_environments, load_environment_class
 from envhub.session import Session
 from envhub.sized_lru import SizedLRU, approx_bytes
 from envhub.task import TaskSet
@@ -82,7 +82,7 @@ class LocalEnvironment:
 
     @property
     def version(self) -> str:
-        spec = discover().get(self.name)
+        spec = discover_environments().get(self.name)
         if self.env_class.version != "0.0.0" or spec is None or spec.version is None:
             return self.env_class.version
         return spec.version

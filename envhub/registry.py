@@ -1,7 +1,9 @@
-"""Plugin registry: environments found through the ``envhub.environments`` entry points.
+"""Plugin discovery: environments found through the ``envhub.environments`` entry points.
 
-Listing reads entry-point metadata only; a plugin's module is imported when it is
-made (``make``) or inspected (``describe``). ``"package.module:Class"`` works as an
+This module is the cheap half of the registry: :func:`discover_environments` reads
+entry-point metadata and imports no plugin, and :func:`load_environment_class` imports
+one plugin's module on demand (``make``). Building environments to describe them (tools,
+task counts) is :mod:`envhub.describe`'s job. ``"package.module:Class"`` works as an
 environment id without any registration, and ``ENVHUB_BLOCK_PLUGINS=a,b`` hides
 plugins, as pytest's ``-p no:name`` does.
 """
@@ -12,20 +14,14 @@ import importlib
 import os
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any
 
-from pydantic import BaseModel, Field
-
-from envhub.environment import Environment, option_names
+from envhub.environment import Environment
 from envhub.errors import RegistryError
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "EnvListing",
     "EnvSpec",
-    "describe",
-    "discover",
-    "list_environments",
+    "discover_environments",
     "load_environment_class",
 ]
 
@@ -65,8 +61,9 @@ def _blocked() -> set[str]:
     return {n.strip() for n in os.environ.get("ENVHUB_BLOCK_PLUGINS", "").split(",") if n.strip()}
 
 
-def discover() -> dict[str, EnvSpec]:
-    """Installed plugins by name, without importing them."""
+def discover_environments() -> dict[str, EnvSpec]:
+    """Installed plugins by name, from entry-point metadata only: no plugin is imported,
+    so this is fast and a broken plugin still shows up (see :mod:`envhub.describe`)."""
     specs: dict[str, EnvSpec] = {}
     blocked = _blocked()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -86,7 +83,7 @@ def load_environment_class(name: str) -> type[Environment]:
     """Resolve an environment id (plugin name or ``module:Class``) to its class."""
     if ":" in name:
         return EnvSpec(name=name, entry_point=name).load()
-    specs = discover()
+    specs = discover_environments()
     if name not in specs:
         installed = ", ".join(sorted(specs)) or "none"
         raise RegistryError(
@@ -94,39 +91,3 @@ def load_environment_class(name: str) -> type[Environment]:
             f"install its plugin, e.g. `pip install envhub-{name}`"
         )
     return specs[name].load()
-
-
-class EnvListing(BaseModel):
-    """One row of ``envhub list`` / ``GET /v1/environments``."""
-
-    name: str
-    version: str | None = None
-    tools: list[str] = Field(default_factory=list)
-    tasks: int | None = None
-    splits: list[str] = Field(default_factory=list)
-    options: list[str] = Field(default_factory=list)
-    error: str | None = None
-
-
-def describe(name: str, options: dict[str, Any] | None = None) -> EnvListing:
-    """Import one environment and summarise it; failures are reported, not raised."""
-    from envhub.local import LocalEnvironment
-
-    try:
-        env = LocalEnvironment(name, options or {})
-        tasks = env.tasks
-    except Exception as exc:
-        spec = discover().get(name)
-        return EnvListing(name=name, version=spec.version if spec else None, error=str(exc))
-    return EnvListing(
-        name=env.name,
-        version=env.version,
-        tools=list(env.env_class.tool_specs()),
-        tasks=len(tasks),
-        splits=tasks.splits,
-        options=option_names(env.env_class),
-    )
-
-
-def list_environments() -> list[EnvListing]:
-    return [describe(name) for name in sorted(discover())]

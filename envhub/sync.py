@@ -14,7 +14,7 @@ from envhub.loop_thread import LoopThread
 from envhub.session import Session
 from envhub.types import CloseResult, SessionStart, StepResult, ToolCall
 
-__all__ = ["SyncSession", "run_sync", "session"]
+__all__ = ["SyncSession", "run_sync", "sync_session"]
 
 T = TypeVar("T")
 _loop: LoopThread | None = None
@@ -71,10 +71,10 @@ class SyncSession:
             self.close()
 
 
-def session(
+def sync_session(
     env: str, task_id: str | None = None, *, seed: int | None = None, **kwargs: Any
 ) -> SyncSession:
-    """A blocking in-process session: ``s = envhub.session("calc"); s.reset(); s.step(...)``.
+    """A blocking in-process session: ``s = envhub.sync_session("calc"); s.reset(); ...``.
 
     ``kwargs`` are the same as :func:`envhub.make` (budgets and environment options).
     """

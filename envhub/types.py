@@ -188,19 +188,37 @@ SESSION_ID_PATTERN = r"^[A-Za-z0-9._~-]{1,128}$"
 
 
 class EnvironmentInfo(BaseModel):
-    """One hosted environment: what a client needs before opening sessions on it."""
+    """One environment: what a client needs before opening sessions on it.
+
+    A server describes what it hosts with it (``GET /v1/environments``), and
+    :func:`envhub.describe_environments` describes every installed plugin with it, where a
+    plugin that fails to import or build still gets a row: ``error`` says why, and the
+    fields only a built environment knows (tools, tasks, splits, options) are empty.
+    """
 
     name: str
     version: str
-    tools: list[dict[str, Any]] = Field(description="OpenAI function-tool JSON schemas")
-    tasks: int
-    splits: list[str]
-    options: dict[str, Any] = Field(description="options the server's operator hosts it with")
-    client_options: dict[str, dict[str, Any]] = Field(
-        description="options a client may set in POST /v1/sessions: name -> JSON schema with "
-        "the type and bounds; any other option is refused"
+    tools: list[dict[str, Any]] = Field(
+        default_factory=list, description="OpenAI function-tool JSON schemas"
     )
-    budgets: Budgets
+    tasks: int = Field(0, description="task count over all splits")
+    splits: list[str] = Field(default_factory=list)
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="options it is built with (a server's: the operator's)"
+    )
+    client_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="options a client may set in POST /v1/sessions: name -> JSON schema with "
+        "the type and bounds; any other option is refused",
+    )
+    budgets: Budgets = Field(default_factory=Budgets)
+    error: str | None = Field(
+        None, description="why the environment could not be loaded; never set by a server"
+    )
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [tool["function"]["name"] for tool in self.tools]
 
 
 class TaskPage(BaseModel):

@@ -22,19 +22,19 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """List installed environments: name, version, tools, tasks; broken plugins show their error."""
-    from envhub.registry import list_environments
+    from envhub.describe import describe_environments
 
-    listings = list_environments()
+    listings = describe_environments()
     if as_json:
-        typer.echo(json.dumps([entry.model_dump() for entry in listings], indent=2))
+        typer.echo(json.dumps([entry.model_dump(mode="json") for entry in listings], indent=2))
         return
     table = Table("name", "version", "tools", "tasks", "splits", "status")
     for entry in listings:
         table.add_row(
             entry.name,
             entry.version or "?",
-            ", ".join(entry.tools),
-            "" if entry.tasks is None else str(entry.tasks),
+            ", ".join(entry.tool_names),
+            "" if entry.error else str(entry.tasks),
             ", ".join(entry.splits),
             "[red]" + entry.error + "[/red]" if entry.error else "[green]ok[/green]",
         )
@@ -48,27 +48,22 @@ def info_command(
 ) -> None:
     """Show an environment's options (all, and those a server's clients may set, with their
     bounds), tools with their JSON schemas, and a sample task."""
+    from envhub.describe import environment_info
+    from envhub.environment import option_names
     from envhub.local import LocalEnvironment
 
     try:
         local = LocalEnvironment(env, parse_env_args(env_arg or []))
-        tasks = local.tasks
+        info = environment_info(local)
     except EnvhubError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    from envhub.environment import option_names
-    from envhub.options import client_option_schemas
-
+    tasks = local.tasks
     sample = next(iter(tasks), None)
     payload = {
-        "name": local.name,
-        "version": local.version,
+        **info.model_dump(mode="json", exclude={"error"}),
         "options": option_names(local.env_class),
-        "client_options": client_option_schemas(local.env_class),
-        "budgets": local.budgets.model_dump(),
-        "tasks": len(tasks),
         "splits": {split: len(tasks.split(split)) for split in tasks.splits},
-        "tools": local.tools,
         "sample_task": sample.model_dump(mode="json") if sample else None,
     }
     typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 import envhub
+from envhub.describe import describe_environment, describe_environments
 from envhub.errors import RegistryError
-from envhub.registry import describe, discover, list_environments, load_environment_class
+from envhub.registry import discover_environments, load_environment_class
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,17 +29,18 @@ def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_listing_reports_broken_plugins(fake_plugins: Path) -> None:
-    listings = {entry.name: entry for entry in list_environments()}
+    listings = {entry.name: entry for entry in describe_environments()}
     assert listings["broken"].error and "missing dependency xyz" in listings["broken"].error
-    assert listings["broken"].version == "0.3.0"
+    assert listings["broken"].version == "0.3.0" and listings["broken"].tools == []
     assert listings["toy"].error is None and listings["toy"].tasks == 6
-    assert listings["toy"].options == ["greeting"] and "add" in listings["toy"].tools
+    assert "add" in listings["toy"].tool_names and listings["toy"].budgets.max_turns > 0
     assert listings["calc"].tasks == 3000
 
 
 def test_blocking_a_plugin(fake_plugins: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENVHUB_BLOCK_PLUGINS", "broken, toy")
-    assert "broken" not in discover() and "toy" not in discover() and "calc" in discover()
+    found = discover_environments()
+    assert "broken" not in found and "toy" not in found and "calc" in found
 
 
 def test_unknown_and_module_ids() -> None:
@@ -49,7 +51,10 @@ def test_unknown_and_module_ids() -> None:
     with pytest.raises(RegistryError, match=r"not an envhub\.Environment"):
         load_environment_class("json:dumps")
     assert envhub.make("tests.core.toy_envs:ToyEnv").name == "toy"
-    assert describe("tests.core.toy_envs:ToyEnv").version == "1.2.3"
+    assert describe_environment("tests.core.toy_envs:ToyEnv").version == "1.2.3"
+    assert describe_environment("tests.core.toy_envs:ToyEnv", {"greeting": "yo"}).options == {
+        "greeting": "yo"
+    }
 
 
 def test_import_envhub_stays_light() -> None:

@@ -137,7 +137,7 @@ async def test_options_and_unknowns(env) -> None:
 
 
 def test_sync_session_flavour() -> None:
-    with envhub.session("tests.core.toy_envs:ToyEnv", "toy-1") as s:
+    with envhub.sync_session("tests.core.toy_envs:ToyEnv", "toy-1") as s:
         start = s.reset()
         assert start.task_id == "toy-1" and {t["function"]["name"] for t in start.tools} >= {"add"}
         assert s.step([call("finish", {"text": "1"})]).done
