@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from envhub.conformance import ConformanceReport as ConformanceReport
+from envhub.conformance import check_client_conformance as check_client_conformance
 from envhub.local import LocalEnvironment, make
 from envhub.policies.reference import ReferencePolicy
 from envhub.rollout.check import CheckFailure, CheckReport, check_tasks
@@ -37,7 +39,9 @@ from envhub.types import StepResult, ToolCall
 __all__ = [
     "CheckFailure",
     "CheckReport",
+    "ConformanceReport",
     "call_tool",
+    "check_client_conformance",
     "check_environment",
     "check_tasks",
     "first_uses_at_once",
