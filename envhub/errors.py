@@ -14,12 +14,12 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── SessionError             session lifecycle problems
     │   ├── SessionNotFound      unknown or reaped session id              (session_not_found)
     │   ├── SessionClosed        stepping a closed/finished session        (session_closed)
-    │   ├── CapacityError        too many sessions                         (capacity)
-    │   └── BudgetExceeded       a per-episode budget ran out
+    │   └── CapacityError        too many sessions                         (capacity)
     ├── SandboxError             a sandbox cannot start or run commands    (sandbox_error)
     ├── EnvironmentFailure       reset/reward/close of an environment raised  (internal)
     ├── PolicyError              the model endpoint failed
-    │   └── TransientPolicyError 429/5xx/timeouts: worth retrying
+    │   ├── TransientPolicyError 429/5xx/timeouts: worth retrying
+    │   └── ContextLengthExceeded the prompt no longer fits the model's context
     ├── RemoteError              an envhub server answered with an error body
     ├── RolloutFailed            a rollout stopped early or masked too many episodes
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
@@ -30,8 +30,8 @@ Every failure that crosses a module boundary is one of these, so callers catch
 from __future__ import annotations
 
 __all__ = [
-    "BudgetExceeded",
     "CapacityError",
+    "ContextLengthExceeded",
     "EnvhubError",
     "EnvironmentFailure",
     "FileOperationError",
@@ -113,10 +113,6 @@ class SessionClosed(SessionError):
 
 class CapacityError(SessionError):
     code = "capacity"
-
-
-class BudgetExceeded(SessionError):
-    code = "budget_exceeded"
 
 
 class SandboxError(EnvhubError):

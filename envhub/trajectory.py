@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, Literal
 from pydantic import BaseModel, Field
 
 from envhub.errors import InvalidRequest
-from envhub.types import Message
+from envhub.types import Message, StopReason
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -121,7 +121,7 @@ class Trajectory(BaseModel):
     turns: list[Turn] = Field(default_factory=list)
     reward: float | None = None
     reward_components: dict[str, float] = Field(default_factory=dict)
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     error: ErrorInfo | None = None
     masked: bool = False
     metrics: TrajectoryMetrics = Field(default_factory=TrajectoryMetrics)

@@ -45,16 +45,21 @@ _ENV_REASON = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 StopReason = (
     Literal[
+        # a session ends an episode with one of these (StepResult, CloseResult, SessionInfo)
         "terminal_tool",  # a terminal tool (e.g. submit/answer) was called
         "final_answer",  # an assistant message without tool calls
-        "max_turns",
+        "max_turns",  # the session's budget, or the rollout's own turn cap
         "timeout",  # the per-episode wall clock ran out
         "closed",  # closed by the client before the episode ended
-        "env_error",  # the environment itself failed
+        # a rollout records these in a trajectory for an episode the session did not end
+        "context_length",  # the conversation outgrew the model's context: scored as it is
+        "model_error",  # the model endpoint failed: masked
+        "env_error",  # the environment, its sandbox or the transport failed: masked
     ]
     # the environment ended the episode from its own state: "env:goal_reached"
     | Annotated[str, StringConstraints(pattern=rf"^{ENV_STOP_PREFIX}{_ENV_REASON.pattern}$")]
 )
+"""Why an episode ended: one vocabulary for session results and trajectories."""
 
 
 def env_stop_reason(reason: str) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import shlex
 import tarfile
 import time
 from abc import ABC, abstractmethod
@@ -323,10 +322,6 @@ def _check_transfer(raw: RawResult, what: str) -> None:
     if raw.exit_code != 0:
         detail = raw.stderr.decode(errors="replace").strip() or f"exit code {raw.exit_code}"
         raise FileOperationError(f"{what}: {detail}")
-
-
-def shell_join(argv: Argv) -> str:
-    return " ".join(shlex.quote(a) for a in argv)
 
 
 def _tar_dir(root: Path) -> bytes:

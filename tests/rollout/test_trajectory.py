@@ -111,3 +111,17 @@ def test_export_loads_with_datasets(tmp_path: Path, fmt: str) -> None:
     assert first["turns"][0]["completion_logprobs"] == [-0.5]
     assert json.loads(first["messages"])[1]["tool_calls"][0]["function"]["name"] == "answer"
     assert data[1]["masked"] is True and data[1]["reward"] is None
+
+
+def test_stop_reason_uses_the_one_stop_reason_vocabulary() -> None:
+    """A trajectory's stop reason is a session's, a rollout's or an environment's ``env:``
+    label; anything else (a typo, another tool's vocabulary) is refused when it is built or
+    read back, so summaries count one set of names."""
+    from pydantic import ValidationError
+
+    record = make_trajectory("t", 0).model_dump()
+    for reason in ("terminal_tool", "context_length", "model_error", "env_error", "env:won"):
+        assert Trajectory.model_validate({**record, "stop_reason": reason}).stop_reason == reason
+    for reason in ("end_turn", "env_failure", "env:", "goal_reached"):
+        with pytest.raises(ValidationError):
+            Trajectory.model_validate({**record, "stop_reason": reason})
