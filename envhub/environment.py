@@ -32,7 +32,8 @@ class Environment:
     Subclasses set ``name``/``version``, implement :meth:`reward` and (unless one default
     task will do) :meth:`load_tasks`, and define tools with :func:`envhub.tool`. Heavy
     shared resources (databases, indexes, browsers) belong in module-level caches keyed by
-    the options, since a new instance is created for every episode.
+    the options, since a new instance is created for every episode; those that hold
+    processes, containers or temp dirs open lazily and close in :meth:`aclose_shared`.
     """
 
     name: ClassVar[str] = ""
@@ -114,10 +115,19 @@ class Environment:
         """Release what this class keeps for all its episodes in this process (warm
         sandbox pools, a browser, a site server); by default nothing is kept.
 
-        Called by :meth:`LocalEnvironment.aclose` and when ``envhub serve`` shuts down,
-        after its sessions are closed: a signal-stopped server never runs ``atexit``
-        hooks, so this is what frees such resources. Sessions still open on the class
-        lose them. Must be safe to call repeatedly; a later episode starts them again.
+        The lifecycle of such a resource has two sides. It opens lazily, in the first
+        :meth:`reset` or tool call that needs it, through a module-level holder (guarded
+        by a lock: episodes come from many threads and event loops), so nothing starts
+        for an environment that is only listed or inspected. This hook closes it.
+        Whoever made the environment calls the hook once no session needs it:
+        :meth:`LocalEnvironment.aclose` (also on leaving ``async with envhub.make(...)``),
+        ``envhub check`` and ``envhub rollout`` when they finish, and ``envhub serve``
+        when it shuts down, after its sessions are closed. Environments register no
+        ``atexit`` hooks: a signal-stopped server never runs them, and a script that
+        skips the hook leaves only what ``envhub sandbox gc`` reaps.
+
+        Sessions still open on the class lose the resource. Must be safe to call
+        repeatedly; a later episode opens the resource again.
         """
 
 

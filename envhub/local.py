@@ -166,6 +166,13 @@ class LocalEnvironment:
         (:meth:`Environment.aclose_shared`); call it when no session is open any more."""
         await self.env_class.aclose_shared()
 
+    async def __aenter__(self) -> LocalEnvironment:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """``async with envhub.make(...) as env:`` ends with :meth:`aclose`."""
+        await self.aclose()
+
 
 def make(
     env: str | type[Environment],

@@ -3,17 +3,17 @@
 A new environment instance serves each episode, and episodes come from many event
 loops (``asyncio.run`` per test, a server loop, a rollout loop), while a
 ``SandboxPool`` belongs to the loop that started it. So the pools live on one daemon
-loop thread; episodes acquire and release through it. :func:`shutdown` closes every
-pool, so no container or sandbox directory outlives the process: ``SweEnv.aclose_shared``
-calls it (``LocalEnvironment.aclose``, ``envhub serve`` shutting down), and exit hooks
-do for scripts that end without it; ``envhub sandbox gc`` is the backstop for a SIGKILL.
+loop thread, started by the first :func:`acquire`; episodes acquire and release through
+it. :func:`shutdown` closes every pool and stops the thread, so no container or sandbox
+directory outlives the environment: ``SweEnv.aclose_shared`` calls it (the
+``Environment`` lifecycle: ``LocalEnvironment.aclose``, ``envhub check``/``rollout``
+finishing, ``envhub serve`` shutting down). There is no exit hook; ``envhub sandbox gc``
+reaps what a process that skipped the lifecycle (or was SIGKILLed) left.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import concurrent.futures.thread  # noqa: F401  (registers its exit hook first, see below)
 import threading
 
 from envhub.loop_thread import LoopThread
@@ -104,11 +104,3 @@ def shutdown(timeout: float = 60.0) -> None:
         rt.call(close_all(), timeout)
     finally:
         rt.stop()
-
-
-# Closing a docker sandbox runs in an executor thread, and concurrent.futures refuses new
-# work once its own exit hook ran; threading's exit hooks run before it (last registered
-# first; the import above registers it before ours), so the pools close while that
-# still works. atexit stays as the fallback.
-threading._register_atexit(shutdown)  # type: ignore[attr-defined]
-atexit.register(shutdown)

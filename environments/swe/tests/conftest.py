@@ -43,6 +43,16 @@ def _swe_containers() -> list[str]:
     return [line for line in out.splitlines() if " swe-" in line]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def release_pools() -> Iterator[None]:
+    """The test process owns the environments it makes, so it closes their pools (and
+    sandbox directories) at the end: the pools register no exit hook."""
+    yield
+    from envhub_swe import pools
+
+    pools.shutdown()
+
+
 @pytest.fixture(scope="session")
 def swe_images() -> Iterator[dict[str, str]]:
     """Docker ready and the CI repositories' images built; at the end of the session no

@@ -1,8 +1,10 @@
 """Stopping ``envhub serve swe`` (SIGTERM, Ctrl-C) releases its warm sandbox pool: no
-container and no sandbox directory of the server outlives it.
+container and no sandbox directory of the server outlives it; ``envhub check`` releases
+its pools when it finishes.
 
-uvicorn re-raises the signal once its lifespan has shut down, so exit hooks never run;
-the server must release the pools itself. A real server process, real sandboxes.
+uvicorn re-raises the signal once its lifespan has shut down, so exit hooks never run
+(and the pools have none): the server and the CLI release the pools through the
+``Environment`` lifecycle. A real server process, real sandboxes.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from envhub.cli import app
 from envhub.sandboxes.docker import LABEL
+from envhub.sandboxes.local import DIR_PREFIX
 
 POOL_SIZE = 2
 
@@ -100,3 +106,14 @@ def test_stopping_the_server_releases_the_warm_pool(
     if leaked and backend == "docker":
         subprocess.run(["docker", "rm", "-f", *leaked], capture_output=True)
     assert leaked == []
+
+
+def test_envhub_check_releases_the_pools(ci_task_ids: list[str]) -> None:
+    """In-process, so a pool left open would still hold its sandbox directories here."""
+    result = CliRunner().invoke(
+        app,
+        ["check", "swe", "--sandbox", "local", "--tasks", ci_task_ids[0],
+         "--env-arg", "pool_size=1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert list(Path(tempfile.gettempdir()).glob(f"{DIR_PREFIX}{os.getpid()}-*")) == []

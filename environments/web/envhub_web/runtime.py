@@ -4,16 +4,16 @@ The MiniShop server (uvicorn) and the Playwright browser pool are started once p
 process and shared by all sessions. Playwright objects are bound to the loop that
 created them, while sessions may come from many loops (``asyncio.run`` per test, a
 server loop, a rollout loop), so both services live on this dedicated loop thread and
-sessions reach them through :meth:`Runtime.run`. ``shutdown()`` stops the browsers
-and the server, so no Chromium process outlives the process: the web environments'
-``aclose_shared`` calls it (``LocalEnvironment.aclose``, ``envhub serve`` shutting
-down), and an exit hook does for scripts that end without it.
+sessions reach them through :meth:`Runtime.run`; the first session starts the runtime.
+``shutdown()`` stops the browsers and the servers, so no Chromium process outlives the
+environment: the web environments' ``aclose_shared`` calls it (the ``Environment``
+lifecycle: ``LocalEnvironment.aclose``, ``envhub check``/``rollout`` finishing,
+``envhub serve`` shutting down). There is no exit hook.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import threading
 import time
@@ -100,6 +100,3 @@ def shutdown(timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while chromium_pids() and time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-atexit.register(shutdown)
