@@ -7,10 +7,15 @@ gymnasium 1.x, which dropped plugin loading, the module-prefixed id
 id per installed plugin (:mod:`envhub._gym_plugin`).
 
 Spaces are text: the action is a JSON assistant message
-``{"content": str?, "tool_calls": [{"id", "name", "arguments"}]?}`` (a string that is
-not JSON is taken as a plain-text final answer), and the observation is the JSON list
-of messages that the action produced (on ``reset``: the task's first messages). The
-reward is 0 until the episode ends, then the environment's reward. ``terminated``
+``{"role": "assistant"?, "content": str?, "tool_calls": [{"id", "name", "arguments"}]?}``
+(tool calls flat or in OpenAI's nested form; a string that is not a JSON object is taken
+as a plain-text final answer), and the observation is the JSON list of messages that the
+action produced (on ``reset``: the task's first messages). A JSON object of another shape
+(a tool call without a name, ``tool_calls`` not a list, unknown keys) is a malformed
+action: nothing of it runs, the observation is one error message saying what is wrong,
+``info["malformed_action"]`` holds the reason, and the episode goes on (no turn is used,
+so wrap the env in gymnasium's ``TimeLimit`` to bound an agent that keeps sending them).
+The reward is 0 until the episode ends, then the environment's reward. ``terminated``
 means the episode ended by itself (terminal tool, final answer, the environment's own
 ``env:*`` reason); ``truncated`` means a budget cut it (max turns, wall clock).
 """
@@ -18,16 +23,17 @@ means the episode ended by itself (terminal tool, final answer, the environment'
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envhub._gym_plugin import register_envs
 from envhub.local import make
 from envhub.sync import SyncSession
-from envhub.types import ENV_STOP_PREFIX, StepResult
+from envhub.types import ENV_STOP_PREFIX, Observation, StepResult, ToolCall
 
 __all__ = ["EnvhubGymEnv", "JsonTextSpace", "register_envs"]
 
@@ -98,9 +104,15 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         return json.dumps(start.messages), {"task_id": start.task_id, "tools": start.tools}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        content, tool_calls = _parse_action(action)
-        result: StepResult = self._session.step(tool_calls, content)
-        self._transcript.append({"role": "assistant", "content": content, "tool_calls": tool_calls})
+        try:
+            parsed = _parse_action(action)
+        except _MalformedAction as exc:
+            return self._reject(action, str(exc))
+        tool_calls = [call.to_openai() for call in parsed.tool_calls]
+        result: StepResult = self._session.step(parsed.tool_calls, parsed.content)
+        self._transcript.append(
+            {"role": "assistant", "content": parsed.content, "tool_calls": tool_calls}
+        )
         messages = [obs.to_message() for obs in result.observations]
         self._transcript.extend(messages)
         info: dict[str, Any] = {
@@ -117,6 +129,15 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         truncated = result.done and not terminated
         return json.dumps(messages), reward, terminated, truncated, info
 
+    def _reject(self, action: Any, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """A malformed action's step: nothing runs, the agent reads why."""
+        error = Observation(
+            tool_call_id="", content=f"Error: malformed action: {reason}", is_error=True
+        ).to_message()
+        self._transcript.extend([{"role": "assistant", "content": str(action)}, error])
+        info = {"stop_reason": None, "is_error": [True], "malformed_action": reason}
+        return json.dumps([error]), 0.0, False, False, info
+
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
@@ -130,15 +151,37 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
             self._session.close()
 
 
-def _parse_action(action: str) -> tuple[str, list[dict[str, Any]]]:
+class _MalformedAction(ValueError):
+    """An action that is a JSON object but not an assistant message."""
+
+
+class _Action(BaseModel):
+    """The assistant message an action holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+
+
+def _parse_action(action: Any) -> _Action:
+    if not isinstance(action, str):
+        raise _MalformedAction(f"an action is a string, got {type(action).__name__}")
     try:
         message = json.loads(action)
-    except (json.JSONDecodeError, TypeError):
-        return str(action), []
+    except json.JSONDecodeError:
+        message = None
     if not isinstance(message, dict):
-        return str(action), []
-    calls = message.get("tool_calls") or []
-    return str(message.get("content") or ""), [c for c in calls if isinstance(c, dict)]
+        return _Action(content=action)
+    try:
+        return _Action.model_validate(message)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'action'}: {error['msg']}"
+            for error in exc.errors()[:5]
+        )
+        raise _MalformedAction(problems[:500]) from None
 
 
 def _sample_action(rng: np.random.Generator, tool_names: list[str]) -> dict[str, Any]:

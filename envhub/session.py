@@ -16,6 +16,7 @@ from collections import OrderedDict
 from typing import Any
 
 from envhub.budgets import Budgets
+from envhub.cleanup import record_cleanup_failure
 from envhub.environment import Environment
 from envhub.errors import (
     EnvhubError,
@@ -161,13 +162,15 @@ class Session:
             return self._close_result
 
     async def abort(self) -> None:
-        """Free resources without scoring (server reaper, crashed clients)."""
+        """Free resources without scoring (server reaper, crashed clients); the
+        environment's ``close`` failing is logged and counted, not raised
+        (:mod:`envhub.cleanup`)."""
         if not self.closed:
             self.closed = True
             try:
                 await self.env.close()
-            except Exception:
-                pass
+            except Exception as exc:
+                record_cleanup_failure(f"Session.abort of {self.env_name}", exc)
 
     def info(self) -> SessionInfo:
         now = time.monotonic()

@@ -90,3 +90,33 @@ def test_ids_need_no_import_where_gymnasium_loads_plugins(tmp_path: Path) -> Non
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["calc-0-00001", "user"]
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [
+        ('{"tool_calls": [{"id": "1", "name": "calculate"}, 5]}', "tool_calls.1"),
+        ('{"tool_calls": [{"id": "1", "arguments": "{}"}]}', "name"),
+        ('{"tool_calls": "calculate"}', "tool_calls"),
+        ('{"answer": "12"}', "answer"),
+        ('{"content": 12}', "content"),
+    ],
+)
+def test_malformed_action_is_reported_not_dropped(action: str, reason: str) -> None:
+    """A JSON object that is not an assistant message runs nothing: the agent reads an
+    error observation naming the problem, ``info`` flags it, and the episode goes on."""
+    env = gymnasium.make("envhub/calc-v0").unwrapped
+    env.reset(seed=0, options={"task_id": "calc-0-00001"})
+    obs, reward, terminated, truncated, info = env.step(action)
+    (message,) = json.loads(obs)
+    assert message["role"] == "tool" and message["content"].startswith("Error: malformed action")
+    assert reason in info["malformed_action"] and reason in message["content"]
+    assert info["is_error"] == [True] and reward == 0.0 and not terminated and not truncated
+    task = envhub.make("calc").tasks.get("calc-0-00001")
+    answer = {"role": "assistant", "tool_calls": [
+        {"id": "a", "type": "function",
+         "function": {"name": "answer", "arguments": json.dumps({"value": task.answer})}}
+    ]}
+    _, reward, terminated, _, info = env.step(json.dumps(answer))
+    assert reward == 1.0 and terminated and info["metrics"]["turns"] == 1  # none for the bad one
+    env.close()
