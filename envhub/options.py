@@ -48,7 +48,8 @@ def _adapters(cls: type[Environment]) -> dict[str, TypeAdapter[Any]]:
 
 def client_option_schemas(cls: type[Environment]) -> dict[str, dict[str, Any]]:
     """The JSON schema (type, bounds, choices) of each client-settable option."""
-    return {name: adapter.json_schema() for name, adapter in _adapters(cls).items()}
+    adapters = _adapters(cls)  # type: ignore[arg-type]  # mypy#11470: a class is Hashable
+    return {name: adapter.json_schema() for name, adapter in adapters.items()}
 
 
 def validate_client_options(
@@ -60,7 +61,7 @@ def validate_client_options(
     Nothing is built or opened before this check, so a refusal reveals nothing about the
     server's files.
     """
-    adapters = _adapters(cls)
+    adapters = _adapters(cls)  # type: ignore[arg-type]  # mypy#11470: a class is Hashable
     settable = ", ".join(sorted(adapters)) or "none"
     validated: dict[str, Any] = {}
     for name, value in options.items():

@@ -85,6 +85,7 @@ def parse_number(text: str | float | int) -> float | None:
     if not match:
         return None
     sign = -1.0 if match["sign"] in ("-", "\u2212") else 1.0
+    value: Fraction | float
     if match["whole"] is not None:
         if int(match["fden"]) == 0:
             return None

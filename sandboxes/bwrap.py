@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from envhub.errors import SandboxError
@@ -167,7 +167,7 @@ class BwrapSandbox(Sandbox):
                 await asyncio.to_thread(unmount, self.root)
             await asyncio.to_thread(shutil.rmtree, self.root, True)
 
-    def _preexec(self, timeout: float):  # type: ignore[no-untyped-def]
+    def _preexec(self, timeout: float) -> Callable[[], None]:
         limits = {
             resource.RLIMIT_CPU: math.ceil(timeout) + 1,
             resource.RLIMIT_FSIZE: int(self.spec.disk),

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from envhub.errors import SandboxError
 from envhub.sandboxes._proc import kill_group, run_process, start_failure
-from envhub.sandboxes.base import Argv, RawResult, Sandbox
+from envhub.sandboxes.base import Argv, RawResult, Sandbox, SandboxSpec
 
 __all__ = ["DIR_PREFIX", "LocalSandbox", "rlimit_preexec", "uid_process_count"]
 
@@ -34,7 +34,9 @@ _COMMAND_ERRNOS = {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def rlimit_preexec(limits: Mapping[int, int], then: Callable[[], None] | None = None):
+def rlimit_preexec(
+    limits: Mapping[int, int], then: Callable[[], None] | None = None
+) -> Callable[[], None]:
     """Return a ``preexec_fn`` that sets hard+soft rlimits in the child before exec.
 
     Only async-signal-safe-ish work (setrlimit syscalls) happens here, which is why it is
@@ -78,7 +80,7 @@ class LocalSandbox(Sandbox):
     backend = "local"
     isolated = False
 
-    def __init__(self, spec, *, base_dir: str | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, spec: SandboxSpec, *, base_dir: str | None = None) -> None:
         super().__init__(spec)
         self._base_dir = base_dir
         self.root: Path | None = None

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -105,7 +105,7 @@ def resolve_image(image: str) -> str:
     return image
 
 
-def _docker(*args: str, **kw) -> subprocess.CompletedProcess[bytes]:  # type: ignore[no-untyped-def]
+def _docker(*args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
     docker = shutil.which("docker")
     if docker is None:
         raise SandboxError("docker CLI not found: apt-get install docker.io")
