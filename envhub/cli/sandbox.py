@@ -1,5 +1,5 @@
-"""``envhub sandbox build NAME`` and ``envhub sandbox gc``, plus the shared
-``--sandbox`` option for commands that run environments (serve, rollout, check)."""
+"""``envhub sandbox build NAME`` and ``envhub sandbox gc`` (the ``--sandbox`` option of
+serve, rollout and check lives in :mod:`envhub.cli.options`)."""
 
 from __future__ import annotations
 
