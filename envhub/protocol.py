@@ -12,7 +12,7 @@ coroutine, so callers never test which kind of client they hold.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
@@ -47,7 +47,7 @@ class SessionHandle(Protocol):
 
     async def step(
         self,
-        tool_calls: list[ToolCall | dict[str, Any]],
+        tool_calls: Sequence[ToolCall | dict[str, Any]],
         content: str | None = None,
         request_id: str | None = None,
     ) -> StepResult: ...

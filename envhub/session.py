@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from envhub.budgets import Budgets
@@ -122,7 +123,7 @@ class Session:
 
     async def step(
         self,
-        tool_calls: list[ToolCall | dict[str, Any]],
+        tool_calls: Sequence[ToolCall | dict[str, Any]],
         content: str | None = None,
         request_id: str | None = None,
     ) -> StepResult:
@@ -199,7 +200,7 @@ class Session:
     # -- internals -----------------------------------------------------------------------
 
     async def _step(
-        self, raw_calls: list[ToolCall | dict[str, Any]], content: str | None
+        self, raw_calls: Sequence[ToolCall | dict[str, Any]], content: str | None
     ) -> StepResult:
         if self.closed:
             raise SessionClosed(f"session {self.session_id} is closed")

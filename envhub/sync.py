@@ -7,7 +7,7 @@ never nest event loops and async environments keep working unchanged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from envhub.loop_thread import LoopThread
@@ -50,7 +50,7 @@ class SyncSession:
         return run_sync(self.session.reset())
 
     def step(
-        self, tool_calls: list[ToolCall | dict[str, Any]], content: str | None = None
+        self, tool_calls: Sequence[ToolCall | dict[str, Any]], content: str | None = None
     ) -> StepResult:
         return run_sync(self._require().step(tool_calls, content))
 
