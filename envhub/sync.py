@@ -7,7 +7,7 @@ never nest event loops and async environments keep working unchanged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 from envhub.loop_thread import LoopThread
@@ -21,13 +21,20 @@ _loop: LoopThread | None = None
 _loop_lock = threading.Lock()
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on envhub's background loop and wait for its result."""
+def run_sync(awaitable: Awaitable[T]) -> T:
+    """Run a coroutine or other awaitable (such as ``env.open(task_id)``, an
+    :class:`~envhub.protocol.OpeningSession`) on envhub's background loop and wait for
+    its result."""
     global _loop
     with _loop_lock:
         if _loop is None:
             _loop = LoopThread("envhub-sync")
-    return _loop.call(coro)
+    return _loop.call(_awaited(awaitable))
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    """A coroutine for the loop thread, which schedules only coroutines."""
+    return await awaitable
 
 
 class SyncSession:
