@@ -1,10 +1,12 @@
 """envhub's HTTP server: environments hosted as sessions behind one function-call API.
 
 ``create_app(envs, ...)`` builds the FastAPI app; ``envhub serve`` runs it with uvicorn.
-Modules: ``app`` (assembly), ``routes/`` (one router per resource), ``store`` (sessions,
-capacity, idempotency, reaper), ``errors`` (codes to statuses), ``middleware`` (auth,
-body size), ``metrics`` (Prometheus), ``models`` (HTTP-only bodies),
-``fastpath`` (step/close without FastAPI), ``websocket`` (step/close over one socket).
+Three doors serve the session calls: ``routes/`` (FastAPI, one router per resource, the
+documented API), ``fastpath`` (step/close without FastAPI) and ``websocket`` (every call
+over one socket). All three sit behind ``auth`` (bearer token) and ``limits`` (size), call
+``store``'s one method per verb (sessions, capacity, idempotency, reaper) and word errors
+through ``errors`` (codes to statuses, validation messages). Also ``app`` (assembly),
+``metrics`` (Prometheus), ``models`` (HTTP-only bodies).
 """
 
 from __future__ import annotations

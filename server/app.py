@@ -11,10 +11,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from envhub.local import LocalEnvironment
+from envhub.server.auth import BearerAuth
 from envhub.server.errors import install_error_handlers
 from envhub.server.fastpath import SessionFastPath
+from envhub.server.limits import BodySizeLimit, SizeLimit
 from envhub.server.metrics import ServerMetrics
-from envhub.server.middleware import BearerAuth, BodySizeLimit
 from envhub.server.routes import environments_router, service_router, sessions_router
 from envhub.server.store import HostedEnvironment, SessionStore
 from envhub.server.websocket import SessionWebSocket
@@ -61,9 +62,11 @@ def create_app(
     """An app hosting ``envs`` (ids to load with their default options, or prepared
     ``LocalEnvironment`` objects by name, e.g. from ``envhub.make`` with budgets).
 
-    ``token`` set: every route but ``/health`` needs ``Authorization: Bearer <token>``.
-    Idle sessions are aborted after ``session_ttl_s`` by a reaper running with the app.
-    Steps and close are also served over ``WS /v1/sessions/{id}/ws`` (``websocket``).
+    ``token`` set: every route but ``/health``, and every WebSocket handshake, needs
+    ``Authorization: Bearer <token>``. ``max_body_bytes`` bounds a request body and a
+    WebSocket message alike. Idle sessions are aborted after ``session_ttl_s`` by a reaper
+    running with the app. The session calls are also served over ``WS /v1/ws`` and
+    ``WS /v1/sessions/{id}/ws`` (``websocket``).
     """
     from envhub import __version__
 
@@ -102,12 +105,12 @@ def create_app(
     def count_error(code: str) -> None:
         metrics.errors.labels(code).inc()
 
-    # Added last = runs first: authentication, then the size check, then the fast path.
+    # Added last = runs first. The three doors (FastAPI routes, the fast path, WebSockets)
+    # sit behind one token check and one size limit, and call the same store methods.
+    limit = SizeLimit(max_body_bytes)
     app.add_middleware(SessionFastPath, store=store, metrics=metrics)
-    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, on_error=count_error)
+    app.add_middleware(SessionWebSocket, store=store, metrics=metrics, limit=limit)
+    app.add_middleware(BodySizeLimit, limit=limit, on_error=count_error)
     if token:
         app.add_middleware(BearerAuth, token=token, open_paths=OPEN_PATHS, on_error=count_error)
-    # WebSocket scopes skip the HTTP layers above; this one checks token and size itself.
-    app.add_middleware(SessionWebSocket, store=store, metrics=metrics,
-                       max_message_bytes=max_body_bytes, token=token)
     return app

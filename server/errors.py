@@ -1,29 +1,40 @@
-"""The one place errors become HTTP answers: ``{"error": {"code", "message"}}`` plus a status.
+"""The one place errors become answers: ``{"error": {"code", "message"}}`` plus a status.
 
 Core errors carry their API code (:attr:`envhub.errors.EnvhubError.code`); this module
-only maps codes to statuses, turns FastAPI's validation and routing errors into the same
-body, and counts every error answer by code.
+maps codes to statuses, words validation failures and crashes, turns FastAPI's
+validation and routing errors into the same body, and counts every error answer by code.
+The ``describe_*`` functions give ``(status, code, message)`` for every door: the FastAPI
+routes, the session fast path and the WebSocket replies.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.types import Send
 
 from envhub.errors import EnvhubError
 from envhub.server.metrics import ServerMetrics
 
 __all__ = [
     "STATUS_BY_CODE",
+    "VALIDATION_STATUS",
+    "Described",
     "describe_envhub_error",
+    "describe_unexpected",
+    "describe_validation",
     "envhub_error_response",
     "error_body",
     "install_error_handlers",
+    "malformed_json",
+    "send_error",
 ]
 
 log = logging.getLogger("envhub.server")
@@ -50,12 +61,34 @@ STATUS_BY_CODE: dict[str, int] = {
 _CODE_BY_STATUS = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed",
                    413: "payload_too_large"}
 
+# A body that fails its schema; core ``InvalidRequest`` errors (refused options) are 400.
+VALIDATION_STATUS = 422
+
 # Clients should come back later rather than hammer a full or broken server.
 _RETRY_AFTER = {"capacity": "1", "sandbox_error": "1"}
+
+Described = tuple[int, str, str]
+"""``(status, code, message)`` of an error answer."""
 
 
 def error_body(code: str, message: str) -> bytes:
     return orjson.dumps({"error": {"code": code, "message": message}})
+
+
+async def send_error(send: Send, status: int, code: str, message: str,
+                     headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    """Answer an HTTP request with an error body from pure ASGI code (no Response object);
+    the caller counts it."""
+    body = error_body(code, message)
+    retry = _RETRY_AFTER.get(code)
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()), *headers,
+                    *([(b"retry-after", retry.encode())] if retry else [])],
+    })
+    await send({"type": "http.response.body", "body": body})
 
 
 def _error_response(metrics: ServerMetrics, status: int, code: str, message: str) -> Response:
@@ -68,13 +101,41 @@ def _answer(request: Request, status: int, code: str, message: str) -> Response:
     return _error_response(request.app.state.metrics, status, code, message)
 
 
-def describe_envhub_error(exc: EnvhubError, where: str) -> tuple[int, str, str]:
-    """``(status, code, message)`` of a core error, logging server-side failures; shared by
-    the HTTP answers and the WebSocket replies so both speak the same codes."""
+def describe_envhub_error(exc: EnvhubError, where: str) -> Described:
+    """A core error's answer, logging server-side failures."""
     status = STATUS_BY_CODE.get(exc.code, 500)
     if status >= 500:
         log.error("%s failed: %s", where, exc, exc_info=exc)
     return status, exc.code, exc.message or str(exc)
+
+
+def describe_unexpected(exc: BaseException, where: str) -> Described:
+    """A crash's answer: logged with its traceback here, only its type named to the client."""
+    log.error("%s crashed", where, exc_info=exc)
+    return 500, "internal", f"internal server error ({type(exc).__name__})"
+
+
+def describe_validation(errors: Iterable[Mapping[str, Any]], hint: str | None = None
+                        ) -> Described:
+    """A body or message that fails its schema: the first five of pydantic's ``errors()``
+    as ``field.path: what is wrong``, after ``hint`` when there is one. A leading
+    ``body`` in FastAPI's locations is dropped, so a field reads the same on every door."""
+    parts = [hint] if hint else []
+    for err in list(errors)[:5]:
+        loc = tuple(err.get("loc", ()))
+        loc = loc[1:] if loc[:1] == ("body",) else loc
+        if err.get("type") == "json_invalid":  # FastAPI puts the character offset in loc
+            reason = err.get("ctx", {}).get("error", "decode error")
+            parts.append(malformed_json(f"{reason} at char {loc[0]}" if loc else reason))
+            continue
+        where = ".".join(str(p) for p in loc)
+        detail = str(err.get("msg", "invalid"))
+        parts.append(f"{where}: {detail}" if where else detail)
+    return VALIDATION_STATUS, "invalid_request", "; ".join(parts) or "invalid request"
+
+
+def malformed_json(reason: object) -> str:
+    return f"malformed JSON ({reason})"
 
 
 def envhub_error_response(exc: EnvhubError, metrics: ServerMetrics, where: str) -> Response:
@@ -88,23 +149,12 @@ async def _envhub_error(request: Request, exc: Exception) -> Response:
     return envhub_error_response(exc, request.app.state.metrics, where)
 
 
-def _describe_validation(request: Request, exc: RequestValidationError) -> str:
-    parts = []
-    content_type = request.headers.get("content-type", "")
-    if request.method == "POST" and "json" not in content_type:
-        parts.append("send the body as JSON with Content-Type: application/json")
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        detail = err.get("msg", "invalid")
-        if err.get("type") == "json_invalid":
-            detail = f"malformed JSON ({err.get('ctx', {}).get('error', 'decode error')})"
-        parts.append(f"{where}: {detail}" if where else detail)
-    return "; ".join(parts) or "invalid request"
-
-
 async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    return _answer(request, 422, "invalid_request", _describe_validation(request, exc))
+    hint = None
+    if request.method == "POST" and "json" not in request.headers.get("content-type", ""):
+        hint = "send the body as JSON with Content-Type: application/json"
+    return _answer(request, *describe_validation(exc.errors(), hint))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -114,8 +164,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    log.error("%s %s crashed", request.method, request.url.path, exc_info=exc)
-    return _answer(request, 500, "internal", f"internal server error ({type(exc).__name__})")
+    return _answer(request, *describe_unexpected(exc, f"{request.method} {request.url.path}"))
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -6,7 +6,9 @@ about three times the step itself, so this pure ASGI layer answers well-formed s
 close requests directly: parse with the same pydantic model, call the same
 :class:`~envhub.server.store.SessionStore` method, answer with the same error mapping.
 Anything else, including every body that fails validation, goes on to the FastAPI
-routes, which stay the documented API and word the 422 messages.
+routes, which stay the documented API and answer the 422s. The bearer token and the body
+size were checked by the layers in front (:mod:`~envhub.server.auth`,
+:mod:`~envhub.server.limits`), as for the routes.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from envhub.errors import EnvhubError
 from envhub.server.errors import envhub_error_response
 from envhub.server.metrics import ServerMetrics
-from envhub.server.models import StepRequest
 from envhub.server.store import SessionStore
+from envhub.types import StepRequest
 
 __all__ = ["SessionFastPath"]
 
@@ -45,9 +47,7 @@ class SessionFastPath:
             except ValidationError:
                 await self.app(scope, _replay(body), send)
                 return
-            operation = self.store.step(
-                session_id, request.tool_calls, request.content, request.request_id
-            )
+            operation = self.store.step(session_id, request)
         else:
             operation = self.store.close(session_id)
         try:

@@ -1,34 +1,18 @@
-"""Bodies specific to the HTTP server: health, the environment list and error bodies.
+"""Bodies only the HTTP server has: health, the environment list and error bodies.
 
 Every other request and response body (``EnvironmentInfo``, ``TaskPage``,
 ``CreateSession``, ``StepRequest``, the session results) is a core wire type in
-:mod:`envhub.types`, shared with the in-process session and the clients, and re-exported
-here for the routes.
+:mod:`envhub.types`, shared with the in-process session and the clients; the server
+imports those from there.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from envhub.types import (
-    SESSION_ID_PATTERN,
-    CreateSession,
-    EnvironmentInfo,
-    StepRequest,
-    TaskPage,
-)
+from envhub.types import EnvironmentInfo
 
-__all__ = [
-    "SESSION_ID_PATTERN",
-    "CreateSession",
-    "EnvironmentInfo",
-    "EnvironmentList",
-    "ErrorBody",
-    "ErrorDetail",
-    "Health",
-    "StepRequest",
-    "TaskPage",
-]
+__all__ = ["EnvironmentList", "ErrorBody", "ErrorDetail", "Health"]
 
 
 class Health(BaseModel):

@@ -1,6 +1,9 @@
 """Hosted environments and the sessions opened on them.
 
-The store owns every server-side session. Each call goes straight to the in-process
+The store owns every server-side session and has one method per verb (``create``,
+``step``, ``close``, ``info``) taking the request's wire model: the FastAPI routes, the
+session fast path and the WebSocket handler all call these, so a verb behaves the same
+whichever door it came through. Each call goes straight to the in-process
 :class:`~envhub.session.Session` (no second dispatch path); the store only adds what
 HTTP needs: ids and idempotent creation, a capacity limit, keeping closed results for
 retried closes, the idle-session reaper, and metrics.
@@ -27,16 +30,17 @@ from envhub.errors import (
 from envhub.local import LocalEnvironment
 from envhub.options import client_option_schemas, validate_client_options
 from envhub.server.metrics import ServerMetrics
-from envhub.server.models import EnvironmentInfo
 from envhub.session import Session
 from envhub.sized_lru import SizedLRU
 from envhub.types import (
     CloseResult,
+    CreateSession,
+    EnvironmentInfo,
     EpisodeMetrics,
     SessionInfo,
     SessionStart,
+    StepRequest,
     StepResult,
-    ToolCall,
 )
 
 __all__ = ["HostedEnvironment", "SessionStore"]
@@ -171,16 +175,9 @@ class SessionStore:
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def create(
-        self,
-        env: str,
-        *,
-        task_id: str | None = None,
-        seed: int | None = None,
-        options: dict[str, Any] | None = None,
-        session_id: str | None = None,
-    ) -> SessionStart:
+    async def create(self, request: CreateSession) -> SessionStart:
         """Open a session; with a known ``session_id`` return that session's start instead."""
+        env, session_id = request.env, request.session_id
         hosted = self.hosted(env)
         if session_id is not None:
             existing = self._open.get(session_id) or self._closed.get(session_id)
@@ -201,7 +198,9 @@ class SessionStore:
         sid = session_id or uuid.uuid4().hex
         # The start runs as its own task: a client that disconnects mid-create does not
         # cancel it, so its retry with the same id finds the session.
-        started = asyncio.ensure_future(self._start(hosted, sid, task_id, seed, options))
+        started = asyncio.ensure_future(
+            self._start(hosted, sid, request.task_id, request.seed, request.options)
+        )
         self._creating[sid] = started
         return await asyncio.shield(started)
 
@@ -242,20 +241,16 @@ class SessionStore:
             entry.last_seen = time.monotonic()
         return entry
 
-    async def step(
-        self,
-        session_id: str,
-        tool_calls: list[ToolCall],
-        content: str | None = None,
-        request_id: str | None = None,
-    ) -> StepResult:
+    async def step(self, session_id: str, request: StepRequest) -> StepResult:
         entry = self._entry(session_id)
         counts = entry.session.metrics
         before = counts.model_copy(update={"errors_by_kind": dict(counts.errors_by_kind)})
         entry.busy += 1
         started = time.perf_counter()
         try:
-            result = await entry.session.step(tool_calls, content, request_id)
+            result = await entry.session.step(
+                request.tool_calls, request.content, request.request_id
+            )
         finally:
             entry.busy -= 1
             entry.last_seen = time.monotonic()
@@ -297,7 +292,7 @@ class SessionStore:
 
     def info(self, session_id: str) -> SessionInfo:
         """The state summary; reading it does not count as activity for the reaper."""
-        return self._entry(session_id, touch=False).session.info()
+        return self._entry(session_id, touch=False).session.summary()
 
     # -- idle sessions ---------------------------------------------------------------------
 

@@ -19,16 +19,17 @@ one reply in order: the HTTP body (SessionStart, StepResult, CloseResult, Sessio
 ``{"error": {"code", "message"}, "status": n}`` with the code and status HTTP would answer.
 A bad message gets an error reply and the socket stays open.
 
-Pure ASGI like :mod:`envhub.server.fastpath`: it calls the same
-:class:`~envhub.server.store.SessionStore` methods (which count the metrics and touch the
-session for the idle reaper), checks the bearer token at the handshake (closing with
-1008, which uvicorn answers as HTTP 403) and the size of every message.
+Pure ASGI like :mod:`envhub.server.fastpath`, and like it one more door onto the same
+:class:`~envhub.server.store.SessionStore` method per verb (which count the metrics and
+touch the session for the idle reaper). The bearer token is checked at the handshake by
+:class:`~envhub.server.auth.BearerAuth` in front of it (a refusal closes with 1008, which
+uvicorn answers as HTTP 403); every message is held to the same
+:class:`~envhub.server.limits.SizeLimit` as an HTTP body, and validation failures, core
+errors and crashes are worded by :mod:`envhub.server.errors` with the status HTTP answers.
 """
 
 from __future__ import annotations
 
-import hmac
-import logging
 import re
 from typing import Any
 
@@ -37,20 +38,27 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envhub.errors import EnvhubError
-from envhub.server.errors import STATUS_BY_CODE, describe_envhub_error
+from envhub.server.auth import POLICY_VIOLATION
+from envhub.server.errors import (
+    STATUS_BY_CODE,
+    VALIDATION_STATUS,
+    describe_envhub_error,
+    describe_unexpected,
+    describe_validation,
+    malformed_json,
+)
+from envhub.server.limits import SizeLimit
 from envhub.server.metrics import ServerMetrics
-from envhub.server.models import SESSION_ID_PATTERN, CreateSession, StepRequest
 from envhub.server.store import SessionStore
+from envhub.types import SESSION_ID_PATTERN, CreateSession, StepRequest
 
 __all__ = ["SessionWebSocket"]
-
-log = logging.getLogger("envhub.server")
 
 CONNECTION_PATH = "/v1/ws"
 _PREFIX = "/v1/sessions/"
 _SUFFIX = "/ws"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
-POLICY_VIOLATION = 1008  # WebSocket close code for a refused token
+_OPS = ("create", "step", "close", "info")
 
 
 class SessionWebSocket:
@@ -58,12 +66,12 @@ class SessionWebSocket:
     ``app``."""
 
     def __init__(self, app: ASGIApp, *, store: SessionStore, metrics: ServerMetrics,
-                 max_message_bytes: int, token: str | None) -> None:
+                 limit: SizeLimit) -> None:
         self.app = app
         self.store = store
         self.metrics = metrics
-        self.max_message_bytes = max_message_bytes
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.limit = limit
+        self.too_large = limit.message("message")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "") if scope["type"] == "websocket" else ""
@@ -80,12 +88,6 @@ class SessionWebSocket:
             self.metrics.errors.labels("not_found").inc()
             await send({"type": "websocket.close", "code": POLICY_VIOLATION})
             return
-        if self.expected is not None:
-            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not hmac.compare_digest(given, self.expected):
-                self.metrics.errors.labels("unauthorized").inc()
-                await send({"type": "websocket.close", "code": POLICY_VIOLATION})
-                return
         await send({"type": "websocket.accept"})
         while True:
             message = await receive()
@@ -102,80 +104,52 @@ class SessionWebSocket:
 
     async def _answer(self, path_session: str | None, data: str | bytes, where: str) -> bytes:
         """The reply to one message: a result body or an error body."""
-        if _too_large(data, self.max_message_bytes):
-            return self._error("payload_too_large",
-                               f"message larger than {self.max_message_bytes} bytes")
+        if self.limit.exceeded(data):
+            return self._error(STATUS_BY_CODE["payload_too_large"], "payload_too_large",
+                               self.too_large)
         try:
             request = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
-            return self._error("invalid_request", f"malformed JSON ({exc})")
+            return self._invalid(malformed_json(exc))
         if not isinstance(request, dict) or request.get("op") not in _OPS:
-            return self._error("invalid_request", "send a JSON object whose op is one of "
-                               + ", ".join(f'"{op}"' for op in _OPS))
+            return self._invalid("send a JSON object whose op is one of "
+                                 + ", ".join(f'"{op}"' for op in _OPS))
         op = request.pop("op")
+        session_id = request.pop("session_id", path_session)
+        if not isinstance(session_id, str | None) or path_session not in (None, session_id):
+            return self._invalid("session_id: a string naming the session (the one in the "
+                                 "path, on a session socket)")
+        if session_id is None and op != "create":
+            return self._invalid(f"{op} needs the session_id")
+        if request and op in ("close", "info"):
+            return self._invalid(f"unexpected fields for {op}: {', '.join(map(str, request))}")
         try:
-            session_id = request.pop("session_id", path_session)
-            if not isinstance(session_id, str | None) or path_session not in (None, session_id):
-                return self._error("invalid_request", "session_id: a string naming the "
-                                   "session (the one in the path, on a session socket)")
-            if op == "create":
-                body = CreateSession.model_validate({**request, "session_id": session_id})
-                return _body(await self._create(body))
-            if session_id is None:
-                return self._error("invalid_request", f"{op} needs the session_id")
-            result: BaseModel
-            if op == "step":
-                step = StepRequest.model_validate(request)
-                result = await self.store.step(
-                    session_id, step.tool_calls, step.content, step.request_id
-                )
-            elif request:
-                return self._error("invalid_request",
-                                   f"unexpected fields for {op}: {', '.join(map(str, request))}")
-            elif op == "close":
-                result = await self.store.close(session_id)
-            else:
-                result = self.store.info(session_id)
+            result = await self._call(op, session_id, request)
         except ValidationError as exc:
-            return self._error("invalid_request", _describe(exc))
+            return self._error(*describe_validation(exc.errors()))
         except EnvhubError as exc:
-            status, code, text = describe_envhub_error(exc, f"WS {where} {op}")
-            return self._error(code, text, status)
+            return self._error(*describe_envhub_error(exc, f"WS {where} {op}"))
         except Exception as exc:
-            log.error("WS %s %s crashed", where, op, exc_info=exc)
-            return self._error("internal", f"internal server error ({type(exc).__name__})")
-        return _body(result)
+            return self._error(*describe_unexpected(exc, f"WS {where} {op}"))
+        return result.__pydantic_serializer__.to_json(result)
 
-    async def _create(self, body: CreateSession) -> BaseModel:
-        return await self.store.create(
-            body.env, task_id=body.task_id, seed=body.seed, options=body.options,
-            session_id=body.session_id,
-        )
+    async def _call(self, op: str, session_id: str | None, fields: dict[str, Any]
+                    ) -> BaseModel:
+        """The store's method for ``op``, with the message's remaining ``fields`` validated
+        by the model the HTTP route uses."""
+        if op == "create":
+            body = CreateSession.model_validate({**fields, "session_id": session_id})
+            return await self.store.create(body)
+        assert session_id is not None  # _answer refused the message without one
+        if op == "step":
+            return await self.store.step(session_id, StepRequest.model_validate(fields))
+        if op == "close":
+            return await self.store.close(session_id)
+        return self.store.info(session_id)
 
-    def _error(self, code: str, message: str, status: int | None = None) -> bytes:
+    def _invalid(self, message: str) -> bytes:
+        return self._error(VALIDATION_STATUS, "invalid_request", message)
+
+    def _error(self, status: int, code: str, message: str) -> bytes:
         self.metrics.errors.labels(code).inc()
-        status = status or STATUS_BY_CODE.get(code, 500)
         return orjson.dumps({"error": {"code": code, "message": message}, "status": status})
-
-
-_OPS = ("create", "step", "close", "info")
-
-
-def _too_large(data: str | bytes, limit: int) -> bool:
-    """Whether a message exceeds ``limit`` bytes; a text frame counts its UTF-8 bytes (one
-    to four per character), encoded only when its length alone cannot decide."""
-    if isinstance(data, bytes) or len(data) > limit:
-        return len(data) > limit
-    return len(data) * 4 > limit and len(data.encode("utf-8", "surrogatepass")) > limit
-
-
-def _body(result: BaseModel) -> bytes:
-    return result.__pydantic_serializer__.to_json(result)
-
-
-def _describe(exc: ValidationError) -> str:
-    parts: list[Any] = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg"))
-    return "; ".join(str(p) for p in parts) or "invalid request"

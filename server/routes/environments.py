@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Query, Request
 
-from envhub.server.models import EnvironmentInfo, EnvironmentList, TaskPage
+from envhub.server.models import EnvironmentList
 from envhub.server.routes._deps import ERRORS, store_of
+from envhub.types import EnvironmentInfo, TaskPage
 
 __all__ = ["router"]
 
@@ -37,7 +36,7 @@ async def list_tasks(
 ) -> TaskPage:
     """Task ids in their fixed order, one page at a time (``split`` omitted: all tasks)."""
     base = store_of(request).hosted(env).base
-    ids = await asyncio.to_thread(base.task_ids, split)
+    ids = await base.task_ids(split)
     return TaskPage(
         env=env, split=split, offset=offset, limit=limit, total=len(ids),
         task_ids=ids[offset:offset + limit],

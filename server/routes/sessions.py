@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from envhub.server.models import CreateSession, StepRequest
 from envhub.server.routes._deps import ERRORS, store_of
-from envhub.types import CloseResult, SessionInfo, SessionStart, StepResult
+from envhub.types import (
+    CloseResult,
+    CreateSession,
+    SessionInfo,
+    SessionStart,
+    StepRequest,
+    StepResult,
+)
 
 __all__ = ["router"]
 
@@ -16,16 +22,13 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 @router.post("", responses=ERRORS(400, 401, 404, 413, 422, 429, 500, 503))
 async def create_session(body: CreateSession, request: Request) -> SessionStart:
     """Reset a new episode; a repeated client-chosen ``session_id`` returns the same start."""
-    return await store_of(request).create(
-        body.env, task_id=body.task_id, seed=body.seed, options=body.options,
-        session_id=body.session_id,
-    )
+    return await store_of(request).create(body)
 
 
 @router.post("/{session_id}/step", responses=ERRORS(401, 404, 409, 413, 422, 500, 503))
 async def step_session(session_id: str, body: StepRequest, request: Request) -> StepResult:
     """Run one assistant turn's tool calls; malformed calls become ``is_error`` observations."""
-    return await store_of(request).step(session_id, body.tool_calls, body.content, body.request_id)
+    return await store_of(request).step(session_id, body)
 
 
 @router.post("/{session_id}/close", responses=ERRORS(401, 404, 500, 503))
