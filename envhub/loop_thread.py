@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 __all__ = ["LoopThread"]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class LoopThread:
@@ -34,13 +34,13 @@ class LoopThread:
     def in_loop(self) -> bool:
         return threading.current_thread() is self._thread
 
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         """Await ``coro`` on this loop from any other loop (cancellation propagates)."""
         if self.in_loop():
             return await coro
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+    def call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         """Blocking variant of :meth:`run` for synchronous callers; Ctrl-C while waiting
         cancels the coroutine instead of leaving it running in the background."""
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 __all__ = [
     "COMPARATORS",
     "Comparator",
+    "Rows",
     "bird_match",
     "execution_match",
     "has_order_by",
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 Rows = Sequence[Sequence[Any]]
+"""A query result: rows of column values, as sqlite3 returns them."""
 Comparator = Literal["bird", "spider", "strict"]
 
 

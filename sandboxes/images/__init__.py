@@ -34,15 +34,18 @@ from envhub.errors import SandboxError
 
 __all__ = [
     "Recipe",
+    "UserSpec",
     "build",
     "build_image_once",
+    "content_hash",
     "image_exists",
     "image_tag",
     "list_recipes",
     "load_recipe",
+    "resolve_image",
 ]
 
-RECIPES_DIR = Path(__file__).parent
+_RECIPES_DIR = Path(__file__).parent
 _BUILDER_VERSION = "1"
 _DEFAULT_USER = {"name": "sandbox", "uid": 1000}
 
@@ -69,11 +72,11 @@ class Recipe(BaseModel):
 
 
 def list_recipes() -> list[str]:
-    return sorted(p.parent.name for p in RECIPES_DIR.glob("*/recipe.yaml"))
+    return sorted(p.parent.name for p in _RECIPES_DIR.glob("*/recipe.yaml"))
 
 
 def load_recipe(name: str) -> Recipe:
-    path = RECIPES_DIR / name / "recipe.yaml"
+    path = _RECIPES_DIR / name / "recipe.yaml"
     if not path.is_file():
         raise SandboxError(
             f"no sandbox image recipe {name!r}; known: {', '.join(list_recipes()) or 'none'}"
@@ -84,7 +87,7 @@ def load_recipe(name: str) -> Recipe:
 def content_hash(name: str) -> str:
     """Hash of everything that determines the image (recipe dir, parent chain)."""
     h = hashlib.sha256(f"envhub-image-builder:{_BUILDER_VERSION}\n".encode())
-    for f in sorted((RECIPES_DIR / name).iterdir()):
+    for f in sorted((_RECIPES_DIR / name).iterdir()):
         if f.is_file():
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     parent = load_recipe(name).parent
@@ -100,7 +103,7 @@ def image_tag(name: str) -> str:
 
 def resolve_image(image: str) -> str:
     """A recipe name becomes its content-hash tag; anything else is used as given."""
-    if "/" not in image and ":" not in image and (RECIPES_DIR / image / "recipe.yaml").is_file():
+    if "/" not in image and ":" not in image and (_RECIPES_DIR / image / "recipe.yaml").is_file():
         return image_tag(image)
     return image
 
@@ -223,7 +226,7 @@ def _build(name: str, recipe: Recipe, tag: str, dockerfile: bool, log: bool) -> 
                 tag,
                 "-t",
                 latest,
-                str(RECIPES_DIR / name),
+                str(_RECIPES_DIR / name),
             ],
             log,
         )

@@ -84,3 +84,24 @@ def test_cli_list_and_info(fake_plugins: Path) -> None:
     assert '"yo 0"' in info.stdout and '"name": "add"' in info.stdout
     bad = runner.invoke(app, ["info", "toy", "--env-arg", "colour=red"])
     assert bad.exit_code == 2 and "bad options" in bad.stdout
+
+
+def test_discovery_is_cheap_and_describing_is_separate() -> None:
+    """Discovery reads metadata only: no plugin module is imported. It lives apart from
+    the module that builds environments to describe them, so the two cannot import each
+    other in a cycle (the registry imports neither sessions nor LocalEnvironment)."""
+    code = (
+        "import sys, envhub\n"
+        "found = envhub.discover_environments()\n"
+        "assert {'calc', 'sql'} <= set(found), found\n"
+        "loaded = [m for m in sys.modules if m.startswith('envhub_')]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    import ast
+
+    import envhub.registry
+
+    tree = ast.parse(Path(envhub.registry.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not imported & {"envhub.local", "envhub.describe", "envhub.session"}, imported
