@@ -108,8 +108,8 @@ def compute_advantages(
         members[group].append(index)
     out = [0.0] * len(rewards)
     for indices in members.values():
-        group = group_advantages([rewards[i] for i in indices], estimator, eps=eps)
-        for i, advantage in zip(indices, group, strict=True):
+        advantages = group_advantages([rewards[i] for i in indices], estimator, eps=eps)
+        for i, advantage in zip(indices, advantages, strict=True):
             out[i] = advantage
     if task_keys is not None:
         out = task_normalize(out, task_keys, eps=eps)

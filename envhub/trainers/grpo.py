@@ -205,7 +205,7 @@ def build_batch(
 
     key_fn = _task_key_fn(task_key)
     advantages = compute_advantages(
-        [t.reward for t in kept],  # type: ignore[misc]  (scored: reward is not None)
+        [t.reward for t in kept if t.reward is not None],  # all of them: kept are scored
         [t.group_id for t in kept],
         estimator=estimator,
         task_keys=[key_fn(t) for t in kept] if key_fn else None,
@@ -216,12 +216,11 @@ def build_batch(
     row_advantages: list[float] = []
     for trajectory, advantage in zip(kept, advantages, strict=True):
         trajectory_rows_ = trajectory_rows(trajectory, drift=drift, tokenizer=tokenizer)
-        reasons = {row.mask_reason for row in trajectory_rows_}
+        reasons = {row.mask_reason for row in trajectory_rows_ if row.mask_reason is not None}
         if max_length is not None and any(len(row) > max_length for row in trajectory_rows_):
             reasons.add("overlong")
-        reasons.discard(None)
         if reasons:
-            dropped[sorted(reasons)[0]] += 1  # type: ignore[index]
+            dropped[sorted(reasons)[0]] += 1
             continue
         rows.extend(trajectory_rows_)
         row_advantages.extend([advantage] * len(trajectory_rows_))
