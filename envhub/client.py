@@ -46,6 +46,7 @@ from envhub._http_transports import (
     WebSocketRefused,
     make_transport,
 )
+from envhub.cleanup import record_cleanup_failure
 from envhub.errors import (
     CapacityError,
     EnvhubError,
@@ -184,8 +185,8 @@ class RemoteSession:
             self.closed = True
             try:
                 await self.close()
-            except EnvhubError:
-                pass
+            except EnvhubError as exc:
+                record_cleanup_failure("RemoteSession.abort", exc)
 
     async def info(self) -> SessionInfo:
         return await self._env._call(

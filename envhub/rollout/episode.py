@@ -17,7 +17,6 @@ not fit is a configuration problem (context, ``max_tokens``, task size): masked.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
 import uuid
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from envhub.cleanup import record_cleanup_failure
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
 from envhub.policies.base import GenerateRequest, Policy, SamplingParams
 from envhub.policies.retry import RetryPolicy
@@ -289,8 +289,11 @@ async def _first_messages(session: Any) -> tuple[list[Message], list[dict[str, A
 
 
 async def _abort(session: Any) -> None:
-    """Free a failed session without scoring it (sync or async ``abort``)."""
-    with contextlib.suppress(Exception):
+    """Free a failed session without scoring it (sync or async ``abort``); a failure is
+    logged and counted (:mod:`envhub.cleanup`), not raised over the episode's own."""
+    try:
         result = session.abort()
         if inspect.isawaitable(result):
             await result
+    except Exception as exc:
+        record_cleanup_failure("rollout episode abort", exc)

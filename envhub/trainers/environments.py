@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from envhub.cleanup import abort_quietly as abort_quietly
 from envhub.errors import InvalidRequest
 from envhub.local import LocalEnvironment, make
 from envhub.sync import run_sync
@@ -60,11 +61,3 @@ async def start_messages(session: Any) -> list[Message]:
     if messages is not None:
         return list(messages)
     return list((await session.reset()).messages)
-
-
-async def abort_quietly(session: Any) -> None:
-    """Free a session without scoring it, ignoring errors (it may already be gone)."""
-    try:
-        await session.abort()
-    except Exception:  # freeing a failed session must not hide the failure itself
-        pass

@@ -211,7 +211,7 @@ class EnvhubToolEnvironment:
         except EnvhubError as exc:
             self._failure = f"{type(exc).__name__}: {exc}"
         if self._failure is not None:
-            run_sync(abort_quietly(session))
+            run_sync(abort_quietly(session, "TRL episode abort"))
             self._factory.episodes.append(
                 EpisodeRecord(task_id, session.session_id, None, {}, "env_error", self._failure)
             )
@@ -226,7 +226,7 @@ class EnvhubToolEnvironment:
 
     def _abandon(self) -> None:
         if self._session is not None:
-            run_sync(abort_quietly(self._session))
+            run_sync(abort_quietly(self._session, "TRL episode abort"))
         self._session, self._task_id, self._failure = None, None, None
 
 
