@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envhub._gym_plugin import register_envs
 from envhub.local import make
-from envhub.sync import SyncSession
+from envhub.sync import SyncSession, run_sync
 from envhub.types import ENV_STOP_PREFIX, Observation, StepResult, ToolCall
 
 __all__ = ["EnvhubGymEnv", "JsonTextSpace", "register_envs"]
@@ -146,9 +146,12 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         )
 
     def close(self) -> None:
+        """Close the open episode, then the environment class's shared resources
+        (``aclose_shared``: sandbox pools, browsers), as ``envhub.make`` users do."""
         session = self._session.session
         if session is not None and not session.closed:
             self._session.close()
+        run_sync(self._factory.aclose())
 
 
 class _MalformedAction(ValueError):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import ClassVar
 
 import gymnasium
 import pytest
@@ -120,3 +121,31 @@ def test_malformed_action_is_reported_not_dropped(action: str, reason: str) -> N
     _, reward, terminated, _, info = env.step(json.dumps(answer))
     assert reward == 1.0 and terminated and info["metrics"]["turns"] == 1  # none for the bad one
     env.close()
+
+
+class PooledGymEnv(envhub.Environment):
+    """Keeps a process-wide resource, released by ``aclose_shared``."""
+
+    released: ClassVar[int] = 0
+
+    @envhub.tool
+    def noop(self) -> str:
+        """Do nothing."""
+        return "ok"
+
+    def reward(self) -> float:
+        return 0.0
+
+    @classmethod
+    async def aclose_shared(cls) -> None:
+        cls.released += 1
+
+
+def test_close_releases_the_shared_resources() -> None:
+    """Without exit hooks, a gymnasium user's ``close()`` is what frees sandbox pools and
+    browsers of the environment class."""
+    env = envhub.gym.EnvhubGymEnv(f"{__name__}:PooledGymEnv")
+    env.reset(seed=0)
+    before = PooledGymEnv.released
+    env.close()
+    assert PooledGymEnv.released == before + 1
