@@ -70,13 +70,12 @@ def env_options(
     from envhub.environment import option_names
     from envhub.errors import EnvhubError
     from envhub.registry import load_environment_class
-    from envhub.sandboxes import BACKENDS
+    from envhub.sandboxes import resolve_backend
 
-    if sandbox not in BACKENDS:
-        raise typer.BadParameter(
-            f"unknown backend {sandbox!r}; choose from {', '.join(BACKENDS)}",
-            param_hint="--sandbox",
-        )
+    try:
+        backend = resolve_backend(sandbox)
+    except EnvhubError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sandbox") from None
     if "sandbox" in options:
         raise typer.BadParameter(
             "give the backend once: --sandbox or --env-arg sandbox=...", param_hint="--sandbox"
@@ -91,7 +90,7 @@ def env_options(
             "(environments that run model code, such as swe and sql, do)",
             param_hint="--sandbox",
         )
-    return [{**options, "sandbox": sandbox} if take else dict(options) for take in takes]
+    return [{**options, "sandbox": backend} if take else dict(options) for take in takes]
 
 
 GcThresholdOption = Annotated[

@@ -96,4 +96,4 @@ def test_sandbox_is_refused_with_a_server(tmp_path: Path) -> None:
 
 def test_check_rejects_unknown_sandbox() -> None:
     result = CliRunner().invoke(app, ["check", "calc", "--tasks", "0:2", "--sandbox", "vm"])
-    assert result.exit_code == 2 and "unknown backend" in result.output
+    assert result.exit_code == 2 and "unknown sandbox backend 'vm'" in result.output
