@@ -34,7 +34,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Final, Literal
 
 from pydantic import BaseModel, Field
 
@@ -58,7 +58,7 @@ __all__ = [
     "read_trajectories",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 class EnvRef(BaseModel):

@@ -13,6 +13,8 @@ size were checked by the layers in front (:mod:`~envhub.server.auth`,
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,7 +22,7 @@ from envhub.errors import EnvhubError
 from envhub.server.errors import envhub_error_response
 from envhub.server.metrics import ServerMetrics
 from envhub.server.store import SessionStore
-from envhub.types import StepRequest
+from envhub.types import CloseResult, StepRequest, StepResult
 
 __all__ = ["SessionFastPath"]
 
@@ -47,7 +49,7 @@ class SessionFastPath:
             except ValidationError:
                 await self.app(scope, _replay(body), send)
                 return
-            operation = self.store.step(session_id, request)
+            operation: Awaitable[StepResult | CloseResult] = self.store.step(session_id, request)
         else:
             operation = self.store.close(session_id)
         try:

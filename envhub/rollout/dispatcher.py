@@ -154,17 +154,17 @@ async def run_rollout(
             concurrency=concurrency, deadline=deadline, breaker=breaker,
             on_result=on_result, on_plan=on_plan,
         )  # fmt: skip
-        pairs = {(t.task_id, t.sample_index) for t in kept}
+        kept_pairs = {(t.task_id, t.sample_index) for t in kept}
         summary = summarize(
             kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
         )
-        return _with_plan(summary, pairs, task_ids, group_size, breaker, deadline)
+        return _with_plan(summary, kept_pairs, task_ids, group_size, breaker, deadline)
     output = Path(output)
     exists = output.exists() and output.stat().st_size > 0
     if exists and not resume:
         raise InvalidRequest(f"{output} exists: pass --resume to continue it, or pick another file")
     with TrajectoryWriter(output) as writer:  # opened first: it repairs the file's end
-        skip = completed_pairs(output, runner.env_ref.name) if exists else set()
+        skip = completed_pairs(output, runner.env.name) if exists else set()
         ran, elapsed = await _run_planned(
             runner, task_ids, skip, writer.write, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker,
@@ -230,6 +230,8 @@ def _with_plan(
     """``summary`` plus what was planned, what has no record, and why the run stopped."""
     planned = {(task_id, index) for task_id in task_ids for index in range(group_size)}
     missing = len(planned - pairs)
+    stopped: str | None
+    detail: str | None
     if breaker is not None and breaker.open:
         stopped, detail = "circuit_breaker", breaker.reason
     elif missing and deadline is not None and time.monotonic() >= deadline:
