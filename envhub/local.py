@@ -1,23 +1,26 @@
 """``LocalEnvironment``: an environment class plus options, opening in-process sessions.
 
-It has the same surface as :class:`envhub.client.RemoteEnvironment`, so the rollout
+It is the in-process :class:`~envhub.protocol.EnvironmentClient` (as
+:class:`envhub.client.RemoteEnvironment` is the HTTP/WebSocket one), so the rollout
 engine, the trainer adapters and the gymnasium adapter work against either.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from envhub.budgets import Budgets
 from envhub.environment import Environment
 from envhub.errors import InvalidRequest
+from envhub.protocol import OpeningSession
 from envhub.registry import discover_environments, load_environment_class
 from envhub.session import Session
 from envhub.sized_lru import SizedLRU, approx_bytes
-from envhub.task import TaskSet
+from envhub.task import Task, TaskSet
+from envhub.types import EnvironmentInfo
 
 __all__ = ["LocalEnvironment", "make"]
 
@@ -65,7 +68,13 @@ def _shared_taskset(key: _TaskSetKey, load: Callable[[], TaskSet]) -> tuple[Task
 
 
 class LocalEnvironment:
-    """Factory of in-process sessions for one environment and one option set."""
+    """Factory of in-process sessions for one environment and one option set: the
+    in-process :class:`~envhub.protocol.EnvironmentClient`.
+
+    Besides the protocol's coroutines it keeps in-process conveniences: :attr:`tasks`
+    (the task set, loaded on first use), :attr:`tools` and :meth:`new_session` (an
+    unstarted :class:`~envhub.session.Session`, for the server's session store).
+    """
 
     def __init__(
         self,
@@ -108,8 +117,29 @@ class LocalEnvironment:
             self._tasks = _shared_taskset(key, self._prototype.load_tasks)
         return self._tasks
 
-    def task_ids(self, split: str | None = None) -> list[str]:
-        return [t.id for t in self.tasks.split(split)]
+    async def _task_set(self) -> TaskSet:
+        """:attr:`tasks`, loaded in a worker thread the first time (loading can take
+        seconds of CPU, which must not stall the event loop's other sessions)."""
+        if self._tasks is None:
+            await asyncio.to_thread(self._loaded_tasks)
+        return self.tasks
+
+    async def task_ids(self, split: str | None = None) -> list[str]:
+        """The ids of a split's tasks in their fixed order (all tasks with ``None``);
+        :class:`~envhub.errors.InvalidRequest` for an unknown split."""
+        return [t.id for t in (await self._task_set()).split(split)]
+
+    async def task(self, task_id: str) -> Task:
+        """The whole task, gold data included (:class:`~envhub.errors.TaskNotFound`)."""
+        return (await self._task_set()).get(task_id)
+
+    async def info(self) -> EnvironmentInfo:
+        """Name, version, tool schemas, task count, splits, options and budgets: what
+        ``GET /v1/environments/{env}`` answers for the same environment."""
+        from envhub.describe import environment_info  # it describes LocalEnvironments
+
+        await self._task_set()
+        return environment_info(self)
 
     def _instantiate(self) -> Environment:
         try:
@@ -134,14 +164,22 @@ class LocalEnvironment:
             session_id=session_id,
         )
 
-    async def open(
+    def open(
         self,
         task_id: str | None = None,
         *,
-        seed: int | None = None,
         session_id: str | None = None,
+        seed: int | None = None,
+    ) -> OpeningSession:
+        """Create and start a session (the ``POST /v1/sessions`` of the local transport);
+        ``await`` it, or use it as ``async with`` to close it on exit."""
+        return OpeningSession(lambda: self._start(task_id, session_id, seed))
+
+    async def _start(
+        self, task_id: str | None, session_id: str | None, seed: int | None
     ) -> Session:
-        """Create and start a session (the ``POST /v1/sessions`` of the local transport)."""
+        if self._tasks is None:
+            await self._task_set()
         session = self.new_session(task_id, seed=seed, session_id=session_id)
         try:
             await session.reset()
@@ -149,17 +187,6 @@ class LocalEnvironment:
             await session.abort()
             raise
         return session
-
-    @asynccontextmanager
-    async def session(
-        self, task_id: str | None = None, *, seed: int | None = None
-    ) -> AsyncIterator[Session]:
-        """``async with env.session(task_id) as s:`` opens, and closes (scoring) on exit."""
-        session = await self.open(task_id, seed=seed)
-        try:
-            yield session
-        finally:
-            await session.close()
 
     async def aclose(self) -> None:
         """Release the environment class's process-wide resources
@@ -172,6 +199,13 @@ class LocalEnvironment:
     async def __aexit__(self, *exc: object) -> None:
         """``async with envhub.make(...) as env:`` ends with :meth:`aclose`."""
         await self.aclose()
+
+
+if TYPE_CHECKING:  # the protocols, checked statically against this implementation
+    from envhub.protocol import EnvironmentClient, SessionHandle
+
+    _client: type[EnvironmentClient] = LocalEnvironment
+    _session: type[SessionHandle] = Session
 
 
 def make(

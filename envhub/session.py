@@ -68,7 +68,8 @@ def _render_output(value: Any) -> str:
 
 
 class Session:
-    """One episode. Create with :meth:`LocalEnvironment.open` or ``envhub.make(...).session()``.
+    """One episode, the in-process :class:`~envhub.protocol.SessionHandle`. Create with
+    ``await envhub.make(...).open(task_id)`` (or ``async with``).
 
     Steps are serialised per session; the session holds all per-episode state, so it can
     live in any process that owns it (in-process, behind HTTP, or in a Ray actor).
@@ -173,7 +174,12 @@ class Session:
             except Exception as exc:
                 record_cleanup_failure(f"Session.abort of {self.env_name}", exc)
 
-    def info(self) -> SessionInfo:
+    async def info(self) -> SessionInfo:
+        """The state summary (:class:`~envhub.protocol.SessionHandle`'s ``info``)."""
+        return self.summary()
+
+    def summary(self) -> SessionInfo:
+        """The state summary, without awaiting (for the server's session store)."""
         now = time.monotonic()
         return SessionInfo(
             session_id=self.session_id,

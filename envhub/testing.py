@@ -27,11 +27,11 @@ from typing import Any
 
 from envhub.conformance import ConformanceReport as ConformanceReport
 from envhub.conformance import check_client_conformance as check_client_conformance
-from envhub.local import LocalEnvironment, make
+from envhub.local import make
 from envhub.policies.reference import ReferencePolicy
+from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.rollout.check import CheckFailure, CheckReport, check_tasks
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
-from envhub.session import Session
 from envhub.task import GoldCall
 from envhub.trajectory import Trajectory
 from envhub.types import StepResult, ToolCall
@@ -51,7 +51,7 @@ __all__ = [
 
 
 def check_environment(
-    env: str | LocalEnvironment,
+    env: str | EnvironmentClient,
     *,
     task_ids: Iterable[str] | None = None,
     split: str | None = None,
@@ -59,12 +59,18 @@ def check_environment(
     concurrency: int = 8,
     **options: Any,
 ) -> CheckReport:
-    """Blocking check for tests: raises ``AssertionError`` listing the failing tasks."""
-    local = env if isinstance(env, LocalEnvironment) else make(env, **options)
-    ids = list(task_ids) if task_ids is not None else local.task_ids(split)
-    if limit is not None:
-        ids = ids[:limit]
-    report = asyncio.run(check_tasks(local, ids, concurrency=concurrency))
+    """Blocking check for tests: raises ``AssertionError`` listing the failing tasks.
+
+    ``env`` is a plugin name (made in-process with ``options``) or an environment client
+    whose transport gives whole tasks (the reference policy replays their gold actions).
+    """
+    client = make(env, **options) if isinstance(env, str) else env
+
+    async def check() -> CheckReport:
+        ids = list(task_ids) if task_ids is not None else await client.task_ids(split)
+        return await check_tasks(client, ids[:limit], concurrency=concurrency)
+
+    report = asyncio.run(check())
     if not report.ok:
         lines = "\n".join(
             f"  {f.task_id} [{f.policy}] reward={f.reward} expected={f.expected} {f.detail}"
@@ -102,14 +108,15 @@ def serve_in_thread(app: Any, *, startup_timeout_s: float = 30.0) -> Iterator[st
         sock.close()
 
 
-async def call_tool(session: Session, tool: str, /, **arguments: Any) -> StepResult:
+async def call_tool(session: SessionHandle, tool: str, /, **arguments: Any) -> StepResult:
     """``await call_tool(session, "run_sql", query=...)``: one turn with one tool call."""
     call = ToolCall(id=f"call-{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments)
     return await session.step([call])
 
 
 async def replay_calls(
-    env: LocalEnvironment, task_id: str, calls: Iterable[GoldCall], *, max_env_attempts: int = 3
+    env: EnvironmentClient, task_id: str, calls: Iterable[GoldCall], *,
+    max_env_attempts: int = 3,
 ) -> Trajectory:
     """One episode of ``task_id`` through the rollout engine, its policy making ``calls``
     (one per turn; then the task's answer as a final message if the episode still runs).
@@ -118,11 +125,10 @@ async def replay_calls(
     an action an environment wrongly turns into an infrastructure failure shows as a
     masked trajectory or ``metrics.episode_attempts > 1`` instead of a scored episode.
     """
-    task = env.tasks.get(task_id).model_copy(update={"gold_actions": list(calls)})
+    task = (await env.task(task_id)).model_copy(update={"gold_actions": list(calls)})
     runner = EpisodeRunner(
         env,
         ReferencePolicy(),
-        env_version=env.version,
         max_env_attempts=max_env_attempts,
         task_of=lambda _: task,
     )

@@ -77,7 +77,6 @@ def main() -> None:
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    import envhub
     from envhub.trainers.environments import resolve_environment
     from envhub.trainers.trl import envhub_reward, environment_factory, task_dataset
     from envhub.trainers.trl_rollout import EnvhubRollout
@@ -85,9 +84,9 @@ def main() -> None:
     tiny = args.tiny or not args.model
     if args.threads or tiny:  # the tiny model's matrices gain nothing from threads
         torch.set_num_threads(args.threads or 1)
-    env = resolve_environment(args.env_url or args.env, env_name=args.env)
-    if tiny and not isinstance(env, envhub.LocalEnvironment):
+    if tiny and args.env_url:
         raise SystemExit("--tiny imitates gold episodes, which needs an in-process --env")
+    env = resolve_environment(args.env_url or args.env, env_name=args.env)
     model, tokenizer, task_ids = load_model(args, env)
     dataset = task_dataset(env, split=None if task_ids else args.split)
     if task_ids:

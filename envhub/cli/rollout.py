@@ -28,6 +28,7 @@ from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
 
 if TYPE_CHECKING:
     from envhub.client import SessionTransport
+    from envhub.protocol import EnvironmentClient
     from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
     from envhub.trajectory import Trajectory
@@ -266,15 +267,19 @@ def _open_env(
     max_turns: int | None,
     transport: SessionTransport,
     token: str | None,
-) -> tuple[Any, bool]:
-    """(environment, in_process); a local env enforces max_turns itself."""
+) -> EnvironmentClient:
+    """The environment, in-process or on the server at ``env_url``.
+
+    ``--max-turns`` is the runner's cap on every transport (:func:`envhub.rollout.run`);
+    in-process it is also the sessions' budget, which the runner's cap cannot raise. A
+    server's budgets are its operator's (the client cannot raise them either)."""
     if env_url is None:
         from envhub.local import make
 
-        return make(env, max_turns=max_turns, **options), True
+        return make(env, max_turns=max_turns, **options)
     from envhub.client import RemoteEnvironment
 
-    return RemoteEnvironment(env_url, env, options, token=token, transport=transport), False
+    return RemoteEnvironment(env_url, env, options, token=token, transport=transport)
 
 
 async def _rollout(
@@ -291,9 +296,7 @@ async def _rollout(
     from envhub.rollout.run import run
 
     try:
-        env, in_process = _open_env(
-            env_name, options, env_url, max_turns, env_transport, env_token
-        )
+        env = _open_env(env_name, options, env_url, max_turns, env_transport, env_token)
     except BaseException:
         await policy.aclose()
         raise
@@ -308,7 +311,7 @@ async def _rollout(
         return await run(
             env,
             policy,
-            max_turns=None if in_process else max_turns,
+            max_turns=max_turns,
             on_result=_LiveStats(progress, bar),
             on_plan=planned,
             **run_options,
@@ -316,9 +319,7 @@ async def _rollout(
     finally:
         progress.stop()
         await policy.aclose()
-        closer = getattr(env, "aclose", None)
-        if closer is not None:
-            await closer()
+        await env.aclose()
 
 
 @app.command("check")
@@ -374,7 +375,7 @@ async def _check(env: str, options: dict[str, Any], tasks: str | None, concurren
 
     local = make(env, **options)
     try:
-        ids = local.task_ids(None) if tasks is None else await select_task_ids(local, tasks)
+        ids = await local.task_ids() if tasks is None else await select_task_ids(local, tasks)
         started = time.perf_counter()
         with _progress() as progress:
             bar = progress.add_task(f"check {env}", total=2 * len(ids), stats="")

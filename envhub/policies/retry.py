@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from envhub.backoff import backoff_delay
 from envhub.errors import TransientPolicyError
 
 __all__ = ["RetryPolicy"]
@@ -17,17 +17,15 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Exponential backoff with jitter: attempt ``n`` waits between half and all of
-    ``min(max_delay_s, base_delay_s * 2**n)``, so retries of many episodes that failed
-    together (a server restart) spread out instead of hitting the server in lockstep."""
+    """Retries with exponential backoff and jitter (:func:`envhub.backoff.backoff_delay`):
+    attempt ``n`` waits between half and all of ``min(max_delay_s, base_delay_s * 2**n)``."""
 
     max_attempts: int = 6
     base_delay_s: float = 0.25
     max_delay_s: float = 10.0
 
     def delay(self, attempt: int) -> float:
-        ceiling = min(self.max_delay_s, self.base_delay_s * (2**attempt))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        return backoff_delay(attempt, self.base_delay_s, self.max_delay_s)
 
     async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Run ``fn`` until it succeeds, raises a non-transient error, or attempts run out."""

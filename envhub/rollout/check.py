@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, Field
 
-from envhub.local import LocalEnvironment
 from envhub.policies.base import Policy
 from envhub.policies.reference import NoopPolicy, ReferencePolicy
+from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import dispatch, plan_episodes
 from envhub.rollout.episode import EpisodeRunner
 from envhub.trajectory import Trajectory
@@ -44,23 +44,25 @@ class CheckReport(BaseModel):
 
 
 async def check_tasks(
-    env: LocalEnvironment,
+    env: EnvironmentClient,
     task_ids: Iterable[str],
     *,
     concurrency: int = 32,
     on_result: Callable[[Trajectory], None] | None = None,
 ) -> CheckReport:
-    """Run the reference and the no-op policy once on every task and collect the failures."""
+    """Run the reference and the no-op policy once on every task and collect the failures.
+
+    The reference policy replays each task's gold actions, so ``env``'s transport must
+    give whole tasks (:meth:`EnvironmentClient.task`: in-process ones do)."""
     ids = list(task_ids)
+    version = (await env.info()).version
     failures: list[CheckFailure] = []
     checks: list[tuple[str, Policy, float]] = [
         ("reference", ReferencePolicy(), 1.0),
         ("noop", NoopPolicy(), 0.0),
     ]
     for name, policy, expected in checks:
-        runner = EpisodeRunner(
-            env, policy, env_version=env.version, max_env_attempts=1, task_of=env.tasks.get
-        )
+        runner = EpisodeRunner(env, policy, env_version=version, max_env_attempts=1)
 
         def judge(trajectory: Trajectory, name: str = name, expected: float = expected) -> None:
             if on_result is not None:

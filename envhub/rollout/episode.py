@@ -1,9 +1,9 @@
 """One episode: policy and environment session in a loop, recorded as a :class:`Trajectory`.
 
-The environment is anything with ``open(task_id, seed=, session_id=)`` returning a session
-(in-process :class:`envhub.LocalEnvironment` or HTTP ``RemoteEnvironment``), so this loop
-is transport-agnostic. Failures are sorted here: an environment/sandbox/transport error
-retries the whole episode on a fresh session up to ``max_env_attempts`` times, a model
+The environment is any :class:`~envhub.protocol.EnvironmentClient` (in-process, HTTP,
+WebSocket, ...), so this loop is transport-agnostic. Failures are sorted here: an
+environment/sandbox/transport error retries the whole episode on a fresh session up to
+``max_env_attempts`` times, a model
 error (after the policy's own retries) ends it at once, and either way the episode is
 written ``masked`` with the error, never scored zero. Episode retries back off
 exponentially with jitter, like model retries, so a restarting server is not stampeded.
@@ -17,17 +17,18 @@ not fit is a configuration problem (context, ``max_tokens``, task size): masked.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from envhub.cleanup import record_cleanup_failure
+from envhub.cleanup import abort_quietly
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
 from envhub.policies.base import GenerateRequest, Policy, SamplingParams
 from envhub.policies.retry import RetryPolicy
+from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.task import Task
 from envhub.trajectory import (
     EnvRef,
@@ -40,17 +41,7 @@ from envhub.trajectory import (
 )
 from envhub.types import CloseResult, Message
 
-__all__ = ["EnvironmentLike", "EpisodeRunner", "EpisodeSpec"]
-
-
-class EnvironmentLike(Protocol):
-    """The session factory surface shared by ``LocalEnvironment`` and ``RemoteEnvironment``."""
-
-    name: str
-
-    async def open(
-        self, task_id: str | None = None, *, seed: int | None = None, session_id: str | None = None
-    ) -> Any: ...
+__all__ = ["EpisodeRunner", "EpisodeSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,25 +74,29 @@ class _Record:
 class EpisodeRunner:
     """Runs episodes of one environment with one policy (shared by all workers of a run).
 
-    ``policy_version`` is read at every model call and recorded on the turn; ``task_of``
-    gives the in-process task (for the reference policy) or ``None``.
+    ``policy_version`` is read at every model call and recorded on the turn. The policy
+    gets the whole task (the reference policy replays its gold actions) where the
+    environment's transport gives it (:meth:`EnvironmentClient.task`), else ``None``;
+    ``task_of`` replaces that lookup (a test's scripted task). ``env_version`` is recorded
+    on each trajectory; without it the environment's ``info()`` is asked once.
     """
 
     def __init__(
         self,
-        env: EnvironmentLike,
+        env: EnvironmentClient,
         policy: Policy,
         *,
-        env_version: str,
+        env_version: str | None = None,
         sampling: dict[str, Any] | None = None,
         max_turns: int | None = None,
         max_env_attempts: int = 3,
         policy_version: Callable[[], int | None] = lambda: None,
-        task_of: Callable[[str], Task | None] = lambda task_id: None,
+        task_of: Callable[[str], Task | None] | None = None,
     ) -> None:
         self.env = env
         self.policy = policy
-        self.env_ref = EnvRef(name=env.name, version=env_version)
+        self.env_ref = None if env_version is None else EnvRef(name=env.name, version=env_version)
+        self._env_ref_lock = asyncio.Lock()
         if sampling is None:  # record what the policy sends, when it says
             params = getattr(policy, "sampling", None)
             sampling = params.to_request() if isinstance(params, SamplingParams) else {}
@@ -111,9 +106,12 @@ class EpisodeRunner:
         self.env_backoff = RetryPolicy(base_delay_s=0.25, max_delay_s=5.0)
         self.policy_version = policy_version
         self.task_of = task_of
+        self._env_gives_tasks = True
 
     async def run(self, spec: EpisodeSpec) -> Trajectory:
         """Run the episode to completion; never raises for env or model failures."""
+        if self.env_ref is None:
+            await self._resolve_env_ref()
         started = time.perf_counter()
         trajectory_id = uuid.uuid4().hex
         attempt = 0
@@ -135,6 +133,28 @@ class EpisodeRunner:
                     return self._masked(spec, record, attempt, started, "env_error", kind, message)
                 await asyncio.sleep(self.env_backoff.delay(attempt - 1))
 
+    async def _resolve_env_ref(self) -> None:
+        """Ask the environment for its version, once for all concurrent first episodes.
+        If the environment cannot answer, the episode records ``"unknown"`` (its own calls
+        will meet the same failure and be masked) and the next episode asks again."""
+        async with self._env_ref_lock:
+            if self.env_ref is None:
+                with contextlib.suppress(Exception):
+                    version = (await self.env.info()).version
+                    self.env_ref = EnvRef(name=self.env.name, version=version)
+
+    async def _task(self, task_id: str) -> Task | None:
+        """The whole task for the policy, where the transport gives it."""
+        if self.task_of is not None:
+            return self.task_of(task_id)
+        if not self._env_gives_tasks:
+            return None
+        try:
+            return await self.env.task(task_id)
+        except NotImplementedError:  # a remote transport: task ids and prompts only
+            self._env_gives_tasks = False
+            return None
+
     async def _attempt(
         self, spec: EpisodeSpec, record: _Record, attempt: int, started: float
     ) -> Trajectory:
@@ -148,7 +168,7 @@ class EpisodeRunner:
             closed: CloseResult = await session.close()
             record.env_s += time.perf_counter() - env_started
         except BaseException:
-            await _abort(session)
+            await abort_quietly(session, "rollout episode abort")
             raise
         return self._trajectory(
             spec,
@@ -166,11 +186,13 @@ class EpisodeRunner:
             ),
         )
 
-    async def _loop(self, spec: EpisodeSpec, record: _Record, session: Any) -> str | None:
+    async def _loop(
+        self, spec: EpisodeSpec, record: _Record, session: SessionHandle
+    ) -> str | None:
         """Alternate model and environment until the session ends; returns ``"max_turns"``
         when this runner's own turn cap (not the session's budget) stopped the episode, or
         ``"context_length"`` when the conversation outgrew the model's context."""
-        task = self.task_of(spec.task_id)
+        task = await self._task(spec.task_id)
         previous_ids: list[int] | None = None
         turn = 0
         while True:
@@ -264,7 +286,7 @@ class EpisodeRunner:
             group_id=spec.group_id,
             task_id=spec.task_id,
             sample_index=spec.sample_index,
-            env=self.env_ref,
+            env=self.env_ref or EnvRef(name=self.env.name, version="unknown"),
             model=self.policy.model,
             sampling=self.sampling,
             messages=record.messages,
@@ -282,18 +304,7 @@ def _timings(record: _Record, started: float) -> Timings:
     return Timings(llm_s=record.llm_s, env_s=record.env_s, total_s=time.perf_counter() - started)
 
 
-async def _first_messages(session: Any) -> tuple[list[Message], list[dict[str, Any]]]:
+async def _first_messages(session: SessionHandle) -> tuple[list[Message], list[dict[str, Any]]]:
     """The opening messages and tools (``reset()`` is idempotent on every transport)."""
     start = await session.reset()
     return list(start.messages), list(start.tools)
-
-
-async def _abort(session: Any) -> None:
-    """Free a failed session without scoring it (sync or async ``abort``); a failure is
-    logged and counted (:mod:`envhub.cleanup`), not raised over the episode's own."""
-    try:
-        result = session.abort()
-        if inspect.isawaitable(result):
-            await result
-    except Exception as exc:
-        record_cleanup_failure("rollout episode abort", exc)

@@ -1,6 +1,6 @@
 """``envhub.rollout.run``: what ``envhub rollout`` does, as one Python call.
 
-    env = envhub.make("calc")                        # or RemoteEnvironment(url, "calc")
+    env = envhub.make("calc")                        # or any EnvironmentClient
     policy = make_policy("openai", model="m", base_urls=["http://127.0.0.1:8000/v1"])
     result = await envhub.rollout.run(env, policy, tasks="0:100", group_size=8,
                                       concurrency=256, output="runs/calc.jsonl")
@@ -8,18 +8,17 @@
     print(result.summary.mean_reward, len(result.trajectories))
 
 It selects the tasks (a ``--tasks`` spec or a list of ids), builds the episode runner for
-the environment (its version; its tasks, for the reference policy, when it is in-process),
-runs the episodes with the collector tuned for throughput, and judges the outcome: a run
-stopped by its circuit breaker, or with more than ``max_masked_fraction`` of its episodes
-masked, raises :class:`~envhub.errors.RolloutFailed` (carrying the result), so a dead
-server never passes for a finished run. The caller owns ``env`` and ``policy`` and closes
-them.
+the environment (which records its version and gives the reference policy its tasks where
+the transport has them), runs the episodes with the collector tuned for throughput, and
+judges the outcome: a run stopped by its circuit breaker, or with more than
+``max_masked_fraction`` of its episodes masked, raises :class:`~envhub.errors.RolloutFailed`
+(carrying the result), so a dead server never passes for a finished run. The caller owns
+``env`` and ``policy`` and closes them.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -29,9 +28,10 @@ from typing import Any, ParamSpec, TypeVar
 from envhub.errors import InvalidRequest, RolloutFailed
 from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 from envhub.policies.base import Policy
+from envhub.protocol import EnvironmentClient
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
 from envhub.rollout.dispatcher import run_rollout
-from envhub.rollout.episode import EnvironmentLike, EpisodeRunner
+from envhub.rollout.episode import EpisodeRunner
 from envhub.rollout.summary import RunSummary
 from envhub.rollout.tasks import select_task_ids
 from envhub.trajectory import Trajectory
@@ -55,7 +55,7 @@ class RolloutResult:
 
 
 async def run(
-    env: EnvironmentLike,
+    env: EnvironmentClient,
     policy: Policy,
     tasks: str | Sequence[str] | None = None,
     *,
@@ -82,8 +82,9 @@ async def run(
     file to append to (``resume`` continues one: see :func:`run_rollout`); without it
     the trajectories come back in the result. ``time_limit_s``: after that many seconds
     the episodes in flight are cancelled and the summary says ``stopped="deadline"``
-    (``missing`` did not run). ``max_turns``: this runner's cap on model turns (an
-    in-process environment can also enforce its own budget). ``max_consecutive_masked``
+    (``missing`` did not run). ``max_turns``: this runner's cap on model turns, on any
+    transport (the session's own ``max_turns`` budget also applies: whichever is lower
+    ends the episode, with ``stop_reason="max_turns"`` either way). ``max_consecutive_masked``
     masked episodes in a row open the circuit breaker (``None``: never). ``gc_threshold``:
     see :func:`envhub.gc_tuning.gc_tuned_for_throughput` (0 leaves the collector alone).
 
@@ -97,11 +98,10 @@ async def run(
     runner = EpisodeRunner(
         env,
         policy,
-        env_version=await _version(env),
+        env_version=(await env.info()).version,
         max_turns=max_turns,
         max_env_attempts=max_env_attempts,
         policy_version=lambda: policy_version,
-        task_of=getattr(getattr(env, "tasks", None), "get", None) or (lambda task_id: None),
     )
     kept: list[Trajectory] | None = [] if output is None else None
 
@@ -152,20 +152,6 @@ run_sync = _blocking(run, "run_sync", """:func:`run`, blocking (same arguments a
 It runs on envhub's background event loop (the one behind ``envhub.session``), so it also
 works where a loop is already running (a notebook), and the environment and policy stay
 on one loop across calls. Interrupting the call cancels the run.""")
-
-
-async def _version(env: Any) -> str:
-    """The environment's version: an attribute in-process, ``info()`` from a server."""
-    version = getattr(env, "version", None)
-    if isinstance(version, str):
-        return version
-    info = getattr(env, "info", None)
-    if info is None:
-        return "unknown"
-    details = info()
-    if inspect.isawaitable(details):
-        details = await details
-    return str(details.get("version", "unknown"))
 
 
 def _failure(summary: RunSummary, max_masked_fraction: float | None) -> str | None:

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 from envhub.errors import InvalidRequest
 from envhub.policies.base import Policy
+from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import group_id
-from envhub.rollout.episode import EnvironmentLike, EpisodeRunner, EpisodeSpec
+from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.trajectory import Trajectory
 
 __all__ = ["Group", "RolloutStream", "stream"]
@@ -220,11 +221,11 @@ class RolloutStream:
 
 
 def stream(
-    env: EnvironmentLike,
+    env: EnvironmentClient,
     policy: Policy,
     task_ids: list[str],
     *,
-    env_version: str = "0.0.0",
+    env_version: str | None = None,
     group_size: int = 8,
     batch_size: int = 16,
     concurrency: int = 256,
@@ -238,16 +239,16 @@ def stream(
     sampling: dict[str, object] | None = None,
 ) -> RolloutStream:
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
-    times, or forever), delivered in completion order. Use as ``async with``."""
-    task_of = getattr(getattr(env, "tasks", None), "get", None)
+    times, or forever), delivered in completion order. Use as ``async with``.
+    ``env_version`` (recorded on each trajectory) defaults to the environment's
+    ``info()``."""
     runner = EpisodeRunner(
         env,
         policy,
-        env_version=getattr(env, "version", env_version),
+        env_version=env_version,
         sampling=sampling,
         max_turns=max_turns,
         max_env_attempts=max_env_attempts,
-        task_of=task_of or (lambda task_id: None),
     )
     return RolloutStream(
         runner,

@@ -9,12 +9,11 @@ otherwise all tasks. Unlike a Python slice, a bound past the end of the split is
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from envhub.errors import InvalidRequest
+from envhub.protocol import EnvironmentClient
 
 __all__ = ["DEFAULT_SPLIT", "select_task_ids"]
 
@@ -22,12 +21,11 @@ DEFAULT_SPLIT = "test"
 _SLICE = re.compile(r"^(?P<split>[^\[\],:]*?)\[?(?P<start>-?\d*):(?P<end>-?\d*)\]?$")
 
 
-async def _ids(env: Any, split: str | None) -> list[str]:
-    ids = env.task_ids(split)
-    return list(await ids) if inspect.isawaitable(ids) else list(ids)
+async def _ids(env: EnvironmentClient, split: str | None) -> list[str]:
+    return list(await env.task_ids(split))
 
 
-async def _default_ids(env: Any) -> tuple[list[str], str]:
+async def _default_ids(env: EnvironmentClient) -> tuple[list[str], str]:
     """The default selection and its name (for messages)."""
     try:
         return await _ids(env, DEFAULT_SPLIT), f"the {DEFAULT_SPLIT} split"
@@ -35,9 +33,10 @@ async def _default_ids(env: Any) -> tuple[list[str], str]:
         return await _ids(env, None), "the environment"
 
 
-async def select_task_ids(env: Any, spec: str | Sequence[str] | None) -> list[str]:
-    """Resolve a ``--tasks`` spec, or check a list of task ids, against an environment
-    (local or remote)."""
+async def select_task_ids(
+    env: EnvironmentClient, spec: str | Sequence[str] | None
+) -> list[str]:
+    """Resolve a ``--tasks`` spec, or check a list of task ids, against an environment."""
     if spec is not None and not isinstance(spec, str):
         return await _known(env, list(spec))
     if spec is None or not spec.strip():
@@ -73,7 +72,7 @@ async def select_task_ids(env: Any, spec: str | Sequence[str] | None) -> list[st
         raise
 
 
-async def _known(env: Any, ids: list[str]) -> list[str]:
+async def _known(env: EnvironmentClient, ids: list[str]) -> list[str]:
     """``ids``, if the environment has every one of them."""
     if not ids:
         raise InvalidRequest("the task list is empty")

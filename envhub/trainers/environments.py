@@ -1,8 +1,9 @@
-"""Opening the environment an adapter is given: a plugin name, a server URL, or an object.
+"""Opening the environment an adapter is given: a plugin name, a server URL, or a client.
 
 Every adapter (TRL, SkyRL, verl) accepts the same three forms and drives the result
-through the one session interface shared by ``LocalEnvironment`` and
-``RemoteEnvironment`` (``open``, ``step``, ``close``, ``abort``).
+through the :class:`~envhub.protocol.EnvironmentClient` and
+:class:`~envhub.protocol.SessionHandle` protocols only (``open``, ``step``, ``close``,
+``abort``), so any transport works.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import inspect
 from typing import Any
 
 from envhub.cleanup import abort_quietly as abort_quietly
+from envhub.environment import Environment
 from envhub.errors import InvalidRequest
-from envhub.local import LocalEnvironment, make
+from envhub.local import make
+from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.sync import run_sync
 from envhub.types import Message
 
@@ -26,9 +29,9 @@ def resolve_environment(
     options: dict[str, Any] | None = None,
     token: str | None = None,
     **make_kwargs: Any,
-) -> Any:
-    """A session factory from a plugin name, a server URL (with ``env_name``), or an
-    already built ``LocalEnvironment`` / ``RemoteEnvironment``."""
+) -> EnvironmentClient:
+    """An environment client from a plugin name (or environment class: in-process), a
+    server URL (with ``env_name``), or an already built :class:`EnvironmentClient`."""
     if isinstance(env, str) and env.startswith(("http://", "https://")):
         if not env_name:
             raise InvalidRequest(f"a server URL ({env}) needs env_name= (which hosted environment)")
@@ -40,24 +43,18 @@ def resolve_environment(
         from envhub.client import RemoteEnvironment
 
         return RemoteEnvironment(env, env_name, options=options, token=token)
-    if isinstance(env, str) or inspect.isclass(env):
+    if isinstance(env, str) or (inspect.isclass(env) and issubclass(env, Environment)):
         return make(env, **make_kwargs, **(options or {}))
-    if not hasattr(env, "open"):
+    if not isinstance(env, EnvironmentClient):
         raise InvalidRequest(f"not an environment, name or URL: {env!r}")
     return env
 
 
-def tool_schemas(env: Any) -> list[dict[str, Any]]:
-    """The environment's OpenAI tool schemas (a remote one is asked over HTTP)."""
-    if isinstance(env, LocalEnvironment):
-        return env.tools
-    return list(run_sync(env.info())["tools"])
+def tool_schemas(env: EnvironmentClient) -> list[dict[str, Any]]:
+    """The environment's OpenAI tool schemas (from its ``info()``; blocking)."""
+    return list(run_sync(env.info()).tools)
 
 
-async def start_messages(session: Any) -> list[Message]:
-    """The first messages of a session (remote sessions hold them, local ones return them
-    from their idempotent ``reset``)."""
-    messages = getattr(session, "messages", None)
-    if messages is not None:
-        return list(messages)
+async def start_messages(session: SessionHandle) -> list[Message]:
+    """The first messages of a session (``reset`` is idempotent: it returns the start)."""
     return list((await session.reset()).messages)

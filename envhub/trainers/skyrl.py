@@ -22,12 +22,14 @@ never turned into a zero reward: SkyRL's generator then fails or retries the rol
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from envhub.errors import InvalidRequest
+from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.sync import run_sync
 from envhub.trainers.environments import resolve_environment, start_messages
 from envhub.trainers.toolcalls import ToolParser, parse_hermes
@@ -36,7 +38,8 @@ from envhub.types import Message
 __all__ = ["SKYRL_ENV_ID", "EnvhubSkyRLEnv", "close_environments", "register"]
 
 SKYRL_ENV_ID = "envhub"
-_ENVIRONMENTS: dict[str, Any] = {}  # one session factory per config, shared by episodes
+_ENVIRONMENTS: dict[str, EnvironmentClient] = {}  # one per config, shared by episodes
+_MAX_TURNS: weakref.WeakKeyDictionary[EnvironmentClient, int] = weakref.WeakKeyDictionary()
 
 
 def _config_value(config: Any, key: str, default: Any = None) -> Any:
@@ -47,12 +50,12 @@ def _config_value(config: Any, key: str, default: Any = None) -> Any:
     return getattr(config, key, default)  # omegaconf DictConfig / dataclass configs
 
 
-def _session_factory(config: Any) -> Any:
+def _session_factory(config: Any) -> EnvironmentClient:
     env = _config_value(config, "env")
     if env is None:
         raise InvalidRequest("the envhub SkyRL env needs env_config.env (a plugin name or URL)")
     if not isinstance(env, str):
-        return env  # an already built LocalEnvironment / RemoteEnvironment
+        return resolve_environment(env)  # an already built environment client
     env_name = _config_value(config, "env_name")
     options = dict(_config_value(config, "options") or {})
     max_turns = _config_value(config, "max_turns")
@@ -91,13 +94,12 @@ class EnvhubSkyRLEnv(BaseTextEnv):
         self.task_id = str(extras["task_id"])
         self.environment = _session_factory(env_config)
         self.tool_parser = tool_parser
-        budgets = getattr(self.environment, "budgets", None)
         self.max_turns = int(  # informational: the envhub session enforces its own budget
             extras.get("max_turns")
             or _config_value(env_config, "max_turns")
-            or (budgets.max_turns if budgets is not None else 1)
+            or _budget_max_turns(self.environment)
         )
-        self.session: Any = None
+        self.session: SessionHandle | None = None
         self.reward: float | None = None
         self.components: dict[str, float] = {}
         self.stop_reason: str | None = None
@@ -112,6 +114,7 @@ class EnvhubSkyRLEnv(BaseTextEnv):
     def step(self, action: str) -> BaseTextEnvStepOutput:
         if self.session is None:
             self.init()
+        assert self.session is not None
         self.turns += 1
         parsed = self.tool_parser(action)
         result = run_sync(self.session.step(parsed.tool_calls, content=parsed.content))
@@ -128,6 +131,7 @@ class EnvhubSkyRLEnv(BaseTextEnv):
                 observations=observations, reward=0.0, done=False, metadata=metadata
             )
         closed = run_sync(self.session.close())
+        self.session = None
         self.reward, self.components = closed.reward, dict(closed.components)
         self.stop_reason = closed.stop_reason
         metadata.update(stop_reason=closed.stop_reason, reward_components=self.components)
@@ -137,8 +141,9 @@ class EnvhubSkyRLEnv(BaseTextEnv):
 
     def close(self) -> None:
         """Free an unfinished session without scoring it (SkyRL closes every env)."""
-        if self.session is not None and not self.session.closed:
-            run_sync(self.session.abort())
+        session, self.session = self.session, None
+        if session is not None:
+            run_sync(session.abort())
 
     def get_metrics(self) -> dict[str, Any]:
         metrics: dict[str, Any] = {"turns": self.turns}
@@ -146,6 +151,14 @@ class EnvhubSkyRLEnv(BaseTextEnv):
             metrics["reward"] = self.reward
             metrics.update({f"reward/{k}": v for k, v in self.components.items()})
         return metrics
+
+
+def _budget_max_turns(env: EnvironmentClient) -> int:
+    """The environment's ``max_turns`` budget (from its ``info()``, asked once per
+    environment: SkyRL builds one of these objects per episode)."""
+    if env not in _MAX_TURNS:
+        _MAX_TURNS[env] = run_sync(env.info()).budgets.max_turns
+    return _MAX_TURNS[env]
 
 
 def close_environments() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from envhub.cache import build_once
 from envhub.errors import InvalidRequest
+from envhub.protocol import EnvironmentClient
 
 __all__ = ["SMOLLM2_GGUF", "smollm2_gguf_path", "smollm2_tokenizer", "tiny_llama"]
 
@@ -107,13 +108,13 @@ def tiny_llama(
     return LlamaForCausalLM(config)
 
 
-def gold_trajectories(env: Any, task_ids: list[str]) -> list[Any]:
+def gold_trajectories(env: EnvironmentClient, task_ids: list[str]) -> list[Any]:
     """One episode per task played by envhub's reference (gold-replay) policy."""
     from envhub.policies.reference import ReferencePolicy
     from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
     from envhub.sync import run_sync
 
-    runner = EpisodeRunner(env, ReferencePolicy(), env_version=env.version, task_of=env.tasks.get)
+    runner = EpisodeRunner(env, ReferencePolicy())
 
     async def play() -> list[Any]:
         return [await runner.run(EpisodeSpec(t, 0, t)) for t in task_ids]

@@ -17,7 +17,7 @@ Two ways in (TRL >= 1.0; both are experimental TRL APIs, checked against TRL 1.1
 TRL builds one environment object per rollout and exposes its public methods as tools;
 here every method is generated from the envhub tool's JSON schema (typed signature and an
 ``Args:`` docstring, which TRL renders into the prompt) and forwards the call to an envhub
-session, local or remote, through :meth:`envhub.session.Session.step`, so budgets, error
+session on any transport (:class:`~envhub.protocol.SessionHandle`), so budgets, error
 observations and truncation are envhub's. :func:`envhub_reward` closes each session and
 returns envhub's reward (``None`` for an infra failure, which TRL leaves out of the group
 baseline instead of scoring zero).
@@ -35,10 +35,11 @@ import json
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import GenericAlias
 from typing import Any
 
 from envhub.errors import EnvhubError, InvalidRequest, SessionClosed
-from envhub.local import LocalEnvironment
+from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.sync import run_sync
 from envhub.trainers.environments import (
     abort_quietly,
@@ -76,7 +77,7 @@ def _annotation(schema: dict[str, Any]) -> Any:
         kinds = [k for k in kind if k != "null"]
         kind = kinds[0] if len(kinds) == 1 else None
     if kind == "array":
-        return list[_annotation(schema.get("items") or {})]
+        return GenericAlias(list, _annotation(schema.get("items") or {}))  # list[item]
     if kind in _JSON_TYPES:
         return _JSON_TYPES[kind]
     if "anyOf" in schema:  # pydantic's Optional[X]: anyOf [X, null]
@@ -149,7 +150,8 @@ class EnvhubToolEnvironment:
 
     def __init__(self, factory: EnvhubEnvironmentFactory) -> None:
         self._factory = factory
-        self._session: Any = None
+        self._session: SessionHandle | None = None
+        self._done = False  # the session's episode has ended
         self._task_id: str | None = None
         self._failure: str | None = None
 
@@ -183,16 +185,18 @@ class EnvhubToolEnvironment:
             return "Error: no episode is running (the environment was not reset)"
         if self._failure is not None:
             return f"Error: the environment failed and the episode is void: {self._failure}"
-        if session.done or session.closed:
+        if self._done:
             return "Error: the episode has ended; no further tool calls are run"
         call = ToolCall(id=f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments)
         try:
             result = run_sync(session.step([call]))
         except SessionClosed:
+            self._done = True
             return "Error: the episode has ended; no further tool calls are run"
         except EnvhubError as exc:  # sandbox / transport / environment code: infra, not the model
             self._failure = f"{type(exc).__name__}: {exc}"
             return f"Error: the environment failed: {self._failure}"
+        self._done = result.done
         return result.observations[0].content
 
     def _score(self, completion: Any) -> float | None:
@@ -205,7 +209,7 @@ class EnvhubToolEnvironment:
         try:
             if self._failure is None:
                 final = _final_answer(completion)
-                if final is not None and not (session.done or session.closed):
+                if final is not None and not self._done:
                     run_sync(session.step([], content=final))
                 closed = run_sync(session.close())
         except EnvhubError as exc:
@@ -228,6 +232,7 @@ class EnvhubToolEnvironment:
         if self._session is not None:
             run_sync(abort_quietly(self._session, "TRL episode abort"))
         self._session, self._task_id, self._failure = None, None, None
+        self._done = False
 
 
 def _is_placeholder(prompt: Any) -> bool:
@@ -267,7 +272,7 @@ class EnvhubEnvironmentFactory:
     """What ``GRPOTrainer(environment_factory=...)`` calls: a new environment object per
     call. ``episodes`` records every episode scored (task, session, reward), in order."""
 
-    def __init__(self, env: Any, *, task_column: str = "task_id") -> None:
+    def __init__(self, env: EnvironmentClient, *, task_column: str = "task_id") -> None:
         self.env = env
         self.task_column = task_column
         self.tools = tool_schemas(env)
@@ -314,7 +319,7 @@ def environment_factory(
 
     ``env`` is a plugin name (``"calc"``, in-process; ``make_kwargs`` such as
     ``max_turns`` go to :func:`envhub.make`), an ``envhub serve`` URL together with
-    ``env_name``, or a ``LocalEnvironment`` / ``RemoteEnvironment``. Pair it with
+    ``env_name``, or any :class:`~envhub.protocol.EnvironmentClient`. Pair it with
     ``reward_funcs=envhub_reward`` and a dataset from :func:`task_dataset`.
     """
     resolved = resolve_environment(
@@ -350,21 +355,30 @@ def envhub_reward(
     ]
 
 
-def task_dataset(env: Any, split: str | None = "train", *, limit: int | None = None) -> Any:
+def task_dataset(
+    env: EnvironmentClient, split: str | None = "train", *, limit: int | None = None
+) -> Any:
     """A ``datasets.Dataset`` with ``prompt`` (the task's messages) and ``task_id`` columns.
 
-    For a remote environment the prompts are not known without opening sessions, so the
-    rows carry a placeholder prompt and the environment object's ``reset`` supplies the
-    session's first messages as text.
+    Where the environment's transport does not give whole tasks (a remote one), the
+    prompts are not known without opening sessions, so the rows carry a placeholder
+    prompt and the environment object's ``reset`` supplies the session's first messages
+    as text.
     """
     from datasets import Dataset
 
-    if isinstance(env, LocalEnvironment):
-        tasks = env.tasks.split(split)[:limit]
-        rows = {"prompt": [list(t.prompt) for t in tasks], "task_id": [t.id for t in tasks]}
-    else:
-        ids = list(run_sync(env.task_ids(split)))[:limit]
-        rows = {"prompt": [[{"role": "user", "content": ""}] for _ in ids], "task_id": ids}
+    rows = run_sync(_task_rows(env, split, limit))
     if not rows["task_id"]:
         raise InvalidRequest(f"no tasks in split {split!r}")
     return Dataset.from_dict(rows)
+
+
+async def _task_rows(
+    env: EnvironmentClient, split: str | None, limit: int | None
+) -> dict[str, list[Any]]:
+    ids = (await env.task_ids(split))[:limit]
+    try:
+        prompts = [list((await env.task(task_id)).prompt) for task_id in ids]
+    except NotImplementedError:  # task ids only: each session's reset gives its prompt
+        prompts = [[{"role": "user", "content": ""}] for _ in ids]
+    return {"prompt": prompts, "task_id": ids}

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from envhub.errors import InvalidRequest
-from envhub.local import LocalEnvironment
+from envhub.protocol import EnvironmentClient
 from envhub.sync import run_sync
 from envhub.trainers.tokens import TokenRow, trajectory_rows
 from envhub.trajectory import Trajectory
@@ -51,8 +51,17 @@ def trl_sample(row: TokenRow, eos_token_id: int) -> dict[str, Any]:
     }
 
 
+async def _prompt_index(env: EnvironmentClient) -> dict[str, str]:
+    """Task id by prompt (the first task of any prompt two tasks share)."""
+    index: dict[str, str] = {}
+    for task_id in await env.task_ids(None):
+        task = await env.task(task_id)
+        index.setdefault(_prompt_key(task.prompt), task.id)
+    return index
+
+
 def _sampling_record(policy: Any) -> dict[str, Any]:
-    sampling = getattr(policy, "sampling", None)
+    sampling: Any = getattr(policy, "sampling", None)
     return sampling.to_request() if hasattr(sampling, "to_request") else {}
 
 
@@ -70,7 +79,7 @@ class EnvhubRollout:
 
     def __init__(
         self,
-        env: Any,
+        env: EnvironmentClient,
         *,
         policy: Any = None,
         model: str | None = None,
@@ -94,14 +103,13 @@ class EnvhubRollout:
         self._task_for_prompt = task_for_prompt or self._index_tasks()
 
     def _index_tasks(self) -> Callable[[list[Message]], str]:
-        if not isinstance(self.env, LocalEnvironment):
+        try:
+            index = run_sync(_prompt_index(self.env))
+        except NotImplementedError:
             raise InvalidRequest(
-                "mapping prompts back to tasks needs an in-process environment; for a remote "
-                "one pass task_for_prompt="
-            )
-        index: dict[str, str] = {}
-        for task in self.env.tasks:
-            index.setdefault(_prompt_key(task.prompt), task.id)
+                "mapping prompts back to tasks needs an environment whose transport gives "
+                "whole tasks (in-process); for a remote one pass task_for_prompt="
+            ) from None
 
         def lookup(messages: list[Message]) -> str:
             try:
@@ -162,7 +170,6 @@ class EnvhubRollout:
         runner = EpisodeRunner(
             self.env,
             policy,
-            env_version=getattr(self.env, "version", "0.0.0"),
             sampling=_sampling_record(policy),
             max_turns=self.max_turns,
             policy_version=lambda: policy_version,

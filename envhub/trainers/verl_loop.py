@@ -43,7 +43,8 @@ class EnvhubAgentLoop(AgentLoopBase):
         self.environment = resolve_environment(
             env, env_name=env_name, options=dict(env_options or {}), token=token
         )
-        self.max_turns = max_turns  # the episode runner's cap, for local and remote alike
+        self.max_turns = max_turns  # the episode runner's cap, on every transport
+        self._env_version: str | None = None  # asked once, not per episode
         self.response_length = self.rollout_config.response_length
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -58,10 +59,12 @@ class EnvhubAgentLoop(AgentLoopBase):
             eos_token_ids={self.tokenizer.eos_token_id},
         )
         policy = TokenPolicy(sampler, self.tokenizer, name="verl", sampling=sampling_params)
+        if self._env_version is None:
+            self._env_version = (await self.environment.info()).version
         runner = EpisodeRunner(
             self.environment,
             policy,
-            env_version=getattr(self.environment, "version", "0.0.0"),
+            env_version=self._env_version,
             sampling=dict(sampling_params),
             max_turns=self.max_turns,
         )

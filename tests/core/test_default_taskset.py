@@ -24,12 +24,12 @@ class Blank(Environment):
 
 async def test_make_and_session_use_the_default_task() -> None:
     env = envhub.make(COUNTER_GAME)
-    assert env.task_ids() == ["default"] and env.tasks.splits == ["train"]
-    async with env.session() as session:
+    assert await env.task_ids() == ["default"] and env.tasks.splits == ["train"]
+    async with env.open() as session:
         start = await session.reset()
         assert start.task_id == "default"
         assert start.messages == [{"role": "user", "content": CounterGame.default_prompt}]
-    async with envhub.make(Blank).session("default") as blank:
+    async with envhub.make(Blank).open("default") as blank:
         assert (await blank.reset()).messages == []
 
 
@@ -44,5 +44,5 @@ async def test_a_server_lists_and_opens_the_default_task() -> None:
     with serve_in_thread(create_app([COUNTER_GAME])) as url:
         async with RemoteEnvironment(url, "counter-game") as remote:
             assert await remote.task_ids() == ["default"]
-            async with remote.session() as session:
+            async with remote.open() as session:
                 assert session.task_id == "default" and session.messages

@@ -27,14 +27,14 @@ def _up(call_id: str) -> dict[str, Any]:
 
 async def test_the_environment_ends_the_episode_in_process() -> None:
     env = envhub.make(COUNTER_GAME)
-    async with env.session() as session:
+    async with env.open() as session:
         first = await session.step([_up("1"), _up("2")])
         assert not first.done and first.stop_reason is None
         last = await session.step([_up("3"), _up("4")])  # the goal is reached at call 3
         assert last.done and last.stop_reason == "env:goal_reached" and last.reward == 1.0
         assert last.observations[0].content == "count=3"
         assert last.observations[1].is_error and "not executed" in last.observations[1].content
-        assert session.info().stop_reason == "env:goal_reached"
+        assert (await session.info()).stop_reason == "env:goal_reached"
     closed = await session.close()
     assert closed.stop_reason == "env:goal_reached" and closed.reward == 1.0
     assert closed.metrics.tool_calls == 3
@@ -42,7 +42,7 @@ async def test_the_environment_ends_the_episode_in_process() -> None:
 
 async def test_its_own_move_limit_and_final_answers() -> None:
     env = envhub.make(COUNTER_GAME, moves=2)
-    async with env.session() as session:
+    async with env.open() as session:
         assert not (await session.step([], content="thinking")).done
         result = await session.step([], content="still thinking")
         assert result.done and result.stop_reason == "env:out_of_moves" and result.reward == 0.0
@@ -54,17 +54,17 @@ class _Talkative(CounterGame):
 
 async def test_the_environments_reason_wins_over_final_answer() -> None:
     env = envhub.make(_Talkative)
-    async with env.session() as session:
+    async with env.open() as session:
         result = await session.step([], content="I give up")
         assert result.done and result.stop_reason == "env:resigned"
-    async with env.session() as session:
+    async with env.open() as session:
         result = await session.step([], content="42")
         assert result.done and result.stop_reason == "final_answer"
 
 
 async def test_a_malformed_reason_is_the_environments_bug_not_an_end() -> None:
     env = envhub.make(COUNTER_GAME)
-    async with env.session() as session:
+    async with env.open() as session:
         call = {"id": "x", "name": "end_with", "arguments": {"reason": "game over!"}}
         result = await session.step([call])
         assert not result.done and result.observations[0].is_error
@@ -105,7 +105,7 @@ def test_gymnasium_reports_it_as_terminated() -> None:
 
 async def test_a_rollout_ends_and_scores_the_episode() -> None:
     env = envhub.make(COUNTER_GAME_WITH_GOLD)
-    runner = EpisodeRunner(env, ReferencePolicy(), env_version=env.version, task_of=env.tasks.get)
+    runner = EpisodeRunner(env, ReferencePolicy())
     trajectory = await runner.run(EpisodeSpec(task_id="reach-3", group_id="g", sample_index=0))
     assert not trajectory.masked and trajectory.reward == 1.0
     assert trajectory.stop_reason == "env:goal_reached"

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from envhub.local import LocalEnvironment
 from envhub.policies import OpenAIPolicy, RetryPolicy
+from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import dispatch, plan_episodes
 from envhub.rollout.episode import EpisodeRunner
 from envhub.trajectory import Trajectory
@@ -21,7 +21,7 @@ def openai_policy(*base_urls: str, **options: Any) -> OpenAIPolicy:
 
 
 async def run_episodes(
-    env: LocalEnvironment,
+    env: EnvironmentClient,
     policy: Any,
     task_ids: list[str],
     *,
@@ -29,9 +29,7 @@ async def run_episodes(
     concurrency: int = 8,
     **runner_options: Any,
 ) -> list[Trajectory]:
-    runner = EpisodeRunner(
-        env, policy, env_version=env.version, task_of=env.tasks.get, **runner_options
-    )
+    runner = EpisodeRunner(env, policy, **runner_options)
     results: list[Trajectory] = []
     try:
         await dispatch(

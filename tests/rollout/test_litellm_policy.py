@@ -24,7 +24,7 @@ async def test_litellm_policy_runs_episodes_and_retries(scripted, calc: LocalEnv
         api_key="x",
         retry=FAST_RETRY,
     )
-    [trajectory] = await run_episodes(calc, policy, calc.task_ids("test")[:1])
+    [trajectory] = await run_episodes(calc, policy, (await calc.task_ids("test"))[:1])
     assert not trajectory.masked and trajectory.stop_reason == "terminal_tool"
     assert server.stats.faults == {"500": 1, "malformed": 1}
     assert server.stats.models == {"scripted": 4}

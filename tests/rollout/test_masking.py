@@ -11,7 +11,7 @@ from tests.rollout.helpers import run_episodes
 async def test_sandbox_failure_is_masked_after_retries() -> None:
     env = envhub.make("tests.rollout.faulty_envs:SandboxDies", num_tasks=10)
     trajectories = await run_episodes(
-        env, ReferencePolicy(), env.task_ids(None)[:3], max_env_attempts=3
+        env, ReferencePolicy(), (await env.task_ids(None))[:3], max_env_attempts=3
     )
     assert len(trajectories) == 3
     for trajectory in trajectories:
@@ -25,7 +25,7 @@ async def test_sandbox_failure_is_masked_after_retries() -> None:
 async def test_flaky_environment_succeeds_on_retry() -> None:
     FlakyOnce.resets.clear()
     env = envhub.make("tests.rollout.faulty_envs:FlakyOnce", num_tasks=10)
-    task_ids = env.task_ids(None)[:4]
+    task_ids = (await env.task_ids(None))[:4]
     trajectories = await run_episodes(env, ReferencePolicy(), task_ids, max_env_attempts=2)
     assert all(not t.masked and t.reward == 1.0 for t in trajectories)
     assert all(t.metrics.episode_attempts == 2 for t in trajectories)
@@ -34,7 +34,7 @@ async def test_flaky_environment_succeeds_on_retry() -> None:
 
 async def test_reference_policy_with_wrong_actions_is_deterministic() -> None:
     env = envhub.make("calc", num_tasks=50)
-    task_ids = env.task_ids(None)[:25]
+    task_ids = (await env.task_ids(None))[:25]
     runs = [
         await run_episodes(env, ReferencePolicy(wrong_action_p=0.3, seed=7), task_ids, group_size=2)
         for _ in range(2)

@@ -14,7 +14,7 @@ from tests.rollout.scripted_server import ScriptConfig, tokenize
 async def test_three_turn_episode_is_recorded_exactly(scripted, calc: LocalEnvironment) -> None:
     server = scripted(ScriptConfig(token_ids=True))
     [trajectory] = await run_episodes(
-        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(server.base_url), (await calc.task_ids("test"))[:1]
     )
     assert not trajectory.masked and trajectory.stop_reason == "terminal_tool"
     roles = [m["role"] for m in trajectory.messages]
@@ -46,7 +46,7 @@ async def test_three_turn_episode_is_recorded_exactly(scripted, calc: LocalEnvir
 async def test_prefix_break_is_flagged(scripted, calc: LocalEnvironment) -> None:
     server = scripted(ScriptConfig(token_ids=True, break_prefix_at_turn=2))
     [trajectory] = await run_episodes(
-        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(server.base_url), (await calc.task_ids("test"))[:1]
     )
     assert [t.prefix_ok for t in trajectory.turns] == [None, True, False]
 
@@ -54,13 +54,14 @@ async def test_prefix_break_is_flagged(scripted, calc: LocalEnvironment) -> None
 async def test_servers_without_token_ids_degrade(scripted, calc: LocalEnvironment) -> None:
     plain = scripted(ScriptConfig(token_ids=False))
     [trajectory] = await run_episodes(
-        calc, openai_policy(plain.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(plain.base_url), (await calc.task_ids("test"))[:1]
     )
     assert all(t.prompt_token_ids is None and t.prefix_ok is None for t in trajectory.turns)
 
     strict = scripted(ScriptConfig(reject_token_fields=True))
     policy = openai_policy(strict.base_url)
-    trajectories = await run_episodes(calc, policy, calc.task_ids("test")[:3], concurrency=1)
+    task_ids = (await calc.task_ids("test"))[:3]
+    trajectories = await run_episodes(calc, policy, task_ids, concurrency=1)
     assert all(not t.masked and t.stop_reason == "terminal_tool" for t in trajectories)
     assert policy.token_ids == "off"
     assert strict.stats.token_fields_requested == 1  # asked once, then never again
@@ -69,7 +70,7 @@ async def test_servers_without_token_ids_degrade(scripted, calc: LocalEnvironmen
 async def test_transient_errors_are_retried(scripted, calc: LocalEnvironment) -> None:
     server = scripted(ScriptConfig(faults=deque(["500", "429", "500"]), hang_s=5))
     [trajectory] = await run_episodes(
-        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(server.base_url), (await calc.task_ids("test"))[:1]
     )
     assert not trajectory.masked and trajectory.stop_reason == "terminal_tool"
     assert server.stats.faults == {"500": 2, "429": 1}
@@ -79,7 +80,7 @@ async def test_transient_errors_are_retried(scripted, calc: LocalEnvironment) ->
 async def test_hang_times_out_and_is_retried(scripted, calc: LocalEnvironment) -> None:
     server = scripted(ScriptConfig(faults=deque(["hang"]), hang_s=5))
     policy = openai_policy(server.base_url, request_timeout_s=0.3)
-    [trajectory] = await run_episodes(calc, policy, calc.task_ids("test")[:1])
+    [trajectory] = await run_episodes(calc, policy, (await calc.task_ids("test"))[:1])
     assert not trajectory.masked and len(trajectory.turns) == 3
     assert server.stats.faults == {"hang": 1}
 
@@ -87,7 +88,7 @@ async def test_hang_times_out_and_is_retried(scripted, calc: LocalEnvironment) -
 async def test_exhausted_retries_mask_the_episode(scripted, calc: LocalEnvironment) -> None:
     server = scripted(ScriptConfig(faults=deque(["500"] * 10)))
     [trajectory] = await run_episodes(
-        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(server.base_url), (await calc.task_ids("test"))[:1]
     )
     assert trajectory.masked and trajectory.reward is None
     assert trajectory.stop_reason == "model_error"
@@ -100,7 +101,7 @@ async def test_outgrowing_the_context_ends_the_episode_scored(
 ) -> None:
     server = scripted(ScriptConfig(faults=deque(["", "context"])))
     [trajectory] = await run_episodes(
-        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(server.base_url), (await calc.task_ids("test"))[:1]
     )
     assert not trajectory.masked and trajectory.stop_reason == "context_length"
     assert trajectory.reward == 0.0 and len(trajectory.turns) == 1  # closed and scored
@@ -112,7 +113,7 @@ async def test_a_first_prompt_that_does_not_fit_is_masked(
 ) -> None:
     server = scripted(ScriptConfig(faults=deque(["context"])))
     [trajectory] = await run_episodes(
-        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(server.base_url), (await calc.task_ids("test"))[:1]
     )
     assert trajectory.masked and trajectory.reward is None
     assert trajectory.stop_reason == "model_error"
@@ -125,7 +126,7 @@ async def test_malformed_tool_call_becomes_an_error_observation(
 ) -> None:
     server = scripted(ScriptConfig(faults=deque(["malformed"])))
     [trajectory] = await run_episodes(
-        calc, openai_policy(server.base_url), calc.task_ids("test")[:1]
+        calc, openai_policy(server.base_url), (await calc.task_ids("test"))[:1]
     )
     assert not trajectory.masked
     call = trajectory.messages[2]["tool_calls"][0]
@@ -141,7 +142,8 @@ async def test_malformed_tool_call_becomes_an_error_observation(
 async def test_endpoint_concurrency_cap(scripted, calc: LocalEnvironment) -> None:
     server = scripted(ScriptConfig(latency_s=0.02))
     policy = openai_policy(server.base_url, endpoint_concurrency=2)
-    trajectories = await run_episodes(calc, policy, calc.task_ids("test")[:8], concurrency=8)
+    task_ids = (await calc.task_ids("test"))[:8]
+    trajectories = await run_episodes(calc, policy, task_ids, concurrency=8)
     assert len(trajectories) == 8 and not any(t.masked for t in trajectories)
     assert server.stats.max_inflight == 2
 
@@ -152,7 +154,7 @@ async def test_balancing_survives_a_dying_server_and_reprobes(
     first = scripted(ScriptConfig(latency_s=0.02))
     second = scripted(ScriptConfig(latency_s=0.02))
     policy = openai_policy(first.base_url, second.base_url, eject_after=2, probe_interval_s=0.1)
-    task_ids = calc.task_ids(None)[:150]
+    task_ids = (await calc.task_ids(None))[:150]
     run = asyncio.create_task(run_episodes(calc, policy, task_ids, concurrency=8))
     await eventually(lambda: first.stats.requests + second.stats.requests >= 30)
     # least outstanding requests spreads the load over both
@@ -179,7 +181,7 @@ async def test_a_lone_endpoint_is_retried_not_ejected(scripted, calc: LocalEnvir
     placeholder.stop()  # the port is known and nothing listens on it
     retry = RetryPolicy(max_attempts=10, base_delay_s=0.05, max_delay_s=0.4)
     policy = openai_policy(f"http://127.0.0.1:{port}/v1", retry=retry, eject_after=1)
-    run = asyncio.create_task(run_episodes(calc, policy, calc.task_ids("test")[:2]))
+    run = asyncio.create_task(run_episodes(calc, policy, (await calc.task_ids("test"))[:2]))
     await asyncio.sleep(0.3)
     assert not policy.pool.endpoints[0].ejected
     server = scripted(port=port)

@@ -17,7 +17,7 @@ async def settle() -> None:
 
 
 async def test_staleness_gates_new_groups_until_the_version_moves(calc: LocalEnvironment) -> None:
-    task_ids = calc.task_ids(None)[:20]
+    task_ids = (await calc.task_ids(None))[:20]
     async with stream(
         calc, ReferencePolicy(), task_ids, group_size=2, batch_size=2, max_staleness=0
     ) as rollouts:
@@ -36,7 +36,7 @@ async def test_staleness_gates_new_groups_until_the_version_moves(calc: LocalEnv
 
 
 async def test_staleness_allowance_and_overprovisioning(calc: LocalEnvironment) -> None:
-    task_ids = calc.task_ids(None)[:20]
+    task_ids = (await calc.task_ids(None))[:20]
     async with stream(
         calc,
         ReferencePolicy(),
@@ -56,7 +56,7 @@ async def test_slow_groups_do_not_hold_back_a_batch(scripted, calc: LocalEnviron
     """Over-provisioned groups: the batch takes the first groups to finish."""
     server = scripted(ScriptConfig(latency_s=0.01, tail_latency_s=1.5, tail_fraction=0.0))
     policy = OpenAIPolicy("scripted", [server.base_url], retry=FAST_RETRY)
-    task_ids = calc.task_ids(None)[:8]
+    task_ids = (await calc.task_ids(None))[:8]
     try:
         async with stream(
             calc,
@@ -78,7 +78,7 @@ async def test_slow_groups_do_not_hold_back_a_batch(scripted, calc: LocalEnviron
 
 
 async def test_back_pressure_bounds_work_ahead_of_the_consumer(calc: LocalEnvironment) -> None:
-    task_ids = calc.task_ids(None)[:50]
+    task_ids = (await calc.task_ids(None))[:50]
     async with stream(
         calc, ReferencePolicy(), task_ids, group_size=2, batch_size=2, concurrency=4, queue_size=2
     ) as rollouts:
@@ -92,7 +92,7 @@ async def test_back_pressure_bounds_work_ahead_of_the_consumer(calc: LocalEnviro
 
 
 async def test_finite_stream_ends(calc: LocalEnvironment) -> None:
-    task_ids = calc.task_ids(None)[:3]
+    task_ids = (await calc.task_ids(None))[:3]
     async with stream(calc, ReferencePolicy(), task_ids, group_size=2, epochs=2) as rollouts:
         groups = [g async for g in rollouts]
     assert sorted(g.group_id for g in groups) == sorted(

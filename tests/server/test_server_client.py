@@ -12,7 +12,13 @@ import uvicorn
 
 import envhub
 from envhub._http_transports import HttpEngine
-from envhub.client import RemoteEnvironment
+from envhub._remote_calls import (
+    HttpSessionCalls,
+    SessionCalls,
+    WebSocketSessionCalls,
+    WebSocketSessions,
+)
+from envhub.client import RemoteEnvironment, RemoteSession
 from envhub.errors import (
     CapacityError,
     InvalidRequest,
@@ -23,6 +29,7 @@ from envhub.errors import (
     TaskNotFound,
     Unauthorized,
 )
+from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.server import create_app
 from tests.server import probe_env
 
@@ -35,11 +42,12 @@ async def test_remote_episode_matches_local(url: str, http: HttpEngine) -> None:
     task = local.tasks.get("calc-0-00007")
     async with RemoteEnvironment(url, "calc", http=http) as remote:
         assert envhub.RemoteEnvironment is RemoteEnvironment
-        assert await remote.task_ids("test") == local.task_ids("test")
+        assert await remote.task_ids("test") == await local.task_ids("test")
         assert len(await remote.task_ids()) == 3000
         info = await remote.info()
-        assert info["name"] == "calc" and info["tools"] == local.tools
-        async with remote.session(task.id) as session:
+        assert info == await local.info() and remote.version == local.version
+        async with remote.open(task.id) as session:
+            assert isinstance(remote, EnvironmentClient) and isinstance(session, SessionHandle)
             assert session.task_id == task.id
             assert session.messages == task.prompt
             assert session.tools == local.tools
@@ -85,10 +93,8 @@ async def test_errors_are_typed(start_server: Callable[..., str], http: HttpEngi
             await missing.open()
     async with RemoteEnvironment(url, "probe", http=http) as remote:
         session = await remote.open()
-        real_id, session.session_id = session.session_id, "forgotten"
         with pytest.raises(SessionNotFound):
-            await session.step([])
-        session.session_id = real_id
+            await _handle_on(remote, session, "forgotten").step([])
         await session.abort()
     async with RemoteEnvironment(url, "probe", options={"bogus": 1}, http=http) as remote:
         with pytest.raises(InvalidRequest):
@@ -101,7 +107,7 @@ async def test_token(start_server: Callable[..., str], http: HttpEngine) -> None
         with pytest.raises(Unauthorized):
             await anonymous.open()
     async with RemoteEnvironment(url, "probe", token="tok", http=http) as remote:
-        async with remote.session() as session:
+        async with remote.open() as session:
             assert session.task_id.startswith("probe-")
 
 
@@ -122,7 +128,7 @@ async def test_create_is_retried_until_the_server_comes_up(http: HttpEngine) -> 
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = uvicorn.Server(uvicorn.Config(create_app([probe_env.ENV_ID]), log_level="warning"))
     async with RemoteEnvironment(url, "probe", retries=8, backoff_s=0.1, http=http) as remote:
-        opening = asyncio.create_task(remote.open("probe-0"))
+        opening = asyncio.ensure_future(remote.open("probe-0"))  # an awaitable, not a coroutine
         await asyncio.sleep(0.2)  # the first attempts are refused
         assert not opening.done()
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -135,3 +141,15 @@ async def test_create_is_retried_until_the_server_comes_up(http: HttpEngine) -> 
             server.should_exit = True
             await asyncio.to_thread(thread.join, 30)
             sock.close()
+
+
+def _handle_on(remote: RemoteEnvironment, like: RemoteSession, session_id: str
+               ) -> RemoteSession:
+    """A client handle on ``session_id`` (one the server never saw) through ``remote``."""
+    sessions = remote._sessions
+    calls: SessionCalls
+    if isinstance(sessions, WebSocketSessions):
+        calls = WebSocketSessionCalls(sessions, sessions.pool.lease(), session_id)
+    else:
+        calls = HttpSessionCalls(remote._requests, session_id)
+    return RemoteSession(like.start.model_copy(update={"session_id": session_id}), calls)

@@ -152,7 +152,7 @@ async def test_listing_and_task_pages(http: httpx.AsyncClient) -> None:
     assert calc["version"] == "0.1.0" and calc["budgets"]["max_turns"] == 8
     page = (await http.get("/v1/environments/calc/tasks",
                            params={"offset": 2, "limit": 3, "split": "train"})).json()
-    expected = envhub.make("calc").task_ids("train")
+    expected = await envhub.make("calc").task_ids("train")
     assert page["task_ids"] == expected[2:5]
     assert page["total"] == len(expected)
     health = (await http.get("/health")).json()

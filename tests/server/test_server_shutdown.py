@@ -55,7 +55,7 @@ def test_server_shutdown_releases_shared_resources_after_its_sessions() -> None:
 async def test_local_environment_aclose_releases_shared_resources() -> None:
     env = LocalEnvironment(PooledEnv)
     before = PooledEnv.released
-    async with env.session("t") as session:
+    async with env.open("t") as session:
         await session.step([{"id": "1", "name": "noop", "arguments": "{}"}])
     await env.aclose()
     await env.aclose()  # idempotent

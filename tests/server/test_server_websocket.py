@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import envhub
+from envhub._remote_calls import WebSocketSessionCalls, WebSocketSessions
 from envhub.client import RemoteEnvironment, RemoteSession
 from envhub.errors import InvalidRequest, SessionClosed, SessionNotFound, Unauthorized
 
@@ -38,7 +39,7 @@ async def test_episode_over_ws_scores_like_http(url: str) -> None:
                 RemoteEnvironment(url, "calc") as over_http):
         rewards = []
         for remote in (over_ws, over_http):
-            async with remote.session(task.id) as session:
+            async with remote.open(task.id) as session:
                 for gold in task.gold_actions:
                     result = await session.step([{"id": "g", "name": gold.name,
                                                   "arguments": gold.arguments}])
@@ -94,18 +95,18 @@ async def test_a_connection_socket_carries_whole_episodes(url: str) -> None:
 async def test_the_client_reuses_one_socket_across_episodes(url: str) -> None:
     async with RemoteEnvironment(url, "probe", transport="ws", retries=0) as remote:
         for _ in range(3):
-            async with remote.session("probe-1") as session:
+            async with remote.open("probe-1") as session:
                 await session.step([ECHO])
-                used = session._socket
-        idle = remote._sockets._idle
+                used = session._calls.socket
+        idle = remote._sessions.pool._idle
         assert idle == [used] and used is not None and used.usable
         # The server (or a proxy) drops the idle socket: the next episode reconnects at
         # once, without spending a retry (retries=0 would raise).
         assert used._ws is not None
         used._ws._conn.transport.abort()
-        async with remote.session("probe-1") as session:
+        async with remote.open("probe-1") as session:
             assert (await session.step([ECHO])).observations[0].content == "hi"
-        assert remote._sockets._idle == [used]
+        assert remote._sessions.pool._idle == [used]
 
 
 async def test_a_cancelled_call_does_not_leave_its_reply_for_the_next(url: str) -> None:
@@ -180,8 +181,8 @@ async def test_a_dropped_socket_is_reopened(url: str) -> None:
     async with RemoteEnvironment(url, "probe", transport="ws") as remote:
         session = await remote.open("probe-1")
         await session.step([ECHO], request_id="a")
-        assert session._socket is not None
-        await session._socket.aclose()  # as if the connection had dropped
+        assert session._calls.socket is not None
+        await session._calls.socket.aclose()  # as if the connection had dropped
         await session.step([ECHO], request_id="b")
         assert (await session.close()).metrics.turns == 2
 
@@ -211,8 +212,10 @@ def test_ws_needs_aiohttp_engine() -> None:
 def _session_on(remote: RemoteEnvironment, like: RemoteSession, session_id: str
                 ) -> RemoteSession:
     """A client handle on ``session_id`` through ``remote`` (another token, a wrong id)."""
-    return RemoteSession(remote, like.start.model_copy(update={"session_id": session_id}),
-                         remote._sockets.lease())
+    sessions = remote._sessions
+    assert isinstance(sessions, WebSocketSessions)
+    return RemoteSession(like.start.model_copy(update={"session_id": session_id}),
+                         WebSocketSessionCalls(sessions, sessions.pool.lease(), session_id))
 
 
 async def _create_with_token(url: str, token: str) -> str:

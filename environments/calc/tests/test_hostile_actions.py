@@ -43,7 +43,7 @@ async def test_hostile_expression_is_a_readable_error(expression: str, message: 
 
 async def test_an_episode_of_hostile_calls_is_scored_not_masked() -> None:
     env = envhub.make("calc")
-    task_id = env.task_ids()[0]
+    task_id = (await env.task_ids())[0]
     calls = [
         *(GoldCall(name="calculate", arguments={"expression": e}) for e, _ in HOSTILE[:5]),
         GoldCall(name="calculate", arguments={"expression": ["1 + 1"]}),  # wrong type

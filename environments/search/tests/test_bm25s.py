@@ -64,7 +64,7 @@ def test_the_matrix_is_saved_once_and_loaded_after(monkeypatch: pytest.MonkeyPat
 
 def test_reference_scores_one_and_noop_zero_with_bm25s() -> None:
     env = envhub.make("search", retriever="bm25s")
-    sample = env.task_ids("test")[:60]
+    sample = [task.id for task in env.tasks.split("test")][:60]
     assert check_environment(env, task_ids=sample, concurrency=8).checked == len(sample)
 
 

@@ -14,6 +14,7 @@ from envhub.task import GoldCall
 from envhub.testing import call_tool, replay_calls
 
 RETRIEVERS = ["fts5", "bm25s"]
+TASK_ID = "search-single-capital-ABW"
 NO_WORDS = "the query has no words to search for"
 
 #: (query, what the observation says, whether it is an error)
@@ -45,7 +46,7 @@ async def test_hostile_queries_and_ids_are_plain_results_or_readable_errors(
     retriever: str,
 ) -> None:
     env = envhub.make("search", retriever=retriever)
-    session = await env.open(env.task_ids()[0])
+    session = await env.open((await env.task_ids())[0])
     result = await session.step(
         [
             *(
@@ -73,7 +74,7 @@ async def test_hostile_queries_and_ids_are_plain_results_or_readable_errors(
 @pytest.mark.parametrize("retriever", RETRIEVERS)
 async def test_an_episode_of_hostile_calls_is_scored_not_masked(retriever: str) -> None:
     env = envhub.make("search", retriever=retriever)
-    task_id = env.task_ids()[0]
+    task_id = (await env.task_ids())[0]
     calls = [
         GoldCall(name="search", arguments={"query": "a" * 1001}),
         GoldCall(name="open", arguments={"doc_id": "\ud800"}),

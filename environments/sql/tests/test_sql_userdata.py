@@ -81,7 +81,7 @@ async def test_spider_layout_tools_and_wrong_answers(
 ) -> None:
     tasks, db_root = spider_layout
     env = envhub.make("sql", tasks=str(tasks), db_root=str(db_root))
-    assert env.task_ids() == ["dev-0", "dev-1", "dev-2", "dev-3"]
+    assert (await env.task_ids()) == ["dev-0", "dev-1", "dev-2", "dev-3"]
     session = await env.open("dev-1")
     assert "Database: pets\nQuestion: List the names of dogs." in session.task.prompt[-1]["content"]
     listing = (await call(session, "list_tables")).observations[0].content

@@ -304,7 +304,7 @@ WEB_EXTRA = [
         pytest.param(
             "miniwob",
             "browser",
-            None,
+            "miniwob.click-button.0",
             [_call("goto", url="/")],  # another page of the site: allowed, no episode state
             marks=pytest.mark.chromium,
         ),
@@ -313,13 +313,13 @@ WEB_EXTRA = [
 async def test_an_episode_of_hostile_calls_is_scored_not_masked(
     env_name: str,
     mode: str,
-    task_id: str | None,
+    task_id: str,
     extra: list[GoldCall],
     envhub_server: tuple[str, Recorder],
 ) -> None:
     target, recorder = envhub_server
     env = envhub.make(env_name, mode=mode, nav_timeout_s=2.0)
-    task_id = task_id or env.task_ids()[0]
+    task_id = task_id or (await env.task_ids())[0]
     leak = _call("goto", url=f"{target}/metrics")
     calls = [leak, *HOSTILE_CALLS, *extra, _call("finish", answer="")]
     trajectory = await replay_calls(env, task_id, calls)

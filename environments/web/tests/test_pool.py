@@ -61,7 +61,7 @@ async def test_idle_pool_closes_its_browsers() -> None:
 def test_shutdown_stops_every_browser_and_the_next_session_restarts_them() -> None:
     async def one_episode() -> float:
         env = envhub.make("web", mode="browser")
-        session = await env.open(env.task_ids("test")[0])
+        session = await env.open((await env.task_ids("test"))[0])
         assert chromium_pids()
         return (await session.close()).reward
 
@@ -76,7 +76,7 @@ def test_shutdown_stops_every_browser_and_the_next_session_restarts_them() -> No
 async def test_fresh_browser_episodes_close_their_own_chromium() -> None:
     env = envhub.make("web", mode="browser", fresh_browser=True)
     before = chromium_pids()
-    session = await env.open(env.task_ids("test")[0])
+    session = await env.open((await env.task_ids("test"))[0])
     own = chromium_pids() - before
     assert own
     await session.close()
