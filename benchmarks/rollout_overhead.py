@@ -32,8 +32,8 @@ async def envhub_run(
     """(wall seconds, harness CPU seconds, episodes that did not end normally)."""
     env = envhub.make("calc")
     policy = make_policy("openai", model="scripted", base_urls=[base_url])
-    runner = EpisodeRunner(env, policy, env_version=env.version, task_of=env.tasks.get)
-    task_ids = env.task_ids(None)[:episodes]
+    runner = EpisodeRunner(env, policy, env_version=env.version)
+    task_ids = (await env.task_ids(None))[:episodes]
     wall, cpu = time.perf_counter(), time.process_time()
     summary = await run_rollout(runner, task_ids, out, group_size=1, concurrency=concurrency)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -50,7 +50,7 @@ async def openai_sdk_loop(
 
     env = envhub.make("calc")
     client = openai.AsyncOpenAI(base_url=base_url, api_key="x")
-    task_ids = env.task_ids(None)[:episodes]
+    task_ids = (await env.task_ids(None))[:episodes]
     limiter = asyncio.Semaphore(concurrency)
     errors = 0
 

@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="*", default=[64, 256])
     parser.add_argument("--batches", type=int, default=3, help="episodes = batches x concurrency")
     args = parser.parse_args()
-    task_ids = envhub.make("calc").task_ids(None)
+    task_ids = [task.id for task in envhub.make("calc").tasks.split(None)]
     server_args = ["--latency", "0.2", "--tail-latency", "2.0", "--tail-fraction", "0.1"]
     with scripted_server_process(*server_args) as server:
         base_url = server.base_url

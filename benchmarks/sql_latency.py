@@ -133,8 +133,8 @@ async def episodes_per_s(concurrency: int, limit: int | None) -> tuple[float, in
     for cache in (check_query, gold_rows, gold_is_ordered):  # both runs start cold
         cache.cache_clear()
     env = envhub.make("sql")
-    task_ids = env.task_ids()[:limit]
-    runner = EpisodeRunner(env, ReferencePolicy(), env_version=env.version, task_of=env.tasks.get)
+    task_ids = (await env.task_ids())[:limit]
+    runner = EpisodeRunner(env, ReferencePolicy(), env_version=env.version)
     rewards: list[float] = []
     masked = 0
 

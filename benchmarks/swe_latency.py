@@ -79,7 +79,7 @@ async def reward_times(task_ids: list[str]) -> tuple[list[float], list[float]]:
 
 async def throughput(task_ids: list[str], episodes: int, concurrency: int) -> tuple[float, float]:
     env = envhub.make("swe", pool_size=min(concurrency, 8))
-    runner = EpisodeRunner(env, ReferencePolicy(), env_version=env.version, task_of=env.tasks.get)
+    runner = EpisodeRunner(env, ReferencePolicy(), env_version=env.version)
     rewards: list[float] = []
 
     def collect(traj: Any) -> None:

@@ -73,7 +73,7 @@ async def memory_per_episode(
 
 async def main(episodes: int, concurrency: int) -> None:
     text_env = envhub.make("web", mode="text")
-    test_ids = text_env.task_ids("test")
+    test_ids = await text_env.task_ids("test")
     await steps_per_second(text_env, test_ids[:2])  # warm-up: server start, imports
     text_rate = await steps_per_second(text_env, test_ids[2 : 2 + episodes])
     print(f"text mode:    {text_rate:8.1f} steps/s ({episodes} gold episodes)")
