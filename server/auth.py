@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from envhub.server.errors import send_error
+from envhub.server.errors import error_response
 
 __all__ = ["POLICY_VIOLATION", "BearerAuth"]
 
 POLICY_VIOLATION = 1008  # WebSocket close code for a refused handshake (uvicorn: HTTP 403)
 
-_CHALLENGE = ((b"www-authenticate", b'Bearer realm="envhub"'),)
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="envhub"'}
 
 
 class BearerAuth:
@@ -47,4 +47,4 @@ class BearerAuth:
                 await send({"type": "websocket.close", "code": POLICY_VIOLATION})
             return
         message = "missing bearer token" if not given else "wrong bearer token"
-        await send_error(send, 401, "unauthorized", message, _CHALLENGE)
+        await error_response(401, "unauthorized", message, _CHALLENGE)(scope, receive, send)

@@ -18,7 +18,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
-from starlette.types import Send
 
 from envhub.errors import EnvhubError
 from envhub.server.metrics import ServerMetrics
@@ -32,9 +31,9 @@ __all__ = [
     "describe_validation",
     "envhub_error_response",
     "error_body",
+    "error_response",
     "install_error_handlers",
     "malformed_json",
-    "send_error",
 ]
 
 log = logging.getLogger("envhub.server")
@@ -75,26 +74,18 @@ def error_body(code: str, message: str) -> bytes:
     return orjson.dumps({"error": {"code": code, "message": message}})
 
 
-async def send_error(send: Send, status: int, code: str, message: str,
-                     headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
-    """Answer an HTTP request with an error body from pure ASGI code (no Response object);
-    the caller counts it."""
-    body = error_body(code, message)
-    retry = _RETRY_AFTER.get(code)
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()), *headers,
-                    *([(b"retry-after", retry.encode())] if retry else [])],
-    })
-    await send({"type": "http.response.body", "body": body})
+def error_response(status: int, code: str, message: str,
+                   headers: Mapping[str, str] | None = None) -> Response:
+    """An error answer, not yet counted; also an ASGI app, for the pure ASGI layers."""
+    fields = dict(headers or {})
+    if code in _RETRY_AFTER:
+        fields["Retry-After"] = _RETRY_AFTER[code]
+    return Response(error_body(code, message), status, fields, media_type="application/json")
 
 
 def _error_response(metrics: ServerMetrics, status: int, code: str, message: str) -> Response:
     metrics.errors.labels(code).inc()
-    headers = {"Retry-After": _RETRY_AFTER[code]} if code in _RETRY_AFTER else None
-    return Response(error_body(code, message), status, headers, media_type="application/json")
+    return error_response(status, code, message)
 
 
 def _answer(request: Request, status: int, code: str, message: str) -> Response:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from envhub.server.errors import send_error
+from envhub.server.errors import error_response
 
 __all__ = ["BodySizeLimit", "SizeLimit"]
 
@@ -73,7 +73,7 @@ class BodySizeLimit:
             # undeclared (chunked) bodies need counting.
             if int(declared) > self.max_bytes:
                 self.on_error(CODE)
-                await send_error(send, STATUS, CODE, self.refusal)
+                await error_response(STATUS, CODE, self.refusal)(scope, receive, send)
                 return
             await self.app(scope, receive, send)
             return
@@ -100,4 +100,4 @@ class BodySizeLimit:
             if started:
                 raise
             self.on_error(CODE)
-            await send_error(send, STATUS, CODE, self.refusal)
+            await error_response(STATUS, CODE, self.refusal)(scope, receive, send)
