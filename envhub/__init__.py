@@ -16,6 +16,9 @@ from envhub.errors import ContextLengthExceeded as ContextLengthExceeded
 from envhub.errors import EnvhubError as EnvhubError
 from envhub.local import LocalEnvironment as LocalEnvironment
 from envhub.local import make as make
+from envhub.protocol import EnvironmentClient as EnvironmentClient
+from envhub.protocol import OpeningSession as OpeningSession
+from envhub.protocol import SessionHandle as SessionHandle
 from envhub.registry import discover_environments as discover_environments
 from envhub.session import Session as Session
 from envhub.sync import SyncSession as SyncSession
@@ -45,12 +48,15 @@ __all__ = [
     "ContextLengthExceeded",
     "EnvhubError",
     "Environment",
+    "EnvironmentClient",
     "GoldCall",
     "LocalEnvironment",
     "Observation",
+    "OpeningSession",
     "RemoteEnvironment",
     "Reward",
     "Session",
+    "SessionHandle",
     "StepResult",
     "SyncSession",
     "Task",
