@@ -67,8 +67,12 @@ def check_environment(
     client = make(env, **options) if isinstance(env, str) else env
 
     async def check() -> CheckReport:
-        ids = list(task_ids) if task_ids is not None else await client.task_ids(split)
-        return await check_tasks(client, ids[:limit], concurrency=concurrency)
+        try:
+            ids = list(task_ids) if task_ids is not None else await client.task_ids(split)
+            return await check_tasks(client, ids[:limit], concurrency=concurrency)
+        finally:
+            if isinstance(env, str):  # made here: release its shared resources too
+                await client.aclose()
 
     report = asyncio.run(check())
     if not report.ok:

@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 import httpx
 
-from envhub import Environment, LocalEnvironment, Reward, Task, TaskSet, tool
+from envhub import Environment, GoldCall, LocalEnvironment, Reward, Task, TaskSet, tool
 from envhub.server import create_app
-from envhub.testing import serve_in_thread
+from envhub.testing import check_environment, serve_in_thread
 
 
 class PooledEnv(Environment):
@@ -22,7 +22,8 @@ class PooledEnv(Environment):
     released: ClassVar[int] = 0
 
     def load_tasks(self) -> TaskSet:
-        return TaskSet([Task(id="t", prompt=[{"role": "user", "content": "go"}])])
+        prompt = [{"role": "user", "content": "go"}]
+        return TaskSet([Task(id="t", prompt=prompt, gold_actions=[GoldCall(name="noop")])])
 
     async def reset(self, task: Task) -> list[dict[str, Any]]:
         PooledEnv.pool.append("warm")
@@ -31,10 +32,11 @@ class PooledEnv(Environment):
     @tool
     def noop(self) -> str:
         """Do nothing."""
+        self.called = True
         return "ok"
 
     def reward(self) -> Reward:
-        return Reward(value=0.0)
+        return Reward(value=float(getattr(self, "called", False)))
 
     @classmethod
     async def aclose_shared(cls) -> None:
@@ -60,3 +62,10 @@ async def test_local_environment_aclose_releases_shared_resources() -> None:
     await env.aclose()
     await env.aclose()  # idempotent
     assert PooledEnv.pool == [] and PooledEnv.released == before + 2
+
+
+def test_check_environment_releases_what_it_made() -> None:
+    """A plugin's test suite owns the environments ``check_environment`` makes for it."""
+    before = PooledEnv.released
+    check_environment(f"{__name__}:PooledEnv")
+    assert PooledEnv.pool == [] and PooledEnv.released == before + 1
