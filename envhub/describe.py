@@ -3,8 +3,10 @@
 :mod:`envhub.registry` finds plugins from entry-point metadata without importing them;
 describing one imports its plugin, builds it with its options and loads its tasks, so
 it costs what the plugin's start costs (seconds for a large task set). ``envhub list``
-and ``envhub info`` use it. A plugin that fails at any of those steps is reported in
-its row, never raised, so one broken plugin cannot hide the others.
+uses it. A plugin that fails at any of those steps is reported in its row, never
+raised, so one broken plugin cannot hide the others. The summary itself is
+:meth:`envhub.LocalEnvironment.describe`; this module only imports ``envhub.local``, never
+the other way round.
 """
 
 from __future__ import annotations
@@ -12,34 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from envhub.local import LocalEnvironment
-from envhub.options import client_option_schemas
 from envhub.registry import discover_environments
 from envhub.types import EnvironmentInfo
 
-__all__ = ["describe_environment", "describe_environments", "environment_info"]
-
-
-def environment_info(env: LocalEnvironment) -> EnvironmentInfo:
-    """``env`` summarised: its tools, task count and splits (loading its tasks), the
-    options it is built with, the options a server's clients may set, and its budgets."""
-    tasks = env.tasks
-    return EnvironmentInfo(
-        name=env.name,
-        version=env.version,
-        tools=env.tools,
-        tasks=len(tasks),
-        splits=tasks.splits,
-        options=env.options,
-        client_options=client_option_schemas(env.env_class),
-        budgets=env.budgets,
-    )
+__all__ = ["describe_environment", "describe_environments"]
 
 
 def describe_environment(name: str, options: dict[str, Any] | None = None) -> EnvironmentInfo:
     """Import, build and summarise one environment (plugin name or ``module:Class``) with
     ``options``; a failure is the row's ``error``, with the version its metadata gives."""
     try:
-        return environment_info(LocalEnvironment(name, options or {}))
+        return LocalEnvironment(name, options or {}).describe()
     except Exception as exc:  # a plugin's import or build may fail in any way
         spec = discover_environments().get(name)
         version = spec.version if spec is not None and spec.version else ""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from envhub.budgets import Budgets
 from envhub.environment import Environment
 from envhub.errors import InvalidRequest
+from envhub.options import client_option_schemas
 from envhub.protocol import OpeningSession
 from envhub.registry import discover_environments, load_environment_class
 from envhub.session import Session
@@ -136,10 +137,23 @@ class LocalEnvironment:
     async def info(self) -> EnvironmentInfo:
         """Name, version, tool schemas, task count, splits, options and budgets: what
         ``GET /v1/environments/{env}`` answers for the same environment."""
-        from envhub.describe import environment_info  # it describes LocalEnvironments
-
         await self._task_set()
-        return environment_info(self)
+        return self.describe()
+
+    def describe(self) -> EnvironmentInfo:
+        """:meth:`info` for blocking callers (``envhub info``, :mod:`envhub.describe`); it
+        loads the task set in this thread if no one has yet."""
+        tasks = self.tasks
+        return EnvironmentInfo(
+            name=self.name,
+            version=self.version,
+            tools=self.tools,
+            tasks=len(tasks),
+            splits=tasks.splits,
+            options=self.options,
+            client_options=client_option_schemas(self.env_class),
+            budgets=self.budgets,
+        )
 
     def _instantiate(self) -> Environment:
         try:

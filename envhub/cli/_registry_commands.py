@@ -48,13 +48,12 @@ def info_command(
 ) -> None:
     """Show an environment's options (all, and those a server's clients may set, with their
     bounds), tools with their JSON schemas, and a sample task."""
-    from envhub.describe import environment_info
     from envhub.environment import option_names
     from envhub.local import LocalEnvironment
 
     try:
         local = LocalEnvironment(env, parse_env_args(env_arg or []))
-        info = environment_info(local)
+        info = local.describe()
     except EnvhubError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -100,8 +100,11 @@ def test_discovery_is_cheap_and_describing_is_separate() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     import ast
 
-    import envhub.registry
+    def imported_by(module: str) -> set[str | None]:
+        tree = ast.parse((REPO / module.replace(".", "/")).with_suffix(".py").read_text())
+        return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
 
-    tree = ast.parse(Path(envhub.registry.__file__).read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not imported & {"envhub.local", "envhub.describe", "envhub.session"}, imported
+    registry = imported_by("envhub.registry")
+    assert not registry & {"envhub.local", "envhub.describe", "envhub.session"}, registry
+    assert "envhub.local" in imported_by("envhub.describe")
+    assert "envhub.describe" not in imported_by("envhub.local")  # not even inside a function
