@@ -274,6 +274,9 @@ async def _check_lifecycle(ctx: _Context) -> None:
             closed = await session.close()
             assert isinstance(closed, CloseResult), f"close() returned {type(closed).__name__}"
             assert isinstance(closed.reward, float), f"reward {closed.reward!r} is not a float"
+            assert closed.stop_reason == "closed", (
+                f"closed before the episode ended, stop_reason {closed.stop_reason!r}"
+            )
             assert closed.metrics.turns == 2, f"2 steps, metrics.turns {closed.metrics.turns}"
             assert closed.metrics.tool_errors == 3, (
                 f"3 failed calls, metrics.tool_errors {closed.metrics.tool_errors}"
@@ -388,7 +391,8 @@ async def _check_session_info(ctx: _Context) -> None:
             f"after one failed call: {status.metrics!r}"
         )
         await session.close()
-        assert (await session.info()).closed, "info() after close() says it is open"
+        status = await session.info()
+        assert status.closed and status.stop_reason == "closed", f"after close(): {status!r}"
 
 
 async def _check_client_session_id(ctx: _Context) -> None:

@@ -1,0 +1,116 @@
+"""The conformance suite over every shipped environment and every transport: in-process
+(``LocalEnvironment``), HTTP and WebSocket (``RemoteEnvironment`` against a real uvicorn
+server on 127.0.0.1 hosting the same environment and options).
+
+One server per environment serves its HTTP and WebSocket runs. Each environment runs on
+one task (SWE: a task of the CI subset's fastest repository, on the local sandbox backend,
+which needs neither Docker nor bwrap). Web runs in text mode, and in browser mode where
+Chromium is found (CI sets ``ENVHUB_REQUIRE_CHROMIUM=1``, making a missing one a failure).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pytest
+
+import envhub
+import envhub.client
+from envhub.client import RemoteEnvironment
+from envhub.conformance import CHECKS, check_client_conformance
+from envhub.protocol import EnvironmentClient
+from envhub.server import create_app
+from envhub.testing import serve_in_thread
+
+TRANSPORTS = ("local", "http", "ws")
+
+
+def _swe_ci_task() -> list[str]:
+    """The first task of inflection, the CI subset's fastest repository."""
+    from envhub_swe.instances import load_instances
+
+    return [next(t.id for t in load_instances() if t.metadata["repo"] == "pypi/inflection")]
+
+
+def _chromium_found() -> bool:
+    from envhub_web.pool import find_chromium
+
+    if find_chromium() is not None:
+        return True
+    if os.environ.get("ENVHUB_REQUIRE_CHROMIUM") == "1":
+        pytest.fail("ENVHUB_REQUIRE_CHROMIUM=1 but no Chromium was found")
+    return False
+
+
+@dataclass(frozen=True)
+class Case:
+    """One environment with the options it is hosted and opened with."""
+
+    env: str
+    options: dict[str, Any] = field(default_factory=dict)
+    task_ids: Callable[[], list[str] | None] = lambda: None
+    available: Callable[[], bool] = lambda: True
+
+    def local(self) -> envhub.LocalEnvironment:
+        return envhub.make(self.env, **self.options)
+
+
+CASES = {
+    "calc": Case("calc"),
+    "sql": Case("sql"),
+    "search": Case("search"),
+    "swe-local": Case("swe", {"sandbox": "local"}, task_ids=_swe_ci_task),
+    "web-text": Case("web", {"mode": "text"}),
+    "web-browser": Case("web", {"mode": "browser"}, available=_chromium_found),
+}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request: pytest.FixtureRequest) -> Case:
+    chosen = CASES[request.param]
+    if not chosen.available():
+        pytest.skip("needs Chromium (apt-get install -y chromium)")
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def server_url(case: Case) -> Iterator[str]:
+    """A real server hosting the case's environment with the case's options."""
+    with serve_in_thread(create_app({case.env: case.local()})) as url:
+        yield url
+
+
+async def _answers_as_in_process(remote: EnvironmentClient, case: Case) -> None:
+    """A remote client answers info() and every task listing exactly as the in-process
+    environment with the same options does."""
+    local = case.local()  # opens no session, so it has nothing to release
+    info = await local.info()
+    assert await remote.info() == info
+    for split in (None, *info.splits):
+        assert await remote.task_ids(split) == await local.task_ids(split), split
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_client_conforms(
+    case: Case,
+    transport: Literal["local", "http", "ws"],
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client: EnvironmentClient
+    if transport == "local":
+        client = case.local()
+    else:
+        monkeypatch.setattr(envhub.client, "_TASK_PAGE", 100)  # listings span several pages
+        client = RemoteEnvironment(request.getfixturevalue("server_url"), case.env,
+                                   transport=transport)  # fmt: skip
+    try:
+        report = await check_client_conformance(client, task_ids=case.task_ids())
+        if transport != "local":
+            await _answers_as_in_process(client, case)
+    finally:
+        await client.aclose()
+    assert report.passed == list(CHECKS)
