@@ -71,26 +71,18 @@ class HostedEnvironment:
         self._building: dict[str, asyncio.Future[LocalEnvironment]] = {}
         self._build_slots = asyncio.Semaphore(_CONCURRENT_BUILDS)
         self._info: EnvironmentInfo | None = None
-        # checks the environment's declaration now: a bad one stops the server at start
-        self.client_options = client_option_schemas(base.env_class)
+        client_option_schemas(base.env_class)  # a bad declaration stops the server at start
 
     async def warm(self) -> None:
         """Load the hosted option set's tasks before the first request needs them."""
-        await asyncio.to_thread(lambda: self.base.tasks)
+        await self.info()
 
     async def info(self) -> EnvironmentInfo:
+        """The environment's own :meth:`~envhub.local.LocalEnvironment.info` under the name
+        clients use here; built once."""
         if self._info is None:
-            tasks = await asyncio.to_thread(lambda: self.base.tasks)
-            self._info = EnvironmentInfo(
-                name=self.name,
-                version=self.base.version,
-                tools=self.base.tools,
-                tasks=len(tasks),
-                splits=tasks.splits,
-                options=self.base.options,
-                client_options=self.client_options,
-                budgets=self.base.budgets,
-            )
+            info = await self.base.info()
+            self._info = info.model_copy(update={"name": self.name})
         return self._info
 
     async def variant(self, options: dict[str, Any] | None) -> LocalEnvironment:
