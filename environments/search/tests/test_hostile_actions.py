@@ -14,7 +14,6 @@ from envhub.task import GoldCall
 from envhub.testing import call_tool, replay_calls
 
 RETRIEVERS = ["fts5", "bm25s"]
-TASK_ID = "search-single-capital-ABW"
 NO_WORDS = "the query has no words to search for"
 
 #: (query, what the observation says, whether it is an error)

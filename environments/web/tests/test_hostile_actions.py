@@ -148,7 +148,7 @@ async def test_goto_opens_pages_of_the_site_only(
     mode: str, envhub_server: tuple[str, Recorder]
 ) -> None:
     target, recorder = envhub_server
-    env = envhub.make("web", mode=mode, nav_timeout_s=2.0)
+    env = envhub.make("web", mode=mode)
     task = env.tasks.get("minishop-0-00004")
     session = await env.open(task.id)
     bad = hostile_urls(target)
@@ -171,11 +171,11 @@ async def test_goto_opens_pages_of_the_site_only(
     assert_nothing_reached(recorder, *contents)
 
 
-async def open_tab(mode: str, origin: str) -> Tab:
+async def open_tab(mode: str, origin: str, nav_timeout_s: float = 10.0) -> Tab:
     if mode == "text":
-        return TextTab({}, origin, nav_timeout_s=2.0)
+        return TextTab({}, origin, nav_timeout_s=nav_timeout_s)
     pool = await get_pool(find_chromium() or "")
-    return await BrowserTab.open(pool, [], origin, nav_timeout_s=2.0)
+    return await BrowserTab.open(pool, [], origin, nav_timeout_s=nav_timeout_s)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -242,7 +242,7 @@ def silent_site() -> Iterator[str]:
 async def test_a_page_that_never_answers_is_an_error_and_the_tab_goes_on(
     mode: str, silent_site: str
 ) -> None:
-    tab = await open_tab(mode, silent_site)
+    tab = await open_tab(mode, silent_site, nav_timeout_s=2.0)
     try:
         with pytest.raises(ToolError, match="did not load"):
             await tab.goto("/slow")
@@ -304,7 +304,7 @@ WEB_EXTRA = [
         pytest.param(
             "miniwob",
             "browser",
-            "miniwob.click-button.0",
+            None,
             [_call("goto", url="/")],  # another page of the site: allowed, no episode state
             marks=pytest.mark.chromium,
         ),
@@ -313,12 +313,12 @@ WEB_EXTRA = [
 async def test_an_episode_of_hostile_calls_is_scored_not_masked(
     env_name: str,
     mode: str,
-    task_id: str,
+    task_id: str | None,
     extra: list[GoldCall],
     envhub_server: tuple[str, Recorder],
 ) -> None:
     target, recorder = envhub_server
-    env = envhub.make(env_name, mode=mode, nav_timeout_s=2.0)
+    env = envhub.make(env_name, mode=mode)
     task_id = task_id or (await env.task_ids())[0]
     leak = _call("goto", url=f"{target}/metrics")
     calls = [leak, *HOSTILE_CALLS, *extra, _call("finish", answer="")]
