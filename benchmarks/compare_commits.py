@@ -119,7 +119,7 @@ def main() -> None:
             load = os.getloadavg()[0]
             rates = measure(trees[label], args.duration, args.episodes)
             print(f"run {i + 1} {label:<6} load {load:.1f}: "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in rates.items()), flush=True)
+                  + ", ".join(f"{k} {v:.3g}" for k, v in rates.items()), flush=True)
             for name, rate in rates.items():
                 figures[label][name].append(rate)
     print(f"\nbefore {git('rev-parse', '--short', args.before)}, "
