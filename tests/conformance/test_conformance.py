@@ -3,9 +3,10 @@
 server on 127.0.0.1 hosting the same environment and options).
 
 One server per environment serves its HTTP and WebSocket runs. Each environment runs on
-one task (SWE: a task of the CI subset's fastest repository, on the local sandbox backend,
-which needs neither Docker nor bwrap). Web runs in text mode, and in browser mode where
-Chromium is found (CI sets ``ENVHUB_REQUIRE_CHROMIUM=1``, making a missing one a failure).
+one task (SWE: a task of the CI subset's fastest repository, on the local sandbox backend
+and on Docker). Web runs in text mode and in browser mode, MiniWoB in its browser. Without
+Docker or Chromium those cases skip, unless CI's ``ENVHUB_REQUIRE_DOCKER=1`` /
+``ENVHUB_REQUIRE_CHROMIUM=1`` make that a failure.
 """
 
 from __future__ import annotations
@@ -35,14 +36,24 @@ def _swe_ci_task() -> list[str]:
     return [next(t.id for t in load_instances() if t.metadata["repo"] == "pypi/inflection")]
 
 
-def _chromium_found() -> bool:
+def _chromium_problem() -> str | None:
     from envhub_web.pool import find_chromium
 
     if find_chromium() is not None:
-        return True
+        return None
     if os.environ.get("ENVHUB_REQUIRE_CHROMIUM") == "1":
         pytest.fail("ENVHUB_REQUIRE_CHROMIUM=1 but no Chromium was found")
-    return False
+    return "needs Chromium (apt-get install -y chromium)"
+
+
+def _docker_problem() -> str | None:
+    from envhub.sandboxes.docker import docker_available
+
+    if docker_available():
+        return None
+    if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
+        pytest.fail("ENVHUB_REQUIRE_DOCKER=1 but the docker engine, CLI or SDK is missing")
+    return "needs a Docker engine"
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ class Case:
     env: str
     options: dict[str, Any] = field(default_factory=dict)
     task_ids: Callable[[], list[str] | None] = lambda: None
-    available: Callable[[], bool] = lambda: True
+    problem: Callable[[], str | None] = lambda: None  # why it cannot run here, if so
 
     def local(self) -> envhub.LocalEnvironment:
         return envhub.make(self.env, **self.options)
@@ -63,16 +74,20 @@ CASES = {
     "sql": Case("sql"),
     "search": Case("search"),
     "swe-local": Case("swe", {"sandbox": "local"}, task_ids=_swe_ci_task),
+    "swe-docker": Case("swe", {"sandbox": "docker"}, task_ids=_swe_ci_task,
+                       problem=_docker_problem),
     "web-text": Case("web", {"mode": "text"}),
-    "web-browser": Case("web", {"mode": "browser"}, available=_chromium_found),
-}
+    "web-browser": Case("web", {"mode": "browser"}, problem=_chromium_problem),
+    "miniwob": Case("miniwob", problem=_chromium_problem),
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request: pytest.FixtureRequest) -> Case:
     chosen = CASES[request.param]
-    if not chosen.available():
-        pytest.skip("needs Chromium (apt-get install -y chromium)")
+    problem = chosen.problem()
+    if problem is not None:
+        pytest.skip(problem)
     return chosen
 
 
