@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ACK",
     "FORBIDDEN_FUNCTIONS",
     "GRACE_S",
     "MAX_RESULT_BYTES",
     "MAX_SQL_BYTES",
     "MAX_VALUE_BYTES",
+    "READY",
     "SETUP_FAILED",
     "QueryError",
     "QueryResult",
@@ -71,6 +73,10 @@ MAX_RESULT_BYTES = 64_000_000
 #: how long past its limit a query may run before its runner process is ended (the
 #: progress handler stops ordinary runaway queries at the limit itself)
 GRACE_S = 0.5
+#: the line a worker writes once it is ready for requests, and what it writes as soon as
+#: it has read one (before running it)
+READY = "ready"
+ACK = "+"
 #: exit status of a runner that could not open its database: the runner's failure, not
 #: the query's (a crash while a query runs is the query's doing)
 SETUP_FAILED = 3
@@ -219,8 +225,12 @@ def _serve(memory_bytes: int) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    sys.stdout.write(READY + "\n")
+    sys.stdout.flush()
     connections: dict[str, sqlite3.Connection] = {}
     for line in sys.stdin:
+        sys.stdout.write(ACK)
+        sys.stdout.flush()
         request = json.loads(line)
         conn = connections.get(request["db"])
         if conn is None:

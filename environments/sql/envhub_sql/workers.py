@@ -29,7 +29,16 @@ from importlib import resources
 from pathlib import Path
 
 from envhub.errors import SandboxError
-from envhub_sql.connection import GRACE_S, QueryError, QueryResult, QueryTimeout, decode_result
+from envhub_sql.connection import (
+    ACK,
+    GRACE_S,
+    READY,
+    SETUP_FAILED,
+    QueryError,
+    QueryResult,
+    QueryTimeout,
+    decode_result,
+)
 
 __all__ = ["MAX_IDLE", "RUNNER", "WORKER_MEMORY_BYTES", "WorkerPool", "worker_pool"]
 
@@ -37,6 +46,7 @@ RUNNER = resources.files("envhub_sql").joinpath("connection.py").read_text("utf-
 WORKER_MEMORY_BYTES = 1 << 30
 #: like asyncio.to_thread's default pool, which bounds how many queries run at once
 MAX_IDLE = min(32, (os.cpu_count() or 1) + 4)
+_START_TIMEOUT_S = 30.0
 
 
 class _Overran(Exception):
@@ -44,7 +54,12 @@ class _Overran(Exception):
 
 
 class _Crashed(Exception):
-    """The worker exited while running the query: the query's doing (memory, a crash)."""
+    """The worker exited while running the query: the query's doing (memory, a crash).
+    ``received``: what it had written until then."""
+
+    def __init__(self, received: bytes) -> None:
+        super().__init__()
+        self.received = received
 
 
 class _Stale(Exception):
@@ -52,7 +67,8 @@ class _Stale(Exception):
 
 
 class _Worker:
-    """One runner process; used by one thread at a time."""
+    """One runner process, started and ready (else ``SandboxError``: infrastructure);
+    used by one thread at a time."""
 
     def __init__(self) -> None:
         argv = [sys.executable or "python3", "-I", "-S", "-c", RUNNER, "--serve"]
@@ -66,18 +82,36 @@ class _Worker:
             )
         except OSError as exc:
             raise SandboxError(f"cannot start a SQL worker process: {exc}") from exc
+        try:  # from here on, a worker that dies while it runs a query died of the query
+            ready = self._read_line(time.monotonic() + _START_TIMEOUT_S)
+        except (_Overran, _Crashed):
+            ready = b""
+        if ready.strip() != READY.encode():
+            raise SandboxError(f"a SQL worker process did not start (status {self.kill()})")
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def ask(self, request: bytes, deadline: float) -> bytes:
-        """Send one request line; the reply line, read until ``deadline`` at most."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        """Send one request line; the reply line, read until ``deadline`` at most. The
+        worker acknowledges a request before it runs it, so a worker that was already
+        gone (``_Stale``) is told apart from one the query took down (``_Crashed``)."""
+        assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(request)
             self.proc.stdin.flush()
         except (BrokenPipeError, ValueError):
             raise _Stale from None
+        try:
+            reply = self._read_line(deadline)
+        except _Crashed as crash:
+            if not crash.received:  # not even the acknowledgement came back
+                raise _Stale from None
+            raise
+        return reply.removeprefix(ACK.encode())
+
+    def _read_line(self, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         poller = select.poll()
         poller.register(fd, select.POLLIN)
@@ -88,7 +122,7 @@ class _Worker:
                 raise _Overran
             chunk = os.read(fd, 1 << 20)
             if not chunk:
-                raise _Crashed
+                raise _Crashed(bytes(reply))
             reply += chunk
         return bytes(reply)
 
@@ -142,6 +176,8 @@ class WorkerPool:
                 raise QueryTimeout.after(timeout_s) from None
             except _Crashed:
                 status = worker.kill()
+                if status == SETUP_FAILED:
+                    raise SandboxError(f"a SQL worker process cannot open {db}") from None
                 raise QueryError(
                     f"the query crashed the process running it (exit status {status})"
                 ) from None

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from envhub_sql.executor import make_executor
 
 import envhub
 from envhub import StepResult
+from envhub.errors import SandboxError
 from envhub.task import GoldCall
 from envhub.testing import replay_calls
 
@@ -144,3 +147,20 @@ async def test_shared_close_stops_the_query_workers(call: CallTool) -> None:
     result = await call(again, "run_sql", query="SELECT 2")
     assert result.observations[0].content == "2\n2\n(1 row)"
     await again.close()
+
+
+async def test_a_worker_killed_while_idle_is_replaced(call: CallTool) -> None:
+    """Not the next query's fault: it runs on a fresh worker."""
+    session = await envhub.make("sql").open("chinook-0000")
+    await call(session, "run_sql", query="SELECT 1")
+    for pid in _query_worker_pids():
+        os.kill(pid, signal.SIGKILL)
+    result = await call(session, "run_sql", query="SELECT 2")
+    assert result.observations[0].content == "2\n2\n(1 row)"
+    await session.close()
+
+
+async def test_a_worker_that_cannot_open_its_database_is_infrastructure(tmp_path: Path) -> None:
+    executor = make_executor(tmp_path / "missing.sqlite", None)
+    with pytest.raises(SandboxError, match="cannot open"):
+        await executor.run("SELECT 1", timeout_s=TIMEOUT_S, max_rows=1)
