@@ -350,6 +350,22 @@ async def _check_malformed_calls(ctx: _Context) -> None:
         )
 
 
+async def _check_call_forms(ctx: _Context) -> None:
+    """A step takes calls as ToolCall objects, flat dicts and OpenAI's nested form alike."""
+    flat, nested = _unknown_call(), _unknown_call()
+    calls: list[ToolCall | dict[str, Any]] = [
+        {"id": flat.id, "name": flat.name, "arguments": "{}"},
+        {"id": nested.id, "type": "function",
+         "function": {"name": nested.name, "arguments": "{}"}},
+    ]  # fmt: skip
+    async with ctx.session(await ctx.task_id()) as session:
+        result = await session.step(calls)
+    _check_observations(result, [flat, nested], "calls given as dicts")
+    assert [o.name for o in result.observations] == [flat.name, nested.name], (
+        f"observations name {[o.name for o in result.observations]}"
+    )
+
+
 async def _check_request_id_replay(ctx: _Context) -> None:
     """A step repeated with its request_id returns the stored reply without a rerun."""
     async with ctx.session(await ctx.task_id()) as session:
@@ -467,6 +483,7 @@ CHECKS: dict[str, Check] = {
     "lifecycle": _check_lifecycle,
     "final_answer": _check_final_answer,
     "malformed_calls": _check_malformed_calls,
+    "call_forms": _check_call_forms,
     "request_id_replay": _check_request_id_replay,
     "abort": _check_abort,
     "session_info": _check_session_info,

@@ -4,6 +4,7 @@ exercise it (and pass the rest, so it blames the right behaviour)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -39,7 +40,7 @@ class _BrokenSession:
 
     async def step(
         self,
-        tool_calls: list[ToolCall | dict[str, Any]],
+        tool_calls: Sequence[ToolCall | dict[str, Any]],
         content: str | None = None,
         request_id: str | None = None,
     ) -> StepResult:
@@ -50,6 +51,8 @@ class _BrokenSession:
                 name = call.name if isinstance(call, ToolCall) else call["name"]
                 if name not in self._tools:
                     raise ToolArgumentError(f"unknown tool {name!r}")
+        if self._fault == "drops_dict_calls":
+            tool_calls = [c for c in tool_calls if isinstance(c, ToolCall)]
         return await self._inner.step(tool_calls, content, request_id)
 
     async def close(self) -> CloseResult:
@@ -120,9 +123,10 @@ FAULTS = {
     "close_not_idempotent": {"lifecycle", "final_answer"},
     "step_after_close": {"lifecycle", "context_manager"},
     "unknown_task_keyerror": {"unknown_task"},
+    "drops_dict_calls": {"call_forms"},
     "malformed_raises": {
-        "lifecycle", "final_answer", "malformed_calls", "request_id_replay", "abort",
-        "session_info", "context_manager", "sessions_independent",
+        "lifecycle", "final_answer", "malformed_calls", "call_forms", "request_id_replay",
+        "abort", "session_info", "context_manager", "sessions_independent",
     },
 }  # fmt: skip
 
