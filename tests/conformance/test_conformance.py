@@ -48,12 +48,17 @@ def _chromium_problem() -> str | None:
 
 def _docker_problem() -> str | None:
     from envhub.sandboxes.docker import docker_available
+    from envhub.sandboxes.images import image_exists, image_tag
 
-    if docker_available():
+    if not docker_available():
+        problem = "docker engine/CLI/SDK not available"
+    elif not image_exists(image_tag("python")):
+        problem = "sandbox image 'python' not built (envhub sandbox build python)"
+    else:
         return None
     if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
-        pytest.fail("ENVHUB_REQUIRE_DOCKER=1 but the docker engine, CLI or SDK is missing")
-    return "needs a Docker engine"
+        pytest.fail(f"docker required (ENVHUB_REQUIRE_DOCKER=1) but {problem}")
+    return problem
 
 
 @dataclass(frozen=True)
