@@ -171,15 +171,16 @@ class HttpSessions:
 
 
 class HttpSessionCalls:
-    __slots__ = ("_path", "_requests", "_session_id")
+    __slots__ = ("_path", "_requests", "_session_id", "_step_path")
 
     def __init__(self, requests: Requests, session_id: str) -> None:
         self._requests, self._session_id = requests, session_id
         self._path = f"/v1/sessions/{session_id}"
+        self._step_path = f"{self._path}/step"
 
     async def step(self, body: dict[str, Any]) -> StepResult:
         return await self._requests.call(
-            "POST", f"{self._path}/step", StepResult, body, affinity=self._session_id
+            "POST", self._step_path, StepResult, body, affinity=self._session_id
         )
 
     async def close(self) -> CloseResult:

@@ -100,6 +100,7 @@ class EnvhubSkyRLEnv(BaseTextEnv):
             or _budget_max_turns(self.environment)
         )
         self.session: SessionHandle | None = None
+        self._unfinished = False  # the session is open and not yet scored
         self.reward: float | None = None
         self.components: dict[str, float] = {}
         self.stop_reason: str | None = None
@@ -108,6 +109,7 @@ class EnvhubSkyRLEnv(BaseTextEnv):
         """Open the session; the session's first messages replace the dataset prompt
         (they are what the environment actually shows the model)."""
         self.session = run_sync(self.environment.open(self.task_id))
+        self._unfinished = True
         messages = run_sync(start_messages(self.session))
         return messages, {"task_id": self.task_id, "session_id": self.session.session_id}
 
@@ -130,8 +132,8 @@ class EnvhubSkyRLEnv(BaseTextEnv):
             return BaseTextEnvStepOutput(
                 observations=observations, reward=0.0, done=False, metadata=metadata
             )
+        self._unfinished = False
         closed = run_sync(self.session.close())
-        self.session = None
         self.reward, self.components = closed.reward, dict(closed.components)
         self.stop_reason = closed.stop_reason
         metadata.update(stop_reason=closed.stop_reason, reward_components=self.components)
@@ -141,9 +143,9 @@ class EnvhubSkyRLEnv(BaseTextEnv):
 
     def close(self) -> None:
         """Free an unfinished session without scoring it (SkyRL closes every env)."""
-        session, self.session = self.session, None
-        if session is not None:
-            run_sync(session.abort())
+        if self.session is not None and self._unfinished:
+            self._unfinished = False
+            run_sync(self.session.abort())
 
     def get_metrics(self) -> dict[str, Any]:
         metrics: dict[str, Any] = {"turns": self.turns}
