@@ -128,18 +128,16 @@ def _tool_name(tool: dict[str, Any]) -> str:
     return str(tool["function"]["name"])
 
 
-async def _expect_error(
-    action: Awaitable[object], error: type[BaseException] | tuple[type[BaseException], ...],
-    what: str,
-) -> None:
+async def _expect_error(action: Awaitable[object], error: type[Exception], what: str) -> None:
     """``action`` must raise ``error`` (an envhub typed error, not a generic one)."""
     try:
         result = await action
     except error:
         return
     except Exception as exc:
-        names = error.__name__ if isinstance(error, type) else "/".join(e.__name__ for e in error)
-        raise AssertionError(f"{what} raised {type(exc).__name__}: {exc}, not {names}") from exc
+        raise AssertionError(
+            f"{what} raised {type(exc).__name__}: {exc}, not {error.__name__}"
+        ) from exc
     raise AssertionError(f"{what} returned {result!r} instead of raising")
 
 
