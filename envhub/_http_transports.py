@@ -167,7 +167,7 @@ class WebSocketChannel:
             await self.aclose()
             raise _Dropped(f"{type(exc).__name__}: {exc}") from exc
         if reply.type == aiohttp.WSMsgType.TEXT:
-            return reply.data.encode()
+            return str(reply.data).encode()
         if reply.type == aiohttp.WSMsgType.BINARY:
             return bytes(reply.data)
         await self.aclose()

@@ -16,5 +16,5 @@ def backoff_delay(attempt: int, base_s: float, max_s: float = math.inf) -> float
     the retries of many calls that failed together (a server restart) spread out instead
     of hitting the server in lockstep.
     """
-    ceiling = min(max_s, base_s * 2**attempt)
+    ceiling = min(max_s, base_s * 2.0**attempt)
     return ceiling / 2 + random.uniform(0, ceiling / 2)

@@ -50,11 +50,12 @@ class SyncSession:
         """Start a new episode (closing any unfinished previous one)."""
         if self.session is not None and not self.session.closed:
             run_sync(self.session.abort())
-        self.session = self._factory.new_session(
+        session: Session = self._factory.new_session(
             task_id if task_id is not None else self._task_id,
             seed=seed if seed is not None else self._seed,
         )
-        return run_sync(self.session.reset())
+        self.session = session
+        return run_sync(session.reset())
 
     def step(
         self, tool_calls: Sequence[ToolCall | dict[str, Any]], content: str | None = None

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 from envhub.errors import InvalidRequest
 
@@ -207,7 +208,7 @@ def _swebench_grading() -> ModuleType:
             f"grading SWE-bench instances needs the swebench package ({exc}): "
             f"{SWEBENCH_INSTALL_HINT}"
         ) from exc
-    return grading
+    return cast(ModuleType, grading)  # swebench is not type-checked (follow_imports=skip)
 
 
 def swebench_log_parser(repo: str, declared: str | None = None) -> str:
@@ -247,7 +248,7 @@ def swebench_eval_type(declared: str | None = None) -> str:
     from swebench.harness.constants import EvalType
 
     try:
-        return EvalType(declared or EvalType.PASS_AND_FAIL.value).value
+        return str(EvalType(declared or EvalType.PASS_AND_FAIL.value).value)
     except ValueError:
         raise InvalidRequest(f"unknown SWE-bench eval_type {declared!r}") from None
 

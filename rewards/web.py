@@ -145,6 +145,11 @@ def option_matches(goal_options: Iterable[str], chosen_options: Iterable[str]) -
     )
 
 
+def _category_levels(category: str) -> set[str]:
+    """``"Beauty › Hair Care > Shampoo"`` -> ``{"beauty", "hair care", "shampoo"}``."""
+    return {part.strip().lower() for part in re.split(r"[›>]", category) if part.strip()}
+
+
 def type_factor(goal: ShopGoal, purchase: ShopPurchase) -> tuple[float, float]:
     """WebShop's ``r_type`` and the title score it is based on.
 
@@ -156,8 +161,7 @@ def type_factor(goal: ShopGoal, purchase: ShopPurchase) -> tuple[float, float]:
     have = {t for t in _tokens(purchase.title) if t not in _STOP_WORDS}
     title_score = len(wanted & have) / len(wanted) if wanted else 0.2
     query_match = bool(goal.query) and goal.query == purchase.query
-    levels = lambda c: {p.strip().lower() for p in re.split(r"[›>]", c) if p.strip()}  # noqa: E731
-    category_match = len(levels(goal.category) & levels(purchase.category)) >= 2
+    category_match = len(_category_levels(goal.category) & _category_levels(purchase.category)) >= 2
     r_type = 1.0 if (query_match or category_match or title_score > 0.2) else 0.5
     if title_score < 0.1:
         r_type = 0.1

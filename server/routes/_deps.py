@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 
 from envhub.server.models import ErrorBody
@@ -11,9 +13,10 @@ __all__ = ["ERRORS", "store_of"]
 
 
 def store_of(request: Request) -> SessionStore:
-    return request.app.state.store
+    store: SessionStore = request.app.state.store  # set by create_app
+    return store
 
 
-def ERRORS(*statuses: int) -> dict[int | str, dict]:
+def ERRORS(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses=`` entry documenting the error body for these statuses."""
     return {status: {"model": ErrorBody} for status in statuses}
