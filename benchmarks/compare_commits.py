@@ -7,7 +7,10 @@ tree) but with that worktree's code first on the import path: the worktree root,
 ``envhub/server``, ``envhub/sandboxes`` and ``envhub/rewards`` are linked to the top-level
 folders as the package layout maps them, and the worktree's ``environments/*``. Runs
 alternate between the commits (before, after, then after, before, ...) so that a change
-in the machine's load falls on both, and each configuration's ratio is of the medians.
+in the machine's load falls on both. Each configuration's verdict is the median of the
+rounds' after/before ratios (a round's two runs are adjacent, so they share the load more
+nearly than runs far apart); the ratios of the medians and of the best runs are printed
+beside it.
 Beside the rates it prints the server's CPU per step and the harness's CPU per episode
 (after/before; lower is better), which a loaded machine disturbs much less than rates.
 
@@ -123,15 +126,20 @@ def main() -> None:
             for name, rate in rates.items():
                 figures[label][name].append(rate)
     print(f"\nbefore {git('rev-parse', '--short', args.before)}, "
-          f"after {git('rev-parse', '--short', args.after)}; medians of {args.repeat} runs")
-    print(f"{'configuration':<32}{'before':>10}{'after':>10}{'after/before':>14}")
+          f"after {git('rev-parse', '--short', args.after)}; {args.repeat} rounds; "
+          "after/before of the medians, of the best runs, and paired by round")
+    print(f"{'configuration':<32}{'before':>10}{'after':>10}{'medians':>9}{'best':>7}"
+          f"{'paired (verdict)':>18}   rounds' ratios")
     slower = []
     for name in figures["before"]:
-        before = statistics.median(figures["before"][name])
-        after = statistics.median(figures["after"][name])
-        ratio = after / before
-        print(f"{name:<32}{before:>10.3g}{after:>10.3g}{ratio:>14.2f}")
-        if "CPU" not in name and ratio < args.floor:
+        befores, afters = figures["before"][name], figures["after"][name]
+        before, after = statistics.median(befores), statistics.median(afters)
+        rounds = [a / b for a, b in zip(afters, befores, strict=True)]
+        paired = statistics.median(rounds)
+        best = min(afters) / min(befores) if "CPU" in name else max(afters) / max(befores)
+        print(f"{name:<32}{before:>10.3g}{after:>10.3g}{after / before:>9.2f}{best:>7.2f}"
+              f"{paired:>18.2f}   {' '.join(f'{r:.2f}' for r in rounds)}")
+        if "CPU" not in name and paired < args.floor:
             slower.append(name)
     if slower:
         raise SystemExit(f"rates after/before below {args.floor}: {', '.join(slower)}")
