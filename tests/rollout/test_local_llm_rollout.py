@@ -67,7 +67,8 @@ async def test_rollout_calc_on_the_local_llm(tmp_path: Path) -> None:
         assert not trajectory.masked, trajectory.error
         assert trajectory.model == MODEL_NAME
         assert trajectory.reward is not None and 0.0 <= trajectory.reward <= 1.0
-        assert trajectory.stop_reason in {"terminal_tool", "final_answer", "max_turns"}
+        # a runaway tool call can also meet calc's episode clock (slow on a loaded machine)
+        assert trajectory.stop_reason in {"terminal_tool", "final_answer", "max_turns", "timeout"}
         assert 1 <= len(trajectory.turns) <= 3
         for turn in trajectory.turns:
             message = trajectory.messages[turn.message_index]
