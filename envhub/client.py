@@ -35,7 +35,7 @@ from envhub._remote_calls import (
     WebSocketSessions,
 )
 from envhub.cleanup import record_cleanup_failure
-from envhub.errors import EnvhubError
+from envhub.errors import EnvhubError, SessionClosed
 from envhub.protocol import OpeningSession
 from envhub.task import Task
 from envhub.types import (
@@ -73,6 +73,7 @@ class RemoteSession:
         self.done = False
         self.closed = False
         self.stop_reason: str | None = None
+        self._aborted = False
         self._calls = calls
 
     async def reset(self) -> SessionStart:
@@ -96,17 +97,22 @@ class RemoteSession:
         return result
 
     async def close(self) -> CloseResult:
-        """Score the episode on the server; closing again returns the same result."""
+        """Score the episode on the server; closing again returns the same result. After
+        :meth:`abort`, :class:`~envhub.errors.SessionClosed`, as in-process (whatever the
+        abort's close on the server scored is not a result the caller asked for)."""
+        if self._aborted:
+            raise SessionClosed(f"session {self.session_id} was aborted, not scored")
         result = await self._calls.close()
         self.closed, self.stop_reason = True, result.stop_reason
         return result
 
     async def abort(self) -> None:
-        """Free the server session now. The API has no unscored delete, so this is a
-        close; if it fails (logged and counted, :mod:`envhub.cleanup`), the server's idle
-        reaper frees the session."""
+        """Free the server session now. The API has no unscored delete, so on the server
+        this is a close (the reward runs; its result is dropped, and a later
+        :meth:`close` raises :class:`~envhub.errors.SessionClosed`); if it fails (logged and
+        counted, :mod:`envhub.cleanup`), the server's idle reaper frees the session."""
         if not self.closed:
-            self.closed = True
+            self.closed = self._aborted = True
             try:
                 await self._calls.close()
             except EnvhubError as exc:
@@ -204,7 +210,7 @@ class RemoteEnvironment:
             "task_id": task_id,
             "seed": seed,
             "options": self.options or None,
-            "session_id": session_id or uuid.uuid4().hex,
+            "session_id": uuid.uuid4().hex if session_id is None else session_id,
         })
         return RemoteSession(start, calls)
 

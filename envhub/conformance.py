@@ -388,6 +388,51 @@ async def _check_abort(ctx: _Context) -> None:
         assert status.closed, f"an aborted session is not closed: {status!r}"
 
 
+async def _check_close_after_abort(ctx: _Context) -> None:
+    """close() after abort() raises SessionClosed (an aborted episode has no result), and
+    abort() after close() keeps the result."""
+    async with ctx.session(await ctx.task_id()) as session:
+        await session.abort()
+        await _expect_error(session.close(), SessionClosed, "close after abort")
+        await _expect_error(session.close(), SessionClosed, "a second close after abort")
+    async with ctx.session(await ctx.task_id()) as session:
+        closed = await session.close()
+        await session.abort()
+        assert await session.close() == closed, "abort after close changed close()'s result"
+
+
+async def _check_malformed_step(ctx: _Context) -> None:
+    """A step the HTTP API refuses (a call without a name, a request_id over 128
+    characters) raises InvalidRequest, counts no turn, and the session keeps working."""
+    async with ctx.session(await ctx.task_id()) as session:
+        nameless: list[ToolCall | dict[str, Any]] = [{"id": "call-nameless", "arguments": "{}"}]
+        await _expect_error(session.step(nameless), InvalidRequest, "a call without a name")
+        await _expect_error(session.step([_unknown_call()], request_id="r" * 129),
+                            InvalidRequest, "a 129-character request_id")  # fmt: skip
+        status = await session.info()
+        assert status.metrics.turns == 0, f"refused steps counted {status.metrics.turns} turns"
+        assert not status.done and not status.closed, f"refused steps ended it: {status!r}"
+        calls = [_unknown_call()]
+        result = await session.step(calls, request_id="r" * 128)
+        _check_observations(result, calls, "a step after refused steps")
+        turns = (await session.info()).metrics.turns
+        assert turns == 1, f"one step after refused ones, metrics.turns {turns}"
+
+
+async def _check_bad_session_id(ctx: _Context) -> None:
+    """A client-chosen session_id the HTTP API refuses (characters outside
+    ``[A-Za-z0-9._~-]``, longer than 128) raises InvalidRequest on open."""
+    task_id = await ctx.task_id()
+
+    async def await_open(session_id: str) -> object:
+        session = await ctx.client.open(task_id, session_id=session_id)
+        await session.abort()
+        return session.session_id
+
+    for bad in ("has space/slash", "s" * 200, ""):
+        await _expect_error(await_open(bad), InvalidRequest, f"open(session_id={bad!r})")
+
+
 async def _check_session_info(ctx: _Context) -> None:
     """info() of a session: its id, environment and task, turns counted, closed after close."""
     task_id = await ctx.task_id()
@@ -484,8 +529,11 @@ CHECKS: dict[str, Check] = {
     "call_forms": _check_call_forms,
     "request_id_replay": _check_request_id_replay,
     "abort": _check_abort,
+    "close_after_abort": _check_close_after_abort,
+    "malformed_step": _check_malformed_step,
     "session_info": _check_session_info,
     "client_session_id": _check_client_session_id,
+    "bad_session_id": _check_bad_session_id,
     "context_manager": _check_context_manager,
     "seeded_open": _check_seeded_open,
     "sessions_independent": _check_sessions_independent,

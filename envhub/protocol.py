@@ -36,8 +36,15 @@ class SessionHandle(Protocol):
     ``reset`` and ``close`` are idempotent (a repeat returns the first answer); ``step``
     after the episode ended or after ``close`` raises :class:`envhub.errors.SessionClosed`;
     ``abort`` frees the episode's resources without scoring and never raises for a session
-    that is already gone. Used as ``async with``, a clean exit closes (scores) and an
-    exception aborts.
+    that is already gone, and ``close`` after ``abort`` raises ``SessionClosed`` (an
+    aborted episode has no result; a session closed before the abort keeps its result).
+    Used as ``async with``, a clean exit closes (scores) and an exception aborts.
+
+    Every transport refuses what the HTTP API refuses, with
+    :class:`envhub.errors.InvalidRequest` worded as the server words it
+    (:mod:`envhub.validation`): a client-chosen ``session_id`` outside
+    :data:`envhub.types.SESSION_ID_PATTERN`, a step whose calls or ``request_id`` fail
+    :class:`envhub.types.StepRequest`; a refused step changes nothing (no turn counted).
     """
 
     @property

@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from envhub.budgets import Budgets
 from envhub.cleanup import record_cleanup_failure
 from envhub.environment import Environment
@@ -30,16 +32,19 @@ from envhub.errors import (
 from envhub.task import Task
 from envhub.tools import ToolSpec
 from envhub.types import (
+    MAX_REQUEST_ID,
     CloseResult,
     EpisodeMetrics,
     Observation,
     Reward,
     SessionInfo,
     SessionStart,
+    StepRequest,
     StepResult,
     StopReason,
     ToolCall,
 )
+from envhub.validation import check_session_id, invalid_request
 
 __all__ = ["Session", "truncate_output"]
 
@@ -84,6 +89,8 @@ class Session:
         budgets: Budgets,
         session_id: str | None = None,
     ) -> None:
+        if session_id is not None:
+            check_session_id(session_id)  # the id the HTTP API would take, on every transport
         self.env = env
         self.task = task
         self.env_name = env_name
@@ -92,6 +99,7 @@ class Session:
         self.metrics = EpisodeMetrics()
         self.done = False
         self.closed = False
+        self._aborted = False
         self.stop_reason: StopReason | None = None
         self.created_at = time.monotonic()
         self.last_active = self.created_at
@@ -128,13 +136,19 @@ class Session:
         content: str | None = None,
         request_id: str | None = None,
     ) -> StepResult:
-        """Run one assistant turn's tool calls and return one observation per call."""
+        """Run one assistant turn's tool calls and return one observation per call.
+
+        A turn the HTTP API would refuse (a call without a name, a ``request_id`` over
+        :data:`~envhub.types.MAX_REQUEST_ID` characters) raises
+        :class:`~envhub.errors.InvalidRequest` with the server's message and counts nothing.
+        """
+        calls = self._checked_calls(tool_calls, content, request_id)
         if request_id is not None and request_id in self._replies:
             return self._replies[request_id]
         async with self._lock:
             if request_id is not None and request_id in self._replies:
                 return self._replies[request_id]
-            result = await self._step(tool_calls, content)
+            result = await self._step(calls, content)
             if request_id is not None:
                 self._replies[request_id] = result
                 while len(self._replies) > _REPLAY_CACHE:
@@ -142,9 +156,12 @@ class Session:
             return result
 
     async def close(self) -> CloseResult:
-        """Score the episode and free its resources; closing twice returns the same result."""
+        """Score the episode and free its resources; closing twice returns the same result.
+        After :meth:`abort` there is nothing to score: :class:`~envhub.errors.SessionClosed`."""
         async with self._lock:
             if self._close_result is None:
+                if self._aborted:
+                    raise SessionClosed(f"session {self.session_id} was aborted, not scored")
                 if not self.done:
                     self._end("closed")
                 reward = await self._compute_reward()
@@ -168,7 +185,7 @@ class Session:
         environment's ``close`` failing is logged and counted, not raised
         (:mod:`envhub.cleanup`)."""
         if not self.closed:
-            self.closed = True
+            self.closed = self._aborted = True
             try:
                 await self.env.close()
             except Exception as exc:
@@ -205,9 +222,31 @@ class Session:
 
     # -- internals -----------------------------------------------------------------------
 
-    async def _step(
-        self, raw_calls: Sequence[ToolCall | dict[str, Any]], content: str | None
-    ) -> StepResult:
+    @staticmethod
+    def _checked_calls(
+        tool_calls: Sequence[ToolCall | dict[str, Any]],
+        content: str | None,
+        request_id: str | None,
+    ) -> list[ToolCall]:
+        """The turn's calls, validated by the server's wire model (:class:`StepRequest`);
+        a turn of ToolCall objects, which nothing further can refuse, skips the model."""
+        typed = [c for c in tool_calls if isinstance(c, ToolCall)]
+        if (
+            len(typed) == len(tool_calls)
+            and (content is None or isinstance(content, str))
+            and (request_id is None or (isinstance(request_id, str)
+                                        and len(request_id) <= MAX_REQUEST_ID))
+        ):
+            return typed
+        try:
+            turn = StepRequest.model_validate(
+                {"tool_calls": tool_calls, "content": content, "request_id": request_id}
+            )
+        except ValidationError as exc:
+            raise invalid_request(exc) from None
+        return turn.tool_calls
+
+    async def _step(self, calls: list[ToolCall], content: str | None) -> StepResult:
         if self.closed:
             raise SessionClosed(f"session {self.session_id} is closed")
         if self.done:
@@ -218,7 +257,6 @@ class Session:
             await self.reset()
         self.last_active = time.monotonic()
         self.metrics.turns += 1
-        calls = [c if isinstance(c, ToolCall) else ToolCall.model_validate(c) for c in raw_calls]
         observations: list[Observation] = []
         if not calls:
             await self.env.on_final_answer(content or "")

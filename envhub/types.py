@@ -16,6 +16,7 @@ from envhub.budgets import Budgets
 
 __all__ = [
     "ENV_STOP_PREFIX",
+    "MAX_REQUEST_ID",
     "SESSION_ID_PATTERN",
     "CloseResult",
     "CreateSession",
@@ -251,6 +252,10 @@ class CreateSession(BaseModel):
     session_id: str | None = Field(None, pattern=SESSION_ID_PATTERN)
 
 
+MAX_REQUEST_ID = 128
+"""The longest step ``request_id`` (each session keeps a few as replay keys)."""
+
+
 class StepRequest(BaseModel):
     """One assistant turn: its tool calls (flat or OpenAI form) and optional text."""
 
@@ -259,5 +264,7 @@ class StepRequest(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     content: str | None = None
     request_id: str | None = Field(
-        None, max_length=128, description="repeat it to get the stored reply instead of a rerun"
+        None,
+        max_length=MAX_REQUEST_ID,
+        description="repeat it to get the stored reply instead of a rerun",
     )

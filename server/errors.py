@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from envhub.errors import EnvhubError
 from envhub.server.metrics import ServerMetrics
+from envhub.validation import malformed_json, validation_message
 
 __all__ = [
     "STATUS_BY_CODE",
@@ -108,25 +109,9 @@ def describe_unexpected(exc: BaseException, where: str) -> Described:
 
 def describe_validation(errors: Iterable[Mapping[str, Any]], hint: str | None = None
                         ) -> Described:
-    """A body or message that fails its schema: the first five of pydantic's ``errors()``
-    as ``field.path: what is wrong``, after ``hint`` when there is one. A leading
-    ``body`` in FastAPI's locations is dropped, so a field reads the same on every door."""
-    parts = [hint] if hint else []
-    for err in list(errors)[:5]:
-        loc = tuple(err.get("loc", ()))
-        loc = loc[1:] if loc[:1] == ("body",) else loc
-        if err.get("type") == "json_invalid":  # FastAPI puts the character offset in loc
-            reason = err.get("ctx", {}).get("error", "decode error")
-            parts.append(malformed_json(f"{reason} at char {loc[0]}" if loc else reason))
-            continue
-        where = ".".join(str(p) for p in loc)
-        detail = str(err.get("msg", "invalid"))
-        parts.append(f"{where}: {detail}" if where else detail)
-    return VALIDATION_STATUS, "invalid_request", "; ".join(parts) or "invalid request"
-
-
-def malformed_json(reason: object) -> str:
-    return f"malformed JSON ({reason})"
+    """A body or message that fails its schema, worded by the core
+    (:func:`envhub.validation.validation_message`) as the in-process transport words it."""
+    return VALIDATION_STATUS, "invalid_request", validation_message(errors, hint)
 
 
 def envhub_error_response(exc: EnvhubError, metrics: ServerMetrics, where: str) -> Response:

@@ -13,6 +13,7 @@ import envhub
 from envhub.conformance import CHECKS, check_client_conformance, run_conformance
 from envhub.errors import ToolArgumentError
 from envhub.protocol import EnvironmentClient, OpeningSession, SessionHandle
+from envhub.session import Session
 from envhub.task import Task
 from envhub.types import (
     CloseResult,
@@ -53,6 +54,12 @@ class _BrokenSession:
                     raise ToolArgumentError(f"unknown tool {name!r}")
         if self._fault == "drops_dict_calls":
             tool_calls = [c for c in tool_calls if isinstance(c, ToolCall)]
+        if self._fault == "untyped_step_errors":  # today's main before the wire-model check
+            assert isinstance(self._inner, Session)
+            request_id = None if request_id is None else request_id[:128]  # a long one runs
+            if not all(isinstance(c, ToolCall) or "name" in c for c in tool_calls):
+                self._inner.metrics.turns += 1  # counted, then pydantic's error escapes
+                tool_calls = [ToolCall.model_validate(c) for c in tool_calls]
         return await self._inner.step(tool_calls, content, request_id)
 
     async def close(self) -> CloseResult:
@@ -63,6 +70,9 @@ class _BrokenSession:
         return result
 
     async def abort(self) -> None:
+        if self._fault == "abort_scores":  # abort as a close: a later close has a result
+            await self._inner.close()
+            return
         await self._inner.abort()
 
     async def info(self) -> SessionInfo:
@@ -109,6 +119,9 @@ class _BrokenClient:
             if self._fault == "unknown_task_keyerror" and task_id is not None:
                 if task_id not in await self._inner.task_ids():
                     raise KeyError(task_id)
+            if self._fault == "any_session_id" and session_id is not None:
+                inner = await self._inner.open(task_id, seed=seed)  # the id is ignored
+                return _BrokenSession(inner, self._fault, set())
             inner = await self._inner.open(task_id, session_id=session_id, seed=seed)
             tools = {t["function"]["name"] for t in (await self._inner.info()).tools}
             return _BrokenSession(inner, self._fault, tools)
@@ -120,13 +133,16 @@ class _BrokenClient:
 
 
 FAULTS = {
-    "close_not_idempotent": {"lifecycle", "final_answer"},
+    "close_not_idempotent": {"lifecycle", "final_answer", "close_after_abort"},
     "step_after_close": {"lifecycle", "context_manager"},
     "unknown_task_keyerror": {"unknown_task"},
-    "drops_dict_calls": {"call_forms"},
+    "drops_dict_calls": {"call_forms", "malformed_step"},
+    "any_session_id": {"client_session_id", "bad_session_id"},
+    "untyped_step_errors": {"malformed_step"},
+    "abort_scores": {"close_after_abort"},
     "malformed_raises": {
         "lifecycle", "final_answer", "malformed_calls", "call_forms", "request_id_replay",
-        "abort", "session_info", "context_manager", "sessions_independent",
+        "abort", "malformed_step", "session_info", "context_manager", "sessions_independent",
     },
 }  # fmt: skip
 
