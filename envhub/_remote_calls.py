@@ -145,6 +145,11 @@ class SessionCalls(Protocol):
 
     async def info(self) -> SessionInfo: ...
 
+    async def release(self) -> None:
+        """Give back what the session holds on this side (its socket), with no call: for
+        a session whose server is gone."""
+        ...
+
 
 class Sessions(Protocol):
     """Creates sessions on the server and hands each one its :class:`SessionCalls`."""
@@ -190,6 +195,9 @@ class HttpSessionCalls:
     async def info(self) -> SessionInfo:
         return await self._requests.call("GET", self._path, SessionInfo,
                                          affinity=self._session_id)
+
+    async def release(self) -> None:
+        return None  # one request per call: nothing is held between calls
 
 
 class WebSocketSessions:
@@ -269,6 +277,11 @@ class WebSocketSessionCalls:
 
     async def info(self) -> SessionInfo:
         return await self._send(SessionInfo, {"op": "info", "session_id": self._session_id})
+
+    async def release(self) -> None:
+        socket, self.socket = self.socket, None
+        if socket is not None:
+            await self._sessions.pool.release(socket)  # a broken socket is closed, not kept
 
     async def _send(self, model: type[M], message: dict[str, Any]) -> M:
         async with self._lock:

@@ -64,9 +64,10 @@ class RemoteSession:
     ``tools`` are known without a call.
     """
 
-    def __init__(self, start: SessionStart, calls: SessionCalls) -> None:
+    def __init__(self, start: SessionStart, calls: SessionCalls, served_by: str) -> None:
         self.start = start
         self.session_id = start.session_id
+        self.served_by: str | None = served_by
         self.task_id = start.task_id
         self.messages: list[Message] = start.messages
         self.tools: list[dict[str, Any]] = start.tools
@@ -120,6 +121,13 @@ class RemoteSession:
 
     async def info(self) -> SessionInfo:
         return await self._calls.info()
+
+    async def forget(self) -> None:
+        """Drop a session whose server is gone (a pool's lost replica): no call is made,
+        the connection goes back to the pool; like :meth:`abort`, :meth:`close` then
+        raises :class:`~envhub.errors.SessionClosed`."""
+        self.closed = self._aborted = True
+        await self._calls.release()
 
     async def __aenter__(self) -> RemoteSession:
         return self
@@ -212,7 +220,7 @@ class RemoteEnvironment:
             "options": self.options or None,
             "session_id": uuid.uuid4().hex if session_id is None else session_id,
         })
-        return RemoteSession(start, calls)
+        return RemoteSession(start, calls, self.url)
 
     async def task_ids(self, split: str | None = None) -> list[str]:
         """All task ids of a split of the hosted option set (fetched page by page)."""

@@ -21,6 +21,8 @@ Every failure that crosses a module boundary is one of these, so callers catch
     │   ├── TransientPolicyError 429/5xx/timeouts: worth retrying
     │   └── ContextLengthExceeded the prompt no longer fits the model's context
     ├── RemoteError              an envhub server answered with an error body
+    ├── ReplicaLost              a session's server replica died or became unreachable
+    ├── FleetError               no fleet at that address, or no healthy replica of an env
     ├── RolloutFailed            a rollout stopped early or masked too many episodes
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 
@@ -35,10 +37,12 @@ __all__ = [
     "EnvhubError",
     "EnvironmentFailure",
     "FileOperationError",
+    "FleetError",
     "InvalidRequest",
     "PolicyError",
     "RegistryError",
     "RemoteError",
+    "ReplicaLost",
     "RolloutFailed",
     "SandboxError",
     "SessionClosed",
@@ -139,6 +143,22 @@ class RemoteError(EnvhubError):
     def __init__(self, message: str, *, code: str, status: int) -> None:
         super().__init__(message, code=code)
         self.status = status
+
+
+class ReplicaLost(EnvhubError):
+    """The server replica holding a session died or stopped answering (connection
+    refused or dropped). Infrastructure, never the model's doing: the rollout masks the
+    attempt and retries the episode on another replica
+    (:class:`envhub.fleet.PooledEnvironment` raises it)."""
+
+    code = "replica_lost"
+
+
+class FleetError(EnvhubError):
+    """A pool or fleet cannot serve an environment: no Ray cluster or no envhub fleet at
+    the address, no replica of the environment, or none healthy within the wait."""
+
+    code = "fleet_error"
 
 
 class RolloutFailed(EnvhubError):

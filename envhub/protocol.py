@@ -50,6 +50,12 @@ class SessionHandle(Protocol):
     @property
     def session_id(self) -> str: ...
 
+    @property
+    def served_by(self) -> str | None:
+        """Where the session runs: ``None`` in-process, the server's URL over HTTP or
+        WebSocket, the replica's id in a pool or fleet (recorded on the trajectory)."""
+        ...
+
     async def reset(self) -> SessionStart: ...
 
     async def step(

@@ -96,6 +96,7 @@ class Session:
         self.env_name = env_name
         self.budgets = budgets
         self.session_id = session_id or uuid.uuid4().hex
+        self.served_by: str | None = None  # in-process
         self.metrics = EpisodeMetrics()
         self.done = False
         self.closed = False

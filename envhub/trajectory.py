@@ -92,6 +92,9 @@ class TrajectoryMetrics(BaseModel):
     tool_errors: int = 0
     errors_by_kind: dict[str, int] = Field(default_factory=dict)
     episode_attempts: int = Field(1, description="1 + episode retries after env failures")
+    retried_errors: dict[str, int] = Field(
+        default_factory=dict, description="error kinds of the failed attempts that were retried"
+    )
 
 
 class Timings(BaseModel):
@@ -114,6 +117,9 @@ class Trajectory(BaseModel):
     task_id: str
     sample_index: int
     env: EnvRef
+    served_by: str | None = Field(
+        None, description="the replica or server URL of the last attempt; None in-process"
+    )
     model: str
     sampling: dict[str, Any] = Field(default_factory=dict)
     messages: list[Message]

@@ -16,8 +16,13 @@ __all__ = ["EnvironmentList", "ErrorBody", "ErrorDetail", "Health"]
 
 
 class Health(BaseModel):
+    """Liveness plus load: a balancer in front of several servers (``envhub.fleet``)
+    weighs replicas by ``sessions / max_sessions``, counting every client's sessions."""
+
     status: str = "ok"
     version: str
+    sessions: int = 0
+    max_sessions: int = 0
 
 
 class EnvironmentList(BaseModel):

@@ -154,6 +154,11 @@ class SessionStore:
         self._closed: OrderedDict[str, _Entry] = OrderedDict()
         self._creating: dict[str, asyncio.Future[SessionStart]] = {}
 
+    @property
+    def open_sessions(self) -> int:
+        """Sessions open or being created: what counts against ``max_sessions``."""
+        return len(self._open) + len(self._creating)
+
     # -- environments --------------------------------------------------------------------
 
     def hosted(self, name: str) -> HostedEnvironment:
@@ -183,7 +188,7 @@ class SessionStore:
             pending = self._creating.get(session_id)
             if pending is not None:
                 return await asyncio.shield(pending)
-        if len(self._open) + len(self._creating) >= self.max_sessions:
+        if self.open_sessions >= self.max_sessions:
             raise CapacityError(
                 f"the server holds its maximum of {self.max_sessions} sessions; retry later"
             )

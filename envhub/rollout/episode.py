@@ -62,6 +62,8 @@ class _Record:
     """What one attempt has gathered so far (kept when the attempt fails, for the mask)."""
 
     trajectory_id: str
+    retried_errors: dict[str, int]
+    served_by: str | None = None
     messages: list[Message] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
@@ -115,9 +117,10 @@ class EpisodeRunner:
         started = time.perf_counter()
         trajectory_id = uuid.uuid4().hex
         attempt = 0
+        retried: dict[str, int] = {}  # error kinds of the attempts that failed and ran again
         while True:
             attempt += 1
-            record = _Record(trajectory_id)
+            record = _Record(trajectory_id, retried)
             try:
                 return await self._attempt(spec, record, attempt, started)
             except _PolicyFailure as failure:
@@ -127,10 +130,11 @@ class EpisodeRunner:
                     spec, record, attempt, started, "model_error", kind, str(failure)
                 )
             except Exception as exc:  # env side: sandbox, transport, environment code
+                kind = exc.code if isinstance(exc, EnvhubError) else type(exc).__name__
                 if attempt >= self.max_env_attempts:
-                    kind = exc.code if isinstance(exc, EnvhubError) else type(exc).__name__
                     message = f"{type(exc).__name__}: {exc}"
                     return self._masked(spec, record, attempt, started, "env_error", kind, message)
+                retried[kind] = retried.get(kind, 0) + 1
                 await asyncio.sleep(self.env_backoff.delay(attempt - 1))
 
     async def _resolve_env_ref(self) -> None:
@@ -160,6 +164,7 @@ class EpisodeRunner:
     ) -> Trajectory:
         env_started = time.perf_counter()
         session = await self.env.open(spec.task_id, session_id=f"{record.trajectory_id}-{attempt}")
+        record.served_by = session.served_by
         try:
             record.messages, record.tools = await _first_messages(session)
             record.env_s += time.perf_counter() - env_started
@@ -183,6 +188,7 @@ class EpisodeRunner:
                 tool_errors=closed.metrics.tool_errors,
                 errors_by_kind=closed.metrics.errors_by_kind,
                 episode_attempts=attempt,
+                retried_errors=record.retried_errors,
             ),
         )
 
@@ -274,7 +280,11 @@ class EpisodeRunner:
             stop_reason=stop_reason,
             error=ErrorInfo(kind=kind, message=message[:2000]),
             masked=True,
-            metrics=TrajectoryMetrics(turns=len(record.turns), episode_attempts=attempt),
+            metrics=TrajectoryMetrics(
+                turns=len(record.turns),
+                episode_attempts=attempt,
+                retried_errors=record.retried_errors,
+            ),
         )
 
     def _trajectory(
@@ -287,6 +297,7 @@ class EpisodeRunner:
             task_id=spec.task_id,
             sample_index=spec.sample_index,
             env=self.env_ref or EnvRef(name=self.env.name, version="unknown"),
+            served_by=record.served_by,
             model=self.policy.model,
             sampling=self.sampling,
             messages=record.messages,

@@ -5,6 +5,10 @@ samples of which ``c`` succeed, ``pass@k = 1 - C(n-c, k) / C(n, k)``, averaged o
 tasks with at least ``k`` scored samples. Masked samples are not scored, so they count
 neither as failures nor as samples.
 
+Where the episodes ran: ``by_replica`` counts episodes and masked ones per server
+replica (``served_by``; in-process runs have none), and ``retried`` counts the failed
+attempts that were retried, by error kind (a replica lost mid-episode: ``replica_lost``).
+
 A run that ends before every planned episode has a record says so: ``missing`` counts
 the (task, sample) pairs without one and ``stopped`` says why (``"deadline"``: the time
 limit; ``"circuit_breaker"``: too many episodes in a row were masked, ``stop_detail``
@@ -22,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from envhub.trajectory import Trajectory
 
-__all__ = ["RunSummary", "k_values", "pass_at_k", "summarize"]
+__all__ = ["ReplicaCounts", "RunSummary", "k_values", "pass_at_k", "summarize"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -44,6 +48,13 @@ def k_values(group_size: int) -> list[int]:
     return ks
 
 
+class ReplicaCounts(BaseModel):
+    """Episodes whose last attempt ran on one replica, and how many of them are masked."""
+
+    episodes: int = 0
+    masked: int = 0
+
+
 class RunSummary(BaseModel):
     episodes: int
     scored: int
@@ -54,6 +65,8 @@ class RunSummary(BaseModel):
     success_threshold: float
     stop_reasons: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
+    retried: dict[str, int] = Field(default_factory=dict)
+    by_replica: dict[str, ReplicaCounts] = Field(default_factory=dict)
     mean_turns: float | None = None
     tool_errors: int = 0
     prompt_tokens: int = 0
@@ -71,7 +84,9 @@ class RunSummary(BaseModel):
         return self.masked / self.episodes if self.episodes else 0.0
 
 
-_SUMMARIZED = {"task_id", "reward", "masked", "stop_reason", "error", "metrics", "usage"}
+_SUMMARIZED = {
+    "task_id", "reward", "masked", "stop_reason", "error", "metrics", "usage", "served_by"
+}
 
 
 def summarize(
@@ -91,6 +106,8 @@ def summarize(
     by_task: dict[str, list[bool]] = defaultdict(list)
     stops: Counter[str] = Counter()
     errors: Counter[str] = Counter()
+    retried: Counter[str] = Counter()
+    by_replica: dict[str, ReplicaCounts] = {}
     for item in records:
         record = item.model_dump(include=_SUMMARIZED) if isinstance(item, Trajectory) else item
         episodes += 1
@@ -101,9 +118,16 @@ def summarize(
         metrics = record.get("metrics") or {}
         tool_errors += metrics.get("tool_errors", 0)
         turns += metrics.get("turns", 0)
+        retried.update(metrics.get("retried_errors") or {})
+        served_by = record.get("served_by")
+        replica = by_replica.setdefault(served_by, ReplicaCounts()) if served_by else None
+        if replica is not None:
+            replica.episodes += 1
         by_task.setdefault(record["task_id"], [])
         if record.get("masked"):
             masked += 1
+            if replica is not None:
+                replica.masked += 1
             errors[(record.get("error") or {}).get("kind", "unknown")] += 1
             continue
         reward = float(record["reward"])
@@ -127,6 +151,8 @@ def summarize(
         success_threshold=success_threshold,
         stop_reasons=dict(stops),
         errors=dict(errors),
+        retried=dict(retried),
+        by_replica=dict(sorted(by_replica.items())),
         mean_turns=turns / episodes if episodes else None,
         tool_errors=tool_errors,
         prompt_tokens=prompt_tokens,

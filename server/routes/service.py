@@ -15,9 +15,13 @@ router = APIRouter(tags=["service"])
 
 
 @router.get("/health")
-async def health() -> Health:
-    """Liveness; stays open when a bearer token is required."""
-    return Health(version=__version__)
+async def health(request: Request) -> Health:
+    """Liveness and load (open sessions of the maximum); stays open when a bearer token
+    is required, so a load balancer's probe needs none (counts only, nothing else)."""
+    store = request.app.state.store
+    return Health(
+        version=__version__, sessions=store.open_sessions, max_sessions=store.max_sessions
+    )
 
 
 @router.get(

@@ -152,4 +152,5 @@ def _handle_on(remote: RemoteEnvironment, like: RemoteSession, session_id: str
         calls = WebSocketSessionCalls(sessions, sessions.pool.lease(), session_id)
     else:
         calls = HttpSessionCalls(remote._requests, session_id)
-    return RemoteSession(like.start.model_copy(update={"session_id": session_id}), calls)
+    return RemoteSession(like.start.model_copy(update={"session_id": session_id}), calls,
+                         remote.url)

@@ -215,7 +215,8 @@ def _session_on(remote: RemoteEnvironment, like: RemoteSession, session_id: str
     sessions = remote._sessions
     assert isinstance(sessions, WebSocketSessions)
     return RemoteSession(like.start.model_copy(update={"session_id": session_id}),
-                         WebSocketSessionCalls(sessions, sessions.pool.lease(), session_id))
+                         WebSocketSessionCalls(sessions, sessions.pool.lease(), session_id),
+                         remote.url)
 
 
 async def _create_with_token(url: str, token: str) -> str:
