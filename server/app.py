@@ -58,6 +58,7 @@ def create_app(
     session_ttl_s: float = 600.0,
     max_body_bytes: int = 4 * 1024 * 1024,
     token: str | None = None,
+    mcp: bool = False,
 ) -> FastAPI:
     """An app hosting ``envs`` (ids to load with their default options, or prepared
     ``LocalEnvironment`` objects by name, e.g. from ``envhub.make`` with budgets).
@@ -66,7 +67,9 @@ def create_app(
     ``Authorization: Bearer <token>``. ``max_body_bytes`` bounds a request body and a
     WebSocket message alike. Idle sessions are aborted after ``session_ttl_s`` by a reaper
     running with the app. The session calls are also served over ``WS /v1/ws`` and
-    ``WS /v1/sessions/{id}/ws`` (``websocket``).
+    ``WS /v1/sessions/{id}/ws`` (``websocket``). ``mcp``: each environment is also a
+    Streamable HTTP MCP server at ``/mcp/{env}``, one MCP session per envhub session
+    (:mod:`envhub.server.mcp`; needs the ``mcp`` extra).
     """
     from envhub import __version__
 
@@ -76,13 +79,19 @@ def create_app(
     store = SessionStore(
         _hosted(envs), max_sessions=max_sessions, session_ttl_s=session_ttl_s, metrics=metrics
     )
+    mcp_door = None
+    if mcp:
+        from envhub.server.mcp import mcp_endpoints
+
+        mcp_door = mcp_endpoints(store, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.gather(*(hosted.warm() for hosted in store.envs.values()))
         reaper = asyncio.create_task(store.run_reaper(), name="envhub-session-reaper")
         try:
-            yield
+            async with mcp_door.running() if mcp_door else contextlib.nullcontext():
+                yield
         finally:
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -105,11 +114,15 @@ def create_app(
     def count_error(code: str) -> None:
         metrics.errors.labels(code).inc()
 
-    # Added last = runs first. The three doors (FastAPI routes, the fast path, WebSockets)
+    # Added last = runs first. The doors (FastAPI routes, the fast path, WebSockets, MCP)
     # sit behind one token check and one size limit, and call the same store methods.
     limit = SizeLimit(max_body_bytes)
     app.add_middleware(SessionFastPath, store=store, metrics=metrics)
     app.add_middleware(SessionWebSocket, store=store, metrics=metrics, limit=limit)
+    if mcp_door:
+        from envhub.server.mcp import McpDoor
+
+        app.add_middleware(McpDoor, endpoints=mcp_door)
     app.add_middleware(BodySizeLimit, limit=limit, on_error=count_error)
     if token:
         app.add_middleware(BearerAuth, token=token, open_paths=OPEN_PATHS, on_error=count_error)

@@ -1,14 +1,71 @@
-"""Streamable HTTP serving of envhub sessions as MCP servers."""
+"""Streamable HTTP serving of envhub sessions as MCP servers.
+
+:class:`McpEndpoints` is a pure ASGI app serving ``/mcp/{env}`` for environments reached
+through any :class:`~envhub.protocol.EnvironmentClient` (the server's hosted ones for
+``envhub serve --mcp``). One MCP session is one envhub session: an ``initialize`` request
+without an ``Mcp-Session-Id`` opens an envhub session on the task its URL's ``task_id``
+(or ``seed``) query parameter or the request's ``_meta`` (``envhub/task_id``,
+``envhub/seed``) names, a seeded pick otherwise, and every answer of that MCP session
+carries the envhub session id in the ``envhub-session-id`` header. Ending the MCP session
+(``DELETE``, or idle past ``idle_timeout_s``) closes (scores) the envhub session before the
+``DELETE`` is answered. The MCP protocol itself is the official SDK's: each session's
+:func:`~envhub.mcp.door.session_mcp_server` runs on its own
+:class:`~mcp.server.streamable_http.StreamableHTTPServerTransport`.
+
+Sessions need the handshake era of the protocol: a sessionless (2026-07-28) request is
+answered with ``UNSUPPORTED_PROTOCOL_VERSION`` naming the handshake versions, on which the
+SDK's clients fall back to ``initialize``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from contextlib import contextmanager
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
+import anyio
+import anyio.abc
 import uvicorn
+from mcp.server.runner import serve_loop
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.types import Message, Receive, Scope, Send
 
-__all__ = ["quiet_uvicorn_server"]
+from envhub.errors import EnvhubError, InvalidRequest
+from envhub.mcp.door import session_mcp_server
+from envhub.protocol import EnvironmentClient, SessionHandle
+from envhub.types import SessionStart
+
+__all__ = [
+    "ENVHUB_SESSION_HEADER",
+    "SEED_META",
+    "TASK_ID_META",
+    "McpEndpoints",
+    "quiet_uvicorn_server",
+]
+
+log = logging.getLogger("envhub.mcp")
+
+ENVHUB_SESSION_HEADER = "envhub-session-id"
+TASK_ID_META = "envhub/task_id"
+SEED_META = "envhub/seed"
+_MAX_TASK_ID = 512
+
+_SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
+_VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 
 
 class _QuietServer(uvicorn.Server):
@@ -24,3 +81,315 @@ def quiet_uvicorn_server(app: Any) -> uvicorn.Server:
     """A uvicorn server for ``app`` to run with ``serve(sockets=...)`` in the current loop."""
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
     return _QuietServer(config)
+
+
+class _Refused(Exception):
+    """An MCP request answered with a JSON-RPC error at an HTTP status."""
+
+    def __init__(self, status: int, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.data = status, code, message, data
+
+
+@dataclass(eq=False)
+class _McpSession:
+    """One MCP session: its transport and the envhub session it is."""
+
+    transport: StreamableHTTPServerTransport
+    session: SessionHandle
+    start: SessionStart
+    env: str
+    established: bool = False  # its initialize was answered with success
+    ended: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def header(self) -> tuple[bytes, bytes]:
+        return ENVHUB_SESSION_HEADER.encode(), self.start.session_id.encode()
+
+
+class McpEndpoints:
+    """``/mcp/{env}`` for each of ``clients`` (by the name clients use), a pure ASGI app.
+
+    Run it inside :meth:`running` (the serving app's lifespan): the sessions' message loops
+    live in its task group, and leaving it ends them (aborting their envhub sessions).
+    ``error_status`` gives the HTTP status of a core error at initialisation (the
+    server's mapping); ``on_error`` counts each refused request by envhub error code.
+    """
+
+    def __init__(
+        self,
+        clients: Mapping[str, EnvironmentClient],
+        *,
+        prefix: str = "/mcp/",
+        idle_timeout_s: float | None = None,
+        error_status: Callable[[EnvhubError], int] = lambda exc: 400,
+        on_error: Callable[[str], None] = lambda code: None,
+    ) -> None:
+        self.clients = dict(clients)
+        self.prefix = prefix
+        self.idle_timeout_s = idle_timeout_s
+        self.error_status = error_status
+        self.on_error = on_error
+        self._sessions: dict[str, _McpSession] = {}
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    def serves(self, path: str) -> bool:
+        return path.startswith(self.prefix)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield
+            finally:
+                self._tasks = None
+                tasks.cancel_scope.cancel()
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._sessions)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request_id: Any = None
+        try:
+            env = self._env_of(scope["path"])
+            headers = dict(scope["headers"])
+            version = headers.get(_VERSION_HEADER)
+            if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+                raise _Refused(
+                    400, UNSUPPORTED_PROTOCOL_VERSION,
+                    "an envhub MCP endpoint is one episode per MCP session: use the "
+                    "initialize handshake (protocol versions "
+                    f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)})",
+                    {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS),
+                     "requested": version.decode("latin-1")},
+                )
+            mcp_session_id = headers.get(_SESSION_HEADER)
+            if mcp_session_id is not None:
+                await self._continue(env, mcp_session_id.decode("latin-1"), scope, receive, send)
+                return
+            if scope["method"] != "POST":
+                raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: an MCP session "
+                                                     "starts with a POSTed initialize request")
+            body = await _read_body(receive)
+            request_id = _request_id(body)
+            await self._initialize(env, scope, body, send)
+        except _Refused as refusal:
+            self.on_error(_envhub_code(refusal))
+            await _jsonrpc_error(send, refusal, request_id)
+
+    def _env_of(self, path: str) -> str:
+        env = path[len(self.prefix):].rstrip("/")
+        if env not in self.clients:
+            hosted = ", ".join(sorted(self.clients))
+            raise _Refused(404, INVALID_PARAMS,
+                           f"environment {env!r} is not hosted here (hosted: {hosted})",
+                           {"code": "unknown_environment"})
+        return env
+
+    async def _continue(
+        self, env: str, mcp_session_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A request of an open MCP session; a DELETE is answered once the envhub session
+        has been closed, so its 200 means the episode is scored."""
+        entry = self._sessions.get(mcp_session_id)
+        if entry is None or entry.env != env:
+            raise _Refused(404, INVALID_REQUEST, "Session not found: no open MCP session "
+                                                 f"{mcp_session_id[:64]!r} on /mcp/{env}",
+                           {"code": "session_not_found"})
+        if scope["method"] != "DELETE":
+            await entry.transport.handle_request(scope, receive, _with_header(send, entry.header))
+            return
+        held: list[Message] = []
+
+        async def hold(message: Message) -> None:
+            held.append(message)
+
+        await entry.transport.handle_request(scope, receive, _with_header(hold, entry.header))
+        if entry.transport.is_terminated:
+            await entry.ended.wait()
+        for message in held:
+            await send(message)
+
+    async def _initialize(self, env: str, scope: Scope, body: bytes, send: Send) -> None:
+        message = _parse(body)
+        if message.get("method") != "initialize":
+            raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: the first request "
+                                                 "of an MCP session must be initialize")
+        task_id, seed = _task_choice(scope, message)
+        try:
+            session = await self.clients[env].open(task_id, seed=seed)
+        except EnvhubError as exc:
+            code = INVALID_PARAMS if exc.code in {"unknown_task", "invalid_request"} \
+                else INTERNAL_ERROR
+            raise _Refused(self.error_status(exc), code, exc.message or str(exc),
+                           {"code": exc.code}) from exc
+        try:
+            start = await session.reset()
+            entry = _McpSession(
+                StreamableHTTPServerTransport(
+                    uuid.uuid4().hex, is_json_response_enabled=True,
+                    idle_timeout=self.idle_timeout_s,
+                ),
+                session, start, env,
+            )
+            if self._tasks is None:
+                raise RuntimeError("McpEndpoints is not running (enter running() first)")
+            await self._tasks.start(self._serve, entry)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await session.abort()
+            raise
+        try:
+            status = await _answer(entry.transport, scope, body, _with_header(send, entry.header))
+            if status is not None and status < 400:
+                assert entry.transport.mcp_session_id is not None
+                self._sessions[entry.transport.mcp_session_id] = entry
+                entry.established = True
+        finally:
+            if not entry.established:  # the loop ends and the envhub session is aborted
+                with anyio.CancelScope(shield=True):
+                    await entry.transport.terminate()
+
+    async def _serve(
+        self, entry: _McpSession, *, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        """The session's message loop; when it ends (DELETE, idle) the envhub session is
+        closed (scored); after a failed initialize, a crash or at shutdown, aborted."""
+        transport, finished = entry.transport, False
+        try:
+            async with transport.connect() as (read_stream, write_stream):
+                task_status.started()
+                server = session_mcp_server(entry.session, entry.start, env_name=entry.env)
+                with transport.idle_scope or anyio.CancelScope():
+                    await serve_loop(server, read_stream, write_stream, lifespan_state={},
+                                     session_id=transport.mcp_session_id)
+            finished = True
+        except Exception:
+            log.exception("MCP session %s of %s crashed", transport.mcp_session_id, entry.env)
+        finally:
+            assert transport.mcp_session_id is not None
+            self._sessions.pop(transport.mcp_session_id, None)
+            with anyio.CancelScope(shield=True):
+                await self._end(entry, score=finished and entry.established)
+
+    async def _end(self, entry: _McpSession, *, score: bool) -> None:
+        try:
+            if not entry.transport.is_terminated:
+                await entry.transport.terminate()
+            if score:
+                await entry.session.close()
+            else:
+                await entry.session.abort()
+        except EnvhubError as exc:  # already closed elsewhere, or the environment failed
+            log.info("closing envhub session %s after its MCP session: %s",
+                     entry.start.session_id, exc)
+        finally:
+            entry.ended.set()
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Refused(400, INVALID_REQUEST, "the client disconnected mid-request")
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _parse(body: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _Refused(400, PARSE_ERROR, f"the body is not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise _Refused(400, INVALID_REQUEST, "an initialize request is one JSON-RPC object")
+    return message
+
+
+def _request_id(body: bytes) -> Any:
+    try:
+        message = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    return request_id if isinstance(request_id, (str, int)) else None
+
+
+def _task_choice(scope: Scope, message: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The task the client chose: query parameters first, then the request's ``_meta``."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    task_id: Any = query["task_id"][-1] if "task_id" in query else meta.get(TASK_ID_META)
+    seed: Any = query["seed"][-1] if "seed" in query else meta.get(SEED_META)
+    if task_id is not None and (not isinstance(task_id, str) or not 0 < len(task_id)
+                                <= _MAX_TASK_ID):
+        raise _Refused(400, INVALID_PARAMS,
+                       f"task_id must be a string of 1-{_MAX_TASK_ID} characters",
+                       {"code": InvalidRequest.code})
+    if seed is not None:
+        try:
+            seed = int(seed)
+        except (TypeError, ValueError):
+            raise _Refused(400, INVALID_PARAMS, f"seed must be an integer, got {seed!r}",
+                           {"code": InvalidRequest.code}) from None
+    return task_id, seed
+
+
+async def _answer(transport: StreamableHTTPServerTransport, scope: Scope, body: bytes,
+                  send: Send) -> int | None:
+    """Let ``transport`` answer a request whose body was already read; its HTTP status."""
+    delivered = False
+    status: int | None = None
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    async def watch(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    await transport.handle_request(scope, replay, watch)
+    return status
+
+
+def _with_header(send: Send, header: tuple[bytes, bytes]) -> Send:
+    async def send_with_header(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), header]}
+        await send(message)
+
+    return send_with_header
+
+
+def _envhub_code(refusal: _Refused) -> str:
+    if isinstance(refusal.data, dict) and isinstance(refusal.data.get("code"), str):
+        return str(refusal.data["code"])
+    return "invalid_request"
+
+
+async def _jsonrpc_error(send: Send, refusal: _Refused, request_id: Any) -> None:
+    error: dict[str, Any] = {"code": refusal.code, "message": refusal.message}
+    if refusal.data is not None:
+        error["data"] = refusal.data
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
+    await send({"type": "http.response.start", "status": refusal.status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,166 @@
+"""The MCP door of the server (``create_app(..., mcp=True)``): ``/mcp/{env}`` over the store.
+
+:class:`StoreEnvironment` is the :class:`~envhub.protocol.EnvironmentClient` of one hosted
+environment through the :class:`~envhub.server.store.SessionStore`, so MCP sessions are
+store sessions like any other door's: counted against ``max_sessions``, listed under
+``GET /v1/sessions/{id}``, reaped when idle, and metered per step.
+:class:`McpDoor` routes ``/mcp/`` requests to :class:`~envhub.mcp.http.McpEndpoints`
+behind the same bearer token and body-size limit as the other doors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from envhub.errors import EnvhubError, SessionClosed
+from envhub.mcp.http import McpEndpoints
+from envhub.protocol import OpeningSession
+from envhub.server.errors import STATUS_BY_CODE
+from envhub.server.metrics import ServerMetrics
+from envhub.server.store import SessionStore
+from envhub.task import Task
+from envhub.types import (
+    CloseResult,
+    CreateSession,
+    EnvironmentInfo,
+    SessionInfo,
+    SessionStart,
+    StepRequest,
+    StepResult,
+    ToolCall,
+)
+from envhub.validation import invalid_request
+
+__all__ = ["McpDoor", "StoreEnvironment", "StoreSession", "mcp_endpoints"]
+
+
+class StoreSession:
+    """One store session as a :class:`~envhub.protocol.SessionHandle`."""
+
+    def __init__(self, store: SessionStore, start: SessionStart) -> None:
+        self.store = store
+        self.start = start
+        self.session_id = start.session_id
+        self.served_by: str | None = None
+        self._aborted = False
+
+    async def reset(self) -> SessionStart:
+        return self.start
+
+    async def step(
+        self,
+        tool_calls: Sequence[ToolCall | dict[str, Any]],
+        content: str | None = None,
+        request_id: str | None = None,
+    ) -> StepResult:
+        if self._aborted:
+            raise SessionClosed(f"session {self.session_id} was aborted")
+        try:
+            request = StepRequest.model_validate(
+                {"tool_calls": list(tool_calls), "content": content, "request_id": request_id}
+            )
+        except ValidationError as exc:
+            raise invalid_request(exc) from None
+        return await self.store.step(self.session_id, request)
+
+    async def close(self) -> CloseResult:
+        if self._aborted:
+            raise SessionClosed(f"session {self.session_id} was aborted, not scored")
+        return await self.store.close(self.session_id)
+
+    async def abort(self) -> None:
+        """The store, like the HTTP API, has no unscored delete: the session is closed
+        there and its result dropped here (as :meth:`envhub.RemoteSession.abort` does)."""
+        if not self._aborted:
+            self._aborted = True
+            try:
+                await self.store.close(self.session_id)
+            except EnvhubError:
+                pass  # already gone (reaped or shut down): nothing left to free
+
+    async def info(self) -> SessionInfo:
+        return self.store.info(self.session_id)
+
+    async def __aenter__(self) -> StoreSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            await self.close()
+        else:
+            await self.abort()
+
+
+class StoreEnvironment:
+    """One hosted environment as an :class:`~envhub.protocol.EnvironmentClient`."""
+
+    def __init__(self, store: SessionStore, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.hosted = store.hosted(name)
+
+    @property
+    def version(self) -> str:
+        return self.hosted.base.version
+
+    async def info(self) -> EnvironmentInfo:
+        return await self.hosted.info()
+
+    async def task_ids(self, split: str | None = None) -> list[str]:
+        return await self.hosted.base.task_ids(split)
+
+    async def task(self, task_id: str) -> Task:
+        raise NotImplementedError("a hosted environment does not hand out its tasks' gold data")
+
+    def open(
+        self,
+        task_id: str | None = None,
+        *,
+        session_id: str | None = None,
+        seed: int | None = None,
+    ) -> OpeningSession:
+        async def start() -> StoreSession:
+            request = CreateSession(env=self.name, task_id=task_id, seed=seed,
+                                    session_id=session_id)
+            return StoreSession(self.store, await self.store.create(request))
+
+        return OpeningSession(start)
+
+    async def aclose(self) -> None:
+        """The app's lifespan releases the hosted environments; nothing is owned here."""
+
+
+def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
+    """``/mcp/{env}`` for every hosted environment; an MCP session idle past the store's
+    TTL ends (closing its envhub session), as the reaper would abort it."""
+    return McpEndpoints(
+        {name: StoreEnvironment(store, name) for name in store.envs},
+        idle_timeout_s=store.session_ttl_s,
+        error_status=lambda exc: STATUS_BY_CODE.get(exc.code, 500),
+        on_error=lambda code: metrics.errors.labels(code).inc(),
+    )
+
+
+class McpDoor:
+    """Pure ASGI: ``/mcp/...`` requests go to ``endpoints``, everything else passes on."""
+
+    def __init__(self, app: ASGIApp, *, endpoints: McpEndpoints) -> None:
+        self.app = app
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.endpoints.serves(scope["path"]):
+            await self.endpoints(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+if TYPE_CHECKING:  # the protocols, checked statically against this implementation
+    from envhub.protocol import EnvironmentClient, SessionHandle
+
+    _client: type[EnvironmentClient] = StoreEnvironment
+    _session: type[SessionHandle] = StoreSession
