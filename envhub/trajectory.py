@@ -289,8 +289,8 @@ def export_trajectories(
     """Export a trajectory file for ``datasets.load_dataset``; returns the row count.
 
     Fixed-shape fields (turns with token ids, metrics, timings, usage, error) stay typed
-    columns; ``messages``, ``tools``, ``sampling``, ``reward_components`` and
-    ``metrics.errors_by_kind`` become JSON strings.
+    columns; ``messages``, ``tools``, ``sampling``, ``reward_components``,
+    ``metrics.errors_by_kind`` and ``metrics.retried_errors`` become JSON strings.
     """
     import datasets
 
@@ -299,7 +299,8 @@ def export_trajectories(
         row = trajectory.model_dump(mode="json")
         for column in _JSON_COLUMNS:
             row[column] = json.dumps(row[column], ensure_ascii=False)
-        row["metrics"]["errors_by_kind"] = json.dumps(row["metrics"]["errors_by_kind"])
+        for counts in ("errors_by_kind", "retried_errors"):
+            row["metrics"][counts] = json.dumps(row["metrics"][counts])
         rows.append(row)
     features = _export_features()
     dataset = datasets.Dataset.from_list(rows, features=features)
@@ -335,6 +336,7 @@ def _export_features() -> Any:
             "task_id": Value("string"),
             "sample_index": Value("int64"),
             "env": {"name": Value("string"), "version": Value("string")},
+            "served_by": Value("string"),
             "model": Value("string"),
             "sampling": Value("string"),
             "messages": Value("string"),
@@ -351,6 +353,7 @@ def _export_features() -> Any:
                 "tool_errors": Value("int64"),
                 "errors_by_kind": Value("string"),
                 "episode_attempts": Value("int64"),
+                "retried_errors": Value("string"),
             },
             "timings": {
                 "llm_s": Value("float64"),

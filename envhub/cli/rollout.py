@@ -23,6 +23,14 @@ from envhub.cli.options import (
     SandboxBackendOption,
     env_options,
 )
+from envhub.cli.targets import (
+    EnvFleetOption,
+    EnvTarget,
+    EnvTokenOption,
+    EnvUrlOption,
+    FleetNamespaceOption,
+    local_task_source,
+)
 from envhub.errors import EnvhubError, RolloutFailed
 from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
 
@@ -111,6 +119,12 @@ def _summary_table(summary: RunSummary) -> Table:
     )
     if summary.errors:
         table.add_row("errors", ", ".join(f"{k}: {v}" for k, v in sorted(summary.errors.items())))
+    if summary.retried:
+        table.add_row(
+            "retried attempts", ", ".join(f"{k}: {v}" for k, v in sorted(summary.retried.items()))
+        )
+    for replica, counts in summary.by_replica.items():
+        table.add_row(f"on {replica}", f"{counts.episodes} episodes ({counts.masked} masked)")
     table.add_row("mean turns", fmt(summary.mean_turns, 2))
     table.add_row("tool errors", str(summary.tool_errors))
     table.add_row(
@@ -157,14 +171,13 @@ def rollout_command(
                           "episodes in a row: a dead server; 0: never")
     ] = DEFAULT_MAX_CONSECUTIVE_MASKED,
     env_arg: EnvArgOption = None,
-    env_url: Annotated[str | None, typer.Option(help="use an `envhub serve` server")] = None,
+    env_url: EnvUrlOption = None,
+    env_fleet: EnvFleetOption = None,
+    fleet_namespace: FleetNamespaceOption = "envhub",
     env_transport: Annotated[
-        str, typer.Option(help="with --env-url: ws (pooled WebSockets) | http")
+        str, typer.Option(help="with --env-url/--env-fleet: ws (pooled WebSockets) | http")
     ] = DEFAULT_ENV_TRANSPORT,
-    env_token: Annotated[
-        str | None,
-        typer.Option(envvar="ENVHUB_TOKEN", show_envvar=True, help="the server's bearer token"),
-    ] = None,
+    env_token: EnvTokenOption = None,
     api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", show_envvar=True)] = None,
     token_ids: Annotated[str, typer.Option(help="ask for token ids: auto | on | off")] = "auto",
     endpoint_concurrency: Annotated[
@@ -181,6 +194,11 @@ def rollout_command(
     ] = 0.0,
     sandbox: SandboxBackendOption = None,
     gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
+    agent: Annotated[
+        str | None,
+        typer.Option(help="an external agent framework plays each episode over MCP, its "
+                     "model calls recorded by a capture proxy: openai-agents | module:Class"),
+    ] = None,
 ) -> None:
     """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
 
@@ -190,7 +208,14 @@ def rollout_command(
     from envhub.policies import SamplingParams, make_policy
     from envhub.rollout.runtime import run_async
 
-    if sandbox is not None and env_url:
+    if env_transport not in ("ws", "http"):
+        raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
+    try:
+        target = EnvTarget(env_url or [], env_fleet, fleet_namespace,
+                           cast("SessionTransport", env_transport), env_token)
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
+    if sandbox is not None and target.remote:
         raise _fail(
             "--sandbox sets the backend of an in-process environment; a server's is its "
             "operator's (envhub serve --sandbox): drop --sandbox"
@@ -198,13 +223,6 @@ def rollout_command(
     env_opts = env_options([env], env_arg, sandbox)[0]
     if policy == "openai" and not base_url:
         raise _fail(NO_MODEL_HINT)
-    if policy == "reference" and env_url:
-        raise _fail(
-            "--policy reference replays gold actions, which only an in-process "
-            "environment has: drop --env-url"
-        )
-    if env_transport not in ("ws", "http"):
-        raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     options: dict[str, Any] = {}
     if policy == "openai":
@@ -233,15 +251,18 @@ def rollout_command(
         "gc_threshold": gc_threshold,
     }
     try:
+        if agent is not None:
+            from envhub.agents import make_agent
+
+            run_options["agent"] = make_agent(agent)
         chosen = make_policy(policy, model=model, base_urls=base_url, sampling=sampling, **options)
         result = run_async(
             _rollout(
                 env,
                 chosen,
                 options=env_opts,
-                env_url=env_url,
-                env_transport=cast("SessionTransport", env_transport),
-                env_token=env_token,
+                target=target,
+                replay_gold=policy == "reference",
                 max_turns=max_turns,
                 run_options=run_options,
             )
@@ -260,43 +281,32 @@ def rollout_command(
     console.print(f"trajectories: {output}   summary: {output}.summary.json")
 
 
-def _open_env(
-    env: str,
-    options: dict[str, Any],
-    env_url: str | None,
-    max_turns: int | None,
-    transport: SessionTransport,
-    token: str | None,
-) -> EnvironmentClient:
-    """The environment, in-process or on the server at ``env_url``.
-
-    ``--max-turns`` is the runner's cap on every transport (:func:`envhub.rollout.run`);
-    in-process it is also the sessions' budget, which the runner's cap cannot raise. A
-    server's budgets are its operator's (the client cannot raise them either)."""
-    if env_url is None:
-        from envhub.local import make
-
-        return make(env, max_turns=max_turns, **options)
-    from envhub.client import RemoteEnvironment
-
-    return RemoteEnvironment(env_url, env, options, token=token, transport=transport)
-
-
 async def _rollout(
     env_name: str,
     policy: Any,
     *,
     options: dict[str, Any],
-    env_url: str | None,
-    env_transport: SessionTransport,
-    env_token: str | None,
+    target: EnvTarget,
+    replay_gold: bool,
     max_turns: int | None,
     run_options: dict[str, Any],
 ) -> RolloutResult:
+    """Run the rollout; ``replay_gold``: the policy reads whole tasks, which a remote
+    environment does not publish, so they come from a local copy of the plugin.
+
+    ``--max-turns`` is the runner's cap on every transport (:func:`envhub.rollout.run`);
+    in-process it is also the sessions' budget, which the runner's cap cannot raise."""
     from envhub.rollout.run import run
 
+    tasks_from: EnvironmentClient | None = None
     try:
-        env = _open_env(env_name, options, env_url, max_turns, env_transport, env_token)
+        env = target.open(env_name, options, max_turns)
+        try:
+            if replay_gold and target.remote:
+                tasks_from = await local_task_source(env_name, options, env)
+        except BaseException:
+            await env.aclose()
+            raise
     except BaseException:
         await policy.aclose()
         raise
@@ -314,12 +324,15 @@ async def _rollout(
             max_turns=max_turns,
             on_result=_LiveStats(progress, bar),
             on_plan=planned,
+            tasks_from=tasks_from,
             **run_options,
         )
     finally:
         progress.stop()
         await policy.aclose()
         await env.aclose()
+        if tasks_from is not None:
+            await tasks_from.aclose()
 
 
 @app.command("check")
@@ -334,16 +347,25 @@ def check_command(
     env_arg: EnvArgOption = None,
     concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 32,
     sandbox: SandboxBackendOption = None,
+    env_url: EnvUrlOption = None,
+    env_fleet: EnvFleetOption = None,
+    fleet_namespace: FleetNamespaceOption = "envhub",
+    env_token: EnvTokenOption = None,
 ) -> None:
     """Check that the reference policy scores 1 and a no-op policy 0 on every selected task.
 
-    Prints the failing tasks and exits 1 if any fails.
+    In-process by default; with --env-url or --env-fleet the episodes run on the servers
+    and the gold actions come from the plugin installed here (same version). Prints the
+    failing tasks and exits 1 if any fails.
     """
     from envhub.rollout.runtime import run_async
 
     options = env_options([env], env_arg, sandbox)[0]
     try:
-        report, elapsed = run_async(_check(env, options, tasks, concurrency))
+        target = EnvTarget(env_url or [], env_fleet, fleet_namespace, token=env_token)
+        if sandbox is not None and target.remote:
+            raise _fail("--sandbox sets the backend of an in-process environment; drop it")
+        report, elapsed = run_async(_check(env, options, tasks, concurrency, target))
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
     if report.ok:
@@ -368,23 +390,30 @@ def check_command(
     raise typer.Exit(1)
 
 
-async def _check(env: str, options: dict[str, Any], tasks: str | None, concurrency: int) -> Any:
-    from envhub.local import make
+async def _check(
+    env: str, options: dict[str, Any], tasks: str | None, concurrency: int, target: EnvTarget
+) -> Any:
     from envhub.rollout.check import check_tasks
     from envhub.rollout.tasks import select_task_ids
 
-    local = make(env, **options)
+    client = target.open(env, options)
+    tasks_from: EnvironmentClient | None = None
     try:
-        ids = await local.task_ids() if tasks is None else await select_task_ids(local, tasks)
+        if target.remote:
+            tasks_from = await local_task_source(env, options, client)
+        ids = await client.task_ids() if tasks is None else await select_task_ids(client, tasks)
         started = time.perf_counter()
         with _progress() as progress:
             bar = progress.add_task(f"check {env}", total=2 * len(ids), stats="")
             report = await check_tasks(
-                local, ids, concurrency=concurrency, on_result=lambda t: progress.advance(bar)
-            )
+                client, ids, concurrency=concurrency, tasks_from=tasks_from,
+                on_result=lambda t: progress.advance(bar),
+            )  # fmt: skip
         return report, time.perf_counter() - started
     finally:
-        await local.aclose()  # the class's shared resources: pools, browsers
+        await client.aclose()  # in-process: the class's shared resources (pools, browsers)
+        if tasks_from is not None:
+            await tasks_from.aclose()
 
 
 @app.command("export")

@@ -49,11 +49,13 @@ async def check_tasks(
     *,
     concurrency: int = 32,
     on_result: Callable[[Trajectory], None] | None = None,
+    tasks_from: EnvironmentClient | None = None,
 ) -> CheckReport:
     """Run the reference and the no-op policy once on every task and collect the failures.
 
     The reference policy replays each task's gold actions, so ``env``'s transport must
-    give whole tasks (:meth:`EnvironmentClient.task`: in-process ones do)."""
+    give whole tasks (:meth:`EnvironmentClient.task`: in-process ones do), or
+    ``tasks_from`` must (a local copy of the environment a server, pool or fleet runs)."""
     ids = list(task_ids)
     version = (await env.info()).version
     failures: list[CheckFailure] = []
@@ -62,7 +64,9 @@ async def check_tasks(
         ("noop", NoopPolicy(), 0.0),
     ]
     for name, policy, expected in checks:
-        runner = EpisodeRunner(env, policy, env_version=version, max_env_attempts=1)
+        runner = EpisodeRunner(
+            env, policy, env_version=version, max_env_attempts=1, tasks_from=tasks_from
+        )
 
         def judge(trajectory: Trajectory, name: str = name, expected: float = expected) -> None:
             if on_result is not None:

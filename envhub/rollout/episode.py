@@ -79,7 +79,9 @@ class EpisodeRunner:
     ``policy_version`` is read at every model call and recorded on the turn. The policy
     gets the whole task (the reference policy replays its gold actions) where the
     environment's transport gives it (:meth:`EnvironmentClient.task`), else ``None``;
-    ``task_of`` replaces that lookup (a test's scripted task). ``env_version`` is recorded
+    ``tasks_from`` is another client to read tasks from (a local copy of the environment
+    a server or fleet runs, whose transport publishes no tasks), and ``task_of`` replaces
+    the lookup altogether (a test's scripted task). ``env_version`` is recorded
     on each trajectory; without it the environment's ``info()`` is asked once.
     """
 
@@ -94,6 +96,7 @@ class EpisodeRunner:
         max_env_attempts: int = 3,
         policy_version: Callable[[], int | None] = lambda: None,
         task_of: Callable[[str], Task | None] | None = None,
+        tasks_from: EnvironmentClient | None = None,
     ) -> None:
         self.env = env
         self.policy = policy
@@ -108,6 +111,7 @@ class EpisodeRunner:
         self.env_backoff = RetryPolicy(base_delay_s=0.25, max_delay_s=5.0)
         self.policy_version = policy_version
         self.task_of = task_of
+        self.tasks_from = tasks_from or env
         self._env_gives_tasks = True
 
     async def run(self, spec: EpisodeSpec) -> Trajectory:
@@ -154,7 +158,7 @@ class EpisodeRunner:
         if not self._env_gives_tasks:
             return None
         try:
-            return await self.env.task(task_id)
+            return await self.tasks_from.task(task_id)
         except NotImplementedError:  # a remote transport: task ids and prompts only
             self._env_gives_tasks = False
             return None

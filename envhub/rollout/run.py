@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from envhub.errors import InvalidRequest, RolloutFailed
 from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
@@ -35,6 +35,9 @@ from envhub.rollout.episode import EpisodeRunner
 from envhub.rollout.summary import RunSummary
 from envhub.rollout.tasks import select_task_ids
 from envhub.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from envhub.agents.base import AgentRunner
 
 __all__ = ["DEFAULT_MAX_MASKED_FRACTION", "RolloutResult", "run", "run_sync"]
 
@@ -73,6 +76,8 @@ async def run(
     gc_threshold: int = DEFAULT_GC_THRESHOLD,
     on_result: Callable[[Trajectory], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
+    tasks_from: EnvironmentClient | None = None,
+    agent: AgentRunner | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -90,18 +95,32 @@ async def run(
 
     Raises :class:`~envhub.errors.RolloutFailed` when the breaker opened or more than
     ``max_masked_fraction`` of the episodes are masked (``None``: no limit).
+
+    ``tasks_from``: where the policy reads whole tasks when ``env`` publishes none (a
+    server, a pool, a fleet): a local copy of the same environment with the same options
+    (``envhub.make(name, **options)``), so ``--policy reference`` can replay gold actions
+    against remote replicas. The caller owns it too.
+
+    ``agent``: an external agent framework plays each episode instead of the policy loop
+    (:mod:`envhub.agents`; ``policy`` is then the endpoints its capture proxy forwards to).
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     task_ids = await select_task_ids(env, tasks)
-    runner = EpisodeRunner(
+    make_runner: Callable[..., EpisodeRunner] = EpisodeRunner
+    if agent is not None:
+        from envhub.agents.episode import AgentEpisodeRunner
+
+        make_runner = functools.partial(AgentEpisodeRunner, agent=agent)
+    runner = make_runner(
         env,
         policy,
         env_version=(await env.info()).version,
         max_turns=max_turns,
         max_env_attempts=max_env_attempts,
         policy_version=lambda: policy_version,
+        tasks_from=tasks_from,
     )
     kept: list[Trajectory] | None = [] if output is None else None
 

@@ -237,11 +237,14 @@ def stream(
     max_turns: int | None = None,
     max_env_attempts: int = 3,
     sampling: dict[str, object] | None = None,
+    tasks_from: EnvironmentClient | None = None,
 ) -> RolloutStream:
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
     times, or forever), delivered in completion order. Use as ``async with``.
     ``env_version`` (recorded on each trajectory) defaults to the environment's
-    ``info()``."""
+    ``info()``. ``env`` may be any client, a pool or a Ray fleet included
+    (:class:`envhub.fleet.FleetEnvironment`); ``tasks_from``: see
+    :func:`envhub.rollout.run`."""
     runner = EpisodeRunner(
         env,
         policy,
@@ -249,6 +252,7 @@ def stream(
         sampling=sampling,
         max_turns=max_turns,
         max_env_attempts=max_env_attempts,
+        tasks_from=tasks_from,
     )
     return RolloutStream(
         runner,

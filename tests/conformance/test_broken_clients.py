@@ -36,6 +36,10 @@ class _BrokenSession:
     def session_id(self) -> str:
         return self._inner.session_id
 
+    @property
+    def served_by(self) -> str | None:
+        return self._inner.served_by
+
     async def reset(self) -> SessionStart:
         return await self._inner.reset()
 

@@ -30,6 +30,7 @@ TRANSPORTS = {
     ROOT / "envhub" / "_remote_calls.py",
     ROOT / "envhub" / "protocol.py",
     ROOT / "envhub" / "describe.py",  # describes in-process builds (the registry's heavy half)
+    ROOT / "envhub" / "fleet" / "pool.py",  # a transport made of one remote client per replica
 }
 CONCRETE = {"LocalEnvironment", "RemoteEnvironment", "Session", "RemoteSession"}
 # attributes only one transport has: reading them with getattr/hasattr is a transport test
