@@ -9,6 +9,7 @@ from __future__ import annotations
 from envhub.cli import (
     _registry_commands,  # noqa: F401  (registers list/info/init)
     llm,  # noqa: F401  (registers llm serve)
+    mcp,  # noqa: F401  (registers mcp)
     rollout,  # noqa: F401  (registers rollout/check/export)
     sandbox,  # noqa: F401  (registers sandbox build/gc)
     serve,  # noqa: F401  (registers serve)

@@ -32,7 +32,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
-from envhub.errors import EnvhubError, InvalidRequest, SessionClosed
+from envhub.errors import EnvhubError, SessionClosed
 from envhub.protocol import SessionHandle
 from envhub.types import Message, SessionStart, StepResult, ToolCall
 
@@ -41,6 +41,7 @@ __all__ = [
     "REWARD_URI",
     "TASK_URI",
     "SessionDoor",
+    "mcp_error",
     "serve_session_mcp",
     "session_mcp_server",
 ]
@@ -69,11 +70,16 @@ def _text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False, default=str)
 
 
+# envhub error codes that mean the client asked for something wrong, not a failure
+_CLIENT_CODES = frozenset({"invalid_request", "unknown_environment", "unknown_task",
+                           "session_not_found", "session_closed"})
+
+
 def mcp_error(exc: EnvhubError) -> MCPError:
-    """A core error as an MCP error: a request the session refuses is the client's
-    (``INVALID_PARAMS``); anything else (sandbox, environment, transport) is the server's
-    (``INTERNAL_ERROR``). ``data.code`` carries envhub's error code."""
-    code = types.INVALID_PARAMS if isinstance(exc, InvalidRequest) else types.INTERNAL_ERROR
+    """A core error as an MCP error: what the client asked wrong (an unknown task, a refused
+    call) is ``INVALID_PARAMS``; anything else (sandbox, environment, transport, capacity)
+    is the server's, ``INTERNAL_ERROR``. ``data.code`` carries envhub's error code."""
+    code = types.INVALID_PARAMS if exc.code in _CLIENT_CODES else types.INTERNAL_ERROR
     return MCPError(code, exc.message or str(exc), data={"code": exc.code})
 
 

@@ -35,7 +35,6 @@ from mcp.server.runner import serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.types import (
-    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -45,7 +44,7 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError, InvalidRequest
-from envhub.mcp.door import session_mcp_server
+from envhub.mcp.door import mcp_error, session_mcp_server
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.types import SessionStart
 
@@ -223,10 +222,9 @@ class McpEndpoints:
         try:
             session = await self.clients[env].open(task_id, seed=seed)
         except EnvhubError as exc:
-            code = INVALID_PARAMS if exc.code in {"unknown_task", "invalid_request"} \
-                else INTERNAL_ERROR
-            raise _Refused(self.error_status(exc), code, exc.message or str(exc),
-                           {"code": exc.code}) from exc
+            error = mcp_error(exc).error
+            raise _Refused(self.error_status(exc), error.code, error.message,
+                           error.data) from exc
         try:
             start = await session.reset()
             entry = _McpSession(
