@@ -8,7 +8,8 @@ the path. Server dependencies (``pip install envhub[server]``) are imported in t
 from __future__ import annotations
 
 import resource
-from typing import Annotated
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -22,7 +23,47 @@ from envhub.cli.options import (
 from envhub.errors import EnvhubError
 from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 
-__all__ = ["raise_open_files_limit", "serve"]
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from envhub.local import LocalEnvironment
+
+__all__ = ["build_app", "raise_open_files_limit", "serve"]
+
+
+def build_app(
+    envs: Sequence[str],
+    options: Sequence[dict[str, Any]],
+    *,
+    max_sessions: int = 4096,
+    session_ttl_s: float = 600.0,
+    max_body_bytes: int = 4_194_304,
+    token: str | None = None,
+    max_turns: int | None = None,
+    tool_timeout_s: float | None = None,
+    episode_timeout_s: float | None = None,
+    max_output_chars: int | None = None,
+) -> FastAPI:
+    """The application ``envhub serve`` runs: each of ``envs`` made with its ``options``
+    (one dict per env) and the budgets, hosted by :func:`envhub.server.create_app` with
+    these limits and token. Fleet replicas build theirs here too, so a replica serves
+    exactly what ``envhub serve`` would. Raises :class:`~envhub.errors.EnvhubError` or
+    ``ValueError`` (an env listed twice, a bad limit) before anything is served."""
+    from envhub.local import make
+    from envhub.server import create_app
+
+    hosted: dict[str, LocalEnvironment] = {}
+    for env_id, env_options_ in zip(envs, options, strict=True):
+        local = make(
+            env_id, max_turns=max_turns, tool_timeout_s=tool_timeout_s,
+            episode_timeout_s=episode_timeout_s, max_output_chars=max_output_chars,
+            **env_options_,
+        )  # fmt: skip
+        if local.name in hosted:
+            raise ValueError(f"environment {local.name!r} is listed twice")
+        hosted[local.name] = local
+    return create_app(hosted, max_sessions=max_sessions, session_ttl_s=session_ttl_s,
+                      max_body_bytes=max_body_bytes, token=token)
 
 
 def raise_open_files_limit() -> int:
@@ -69,27 +110,22 @@ def serve(
     try:
         import uvicorn
 
-        from envhub.local import make
-        from envhub.server import create_app
+        import envhub.server  # noqa: F401  (the [server] extra is installed)
     except ImportError as exc:
         typer.echo(f"error: {exc.name} is missing: pip install 'envhub[server]'", err=True)
         raise typer.Exit(2) from None
     options_of = env_options(envs, env_arg, sandbox)
     try:
-        hosted = {}
-        for env_id, options in zip(envs, options_of, strict=True):
-            local = make(
-                env_id, max_turns=max_turns, tool_timeout_s=tool_timeout,
-                episode_timeout_s=episode_timeout, max_output_chars=max_output_chars, **options,
-            )
-            if local.name in hosted:
-                raise ValueError(f"environment {local.name!r} is listed twice")
-            hosted[local.name] = local
-        application = create_app(hosted, max_sessions=max_sessions, session_ttl_s=session_ttl,
-                                 max_body_bytes=max_body_bytes, token=token or None)
+        application = build_app(
+            envs, options_of, max_sessions=max_sessions, session_ttl_s=session_ttl,
+            max_body_bytes=max_body_bytes, token=token or None, max_turns=max_turns,
+            tool_timeout_s=tool_timeout, episode_timeout_s=episode_timeout,
+            max_output_chars=max_output_chars,
+        )  # fmt: skip
     except (EnvhubError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    hosted = application.state.store.envs
     raise_open_files_limit()
     typer.echo(f"envhub: serving {', '.join(hosted)} at http://{host}:{port}"
                f"{' (bearer token required)' if token else ''}", err=True)

@@ -7,10 +7,16 @@ Ray is the fleet's control plane only (placement, restarts, discovery) and an ex
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from envhub.fleet.pool import PinnedSession, PooledEnvironment, ReplicaState
 from envhub.fleet.replicas import ReplicaAddress, ReplicaSource, StaticReplicas
 
+if TYPE_CHECKING:
+    from envhub.fleet.ray_fleet import FleetEnvironment
+
 __all__ = [
+    "FleetEnvironment",
     "PinnedSession",
     "PooledEnvironment",
     "ReplicaAddress",
@@ -18,3 +24,18 @@ __all__ = [
     "ReplicaState",
     "StaticReplicas",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``FleetEnvironment`` imports Ray, so it is loaded on first use only."""
+    if name == "FleetEnvironment":
+        try:
+            from envhub.fleet.ray_fleet import FleetEnvironment
+        except ImportError as exc:
+            if exc.name is None or exc.name.split(".")[0] != "ray":
+                raise
+            raise ImportError(
+                "FleetEnvironment needs Ray: pip install 'envhub[ray]'", name=exc.name
+            ) from exc
+        return FleetEnvironment
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

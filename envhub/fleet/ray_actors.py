@@ -1,0 +1,189 @@
+"""The fleet's two Ray actors: the registry (:class:`RegistryTable`, where replicas are
+listed) and the :class:`Replica` (one ``envhub serve`` app on one node).
+
+Both are detached and named in the fleet's namespace, so they outlive the ``envhub fleet
+up`` process and anyone can find them by name. A replica serves its app with uvicorn on a
+thread of the actor's own process, on the node's address and a free port: the data plane
+is plain HTTP/WebSocket to that URL, never a Ray call, and a killed actor process takes
+its server with it (nothing is left listening). Ray restarts a replica that dies
+(``max_restarts``); the new process reaps what dead processes left on the node, starts a
+new server (a new port) and registers again under the same replica id.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import ray
+
+__all__ = [
+    "REGISTRY_NAME",
+    "RegistryActor",
+    "RegistryTable",
+    "Replica",
+    "ReplicaActor",
+    "ReplicaRecord",
+    "reap_dead_sandboxes",
+    "reap_node_sandboxes",
+    "replica_actor_name",
+]
+
+log = logging.getLogger("envhub.fleet")
+
+REGISTRY_NAME = "envhub-registry"
+_STARTUP_TIMEOUT_S = 120.0  # a replica's app warm-up (sandbox pools, browsers) included
+
+
+def replica_actor_name(replica_id: str) -> str:
+    """The Ray actor name of replica ``replica_id`` (unique in the namespace)."""
+    return f"envhub-replica:{replica_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRecord:
+    """One replica as it last registered: its server's ``url``, the Ray node and process
+    it runs in, and how many times it registered (1 + the restarts Ray made)."""
+
+    env: str
+    replica_id: str
+    url: str
+    node_id: str
+    pid: int
+    registrations: int = 1
+
+
+class RegistryTable:
+    """The registry: ``{env: {replica_id: ReplicaRecord}}`` and a counter that moves at
+    every change, so readers can tell a new list from the one they hold. Runs as the
+    named actor :data:`RegistryActor` (``REGISTRY_NAME``); replicas call
+    :meth:`register` at every start, readers call :meth:`listing` (plain dicts)."""
+
+    def __init__(self) -> None:
+        self.replicas: dict[str, dict[str, ReplicaRecord]] = {}
+        self.version = 0
+
+    def register(self, env: str, replica_id: str, url: str, node_id: str, pid: int) -> int:
+        known = self.replicas.setdefault(env, {}).get(replica_id)
+        count = 1 if known is None else known.registrations + 1
+        self.replicas[env][replica_id] = ReplicaRecord(env, replica_id, url, node_id, pid, count)
+        self.version += 1
+        return count
+
+    def unregister(self, replica_id: str) -> None:
+        for listed in self.replicas.values():
+            if listed.pop(replica_id, None) is not None:
+                self.version += 1
+
+    def listing(self, env: str | None = None) -> tuple[int, list[dict[str, Any]]]:
+        tables = self.replicas.values() if env is None else [self.replicas.get(env, {})]
+        return self.version, [asdict(r) for table in tables for r in table.values()]
+
+
+RegistryActor = ray.remote(num_cpus=0)(RegistryTable)
+
+
+def reap_dead_sandboxes() -> dict[str, int]:
+    """What ``envhub sandbox gc`` reaps on this node, without ``--all``: sandbox
+    containers and bwrap/local directories whose owner process is dead. Returns counts
+    by kind; docker is skipped where no engine runs."""
+    from envhub.sandboxes.docker import docker_available
+    from envhub.sandboxes.gc import gc_bwrap_dirs, gc_containers, gc_local_dirs
+
+    reaped = {"bwrap_dirs": len(gc_bwrap_dirs()), "local_dirs": len(gc_local_dirs())}
+    if docker_available():
+        report = gc_containers()
+        reaped["containers"] = len(report.removed)
+        for error in report.errors:
+            log.warning("sandbox gc: %s", error)
+    return reaped
+
+
+@ray.remote(num_cpus=0)
+def reap_node_sandboxes() -> dict[str, int]:
+    """:func:`reap_dead_sandboxes` as a task, sent to one node after its replicas died."""
+    return reap_dead_sandboxes()
+
+
+class Replica:
+    """One replica: ``envhub serve``'s app for ``env_id`` (with ``options`` and the
+    ``serve`` settings of :func:`envhub.cli.serve.build_app`), served from this actor's
+    process and registered with the namespace's registry as ``replica_id``.
+
+    The constructor does everything (Ray runs it again after a restart): reap the dead
+    processes' sandboxes, build the app, start the server, register. It raises when the
+    app cannot be built or the server does not start, and the replica fails to start.
+    """
+
+    def __init__(
+        self,
+        replica_id: str,
+        env_id: str,
+        options: dict[str, Any],
+        serve: dict[str, Any],
+        namespace: str,
+    ) -> None:
+        import uvicorn
+
+        from envhub.cli.serve import build_app, raise_open_files_limit
+
+        self.replica_id = replica_id
+        self.reaped_at_start = reap_dead_sandboxes()
+        app = build_app([env_id], [options], **serve)
+        (self.env,) = app.state.store.envs
+        raise_open_files_limit()
+        host = ray.util.get_node_ip_address()
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((host, 0))
+        self.url = f"http://{host}:{self._socket.getsockname()[1]}"
+        max_sessions = int(serve.get("max_sessions", 4096))
+        self._server = uvicorn.Server(
+            uvicorn.Config(
+                app, log_level="warning", access_log=False, lifespan="on",
+                backlog=max(2048, min(max_sessions, 65535)), timeout_keep_alive=30,
+            )
+        )  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._serve, name=f"envhub-replica-{replica_id}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"replica {replica_id}: the {env_id} server did not start")
+            time.sleep(0.02)
+        self.node_id = ray.get_runtime_context().get_node_id()
+        registry = ray.get_actor(REGISTRY_NAME, namespace=namespace)
+        self.registrations = ray.get(
+            registry.register.remote(self.env, replica_id, self.url, self.node_id, os.getpid())
+        )
+
+    def _serve(self) -> None:
+        from envhub.gc_tuning import gc_tuned_for_throughput
+
+        with gc_tuned_for_throughput():
+            self._server.run(sockets=[self._socket])
+
+    def address(self) -> dict[str, Any]:
+        """Where this replica serves and runs (a :class:`ReplicaRecord` as a dict)."""
+        return asdict(
+            ReplicaRecord(self.env, self.replica_id, self.url, self.node_id, os.getpid(),
+                         self.registrations)
+        )  # fmt: skip
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Stop the server as Ctrl-C stops ``envhub serve``: open sessions are aborted and
+        the environment's shared resources freed by the app's shutdown. True when it
+        finished within ``timeout_s``."""
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+
+ReplicaActor = ray.remote(Replica)

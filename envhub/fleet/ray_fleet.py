@@ -1,0 +1,486 @@
+"""The Ray fleet: ``envhub fleet up|status|down`` as functions, and
+:class:`FleetEnvironment`, the pool over one environment's replicas in a fleet.
+
+Ray is the control plane only. :func:`fleet_up` starts the registry and the replica
+actors (:mod:`envhub.fleet.ray_actors`) in a namespace, spread over the nodes;
+:class:`RayReplicas` reads the registry for the pool; the pool talks to the replicas'
+URLs over HTTP/WebSocket. Every wait is bounded and every failure is a
+:class:`~envhub.errors.FleetError` that says what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from envhub.errors import FleetError
+from envhub.fleet.pool import PooledEnvironment
+from envhub.fleet.ray_actors import (
+    REGISTRY_NAME,
+    RegistryActor,
+    ReplicaActor,
+    ReplicaRecord,
+    reap_node_sandboxes,
+    replica_actor_name,
+)
+from envhub.fleet.replicas import ReplicaAddress
+
+__all__ = [
+    "DownReport",
+    "FleetEnvironment",
+    "RayReplicas",
+    "ReplicaRecord",
+    "ReplicaStatus",
+    "connect",
+    "fleet_down",
+    "fleet_status",
+    "fleet_up",
+]
+
+log = logging.getLogger("envhub.fleet")
+
+DEFAULT_RESOURCES: dict[str, float] = {"num_cpus": 1}
+_ACTOR_OPTIONS = frozenset({"num_cpus", "num_gpus", "memory"})  # the rest: custom resources
+_HEALTH_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """A replica as ``envhub fleet status`` shows it: where the registry lists it, and
+    what its ``/health`` answered just now (``health`` is ``"ok"`` or why not)."""
+
+    env: str
+    replica_id: str
+    node_id: str
+    url: str
+    pid: int
+    restarts: int
+    health: str
+    open_sessions: int | None = None
+    capacity: int | None = None
+
+
+@dataclass(slots=True)
+class DownReport:
+    """What :func:`fleet_down` removed: the replicas (``graceful`` those whose server
+    shut down cleanly before the kill), the sandboxes reaped per node, and the registry."""
+
+    replicas: list[str] = field(default_factory=list)
+    graceful: list[str] = field(default_factory=list)
+    reaped: dict[str, dict[str, int]] = field(default_factory=dict)
+    registry: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+# -- connecting ---------------------------------------------------------------------------
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise FleetError(f"a Ray address is HOST:PORT (the head's GCS), got {address!r}")
+    return host, int(port)
+
+
+def connect(address: str, namespace: str = "envhub", timeout_s: float = 15.0) -> None:
+    """Join the Ray cluster at ``address`` (``HOST:PORT`` of the head) as a driver in
+    ``namespace``; a no-op when this process already is. A bounded TCP probe comes first,
+    so an address with no cluster is a :class:`FleetError` at once, never a hang."""
+    host, port = _host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=min(timeout_s, 5.0)).close()
+    except OSError as exc:
+        raise FleetError(
+            f"no Ray cluster at {address} ({exc.strerror or exc}); start one with "
+            f"`ray start --head --port {port}` or pass the head's address"
+        ) from None
+    if ray.is_initialized():
+        current = ray.get_runtime_context().gcs_address
+        if current.rpartition(":")[2] != str(port):
+            raise FleetError(
+                f"this process is already connected to the Ray cluster at {current}, "
+                f"not {address}"
+            )
+        return
+    try:
+        ray.init(
+            address=address, namespace=namespace, logging_level=logging.WARNING,
+            log_to_driver=False, ignore_reinit_error=True,
+        )  # fmt: skip
+    except (ConnectionError, RayError, ValueError) as exc:
+        raise FleetError(f"cannot join the Ray cluster at {address}: {exc}") from None
+
+
+def _registry(namespace: str, address: str) -> Any:
+    """The namespace's registry actor, or a FleetError naming the fix."""
+    try:
+        return ray.get_actor(REGISTRY_NAME, namespace=namespace)
+    except ValueError:
+        raise FleetError(
+            f"no envhub fleet in namespace {namespace!r} of the Ray cluster at {address} "
+            "(start one with `envhub fleet up`)"
+        ) from None
+
+
+def _listing(registry: Any, timeout_s: float, where: str) -> list[ReplicaRecord]:
+    try:
+        _, rows = ray.get(registry.listing.remote(), timeout=timeout_s)
+    except (RayActorError, GetTimeoutError) as exc:
+        raise FleetError(f"the fleet registry of {where} does not answer: {exc}") from None
+    return [ReplicaRecord(**row) for row in rows]
+
+
+def _our_actors(namespace: str) -> list[str]:
+    """Names of the envhub actors (registry, replicas) alive or restarting in
+    ``namespace`` (Ray's GCS lists named actors until they are dead)."""
+    return sorted(
+        entry["name"]
+        for entry in ray.util.list_named_actors(all_namespaces=True)
+        if entry["namespace"] == namespace
+        and (entry["name"] == REGISTRY_NAME or entry["name"].startswith(replica_actor_name("")))
+    )
+
+
+# -- fleet up -----------------------------------------------------------------------------
+
+
+def _serve_settings() -> frozenset[str]:
+    from envhub.cli.serve import build_app
+
+    return frozenset(
+        name for name, p in inspect.signature(build_app).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    )  # fmt: skip
+
+
+def _actor_resources(resources: dict[str, float]) -> dict[str, Any]:
+    """``{"num_cpus": 1, "sandbox_slots": 1}`` -> actor options (custom ones nested)."""
+    options: dict[str, Any] = {k: v for k, v in resources.items() if k in _ACTOR_OPTIONS}
+    custom = {k: float(v) for k, v in resources.items() if k not in _ACTOR_OPTIONS}
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def _as_node_resources(resources: dict[str, float]) -> dict[str, float]:
+    """The same request in a node's terms (``CPU``, ``GPU``, ``memory``, custom)."""
+    names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+    return {names.get(k, k): float(v) for k, v in resources.items() if float(v) > 0}
+
+
+def _check_fits(env_id: str, resources: dict[str, float]) -> None:
+    """FleetError when no alive node could ever hold one replica of ``env_id``."""
+    wanted = _as_node_resources(resources)
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    if not any(all(have.get(k, 0.0) >= v for k, v in wanted.items()) for have in nodes):
+        offered = sorted({k for have in nodes for k in have if not k.startswith("node:")})
+        raise FleetError(
+            f"no node of the cluster can hold a {env_id} replica needing {wanted} "
+            f"(resources offered: {', '.join(offered)})"
+        )
+
+
+def fleet_up(
+    address: str,
+    envs: dict[str, int],
+    *,
+    options: dict[str, dict[str, Any]] | None = None,
+    namespace: str = "envhub",
+    resources: dict[str, float] | None = None,
+    env_resources: dict[str, dict[str, float]] | None = None,
+    serve: dict[str, Any] | None = None,
+    max_restarts: int = 10,
+    timeout_s: float = 180.0,
+) -> list[ReplicaRecord]:
+    """Start ``envs`` (``{env id: replica count}``) as a fleet in ``namespace`` of the Ray
+    cluster at ``address``, and return the replicas once every one answers ``/health``.
+
+    Each replica is a detached actor placed with the ``SPREAD`` strategy and needing
+    ``resources`` (default ``{"num_cpus": 1}``; Ray's ``num_cpus``/``num_gpus``/``memory``
+    or custom resources such as ``sandbox_slots``), overridden per environment by
+    ``env_resources``; it hosts its environment with ``options[env]`` and the ``serve``
+    settings of :func:`envhub.cli.serve.build_app` (``max_sessions``, ``token``,
+    ``max_turns``...), and Ray restarts it up to ``max_restarts`` times. Raises
+    :class:`FleetError`, with everything started removed again, when a fleet already
+    runs in the namespace, a replica fits no node, fails to start, or is not up within
+    ``timeout_s``.
+    """
+    options, env_resources, serve = dict(options or {}), dict(env_resources or {}), serve or {}
+    if not envs or any(count < 1 for count in envs.values()):
+        raise FleetError(f"a fleet needs at least one replica of each environment: {envs}")
+    for what, keys in (("options", options), ("env_resources", env_resources)):
+        if unknown := sorted(set(keys) - set(envs)):
+            raise FleetError(f"{what} for {', '.join(unknown)}, which the fleet does not run")
+    if unknown := sorted(set(serve) - _serve_settings()):
+        raise FleetError(f"unknown serve settings: {', '.join(unknown)}")
+    connect(address, namespace)
+    if _our_actors(namespace):
+        raise FleetError(
+            f"an envhub fleet already runs in namespace {namespace!r} at {address}; "
+            "`envhub fleet down` it first or pick another --namespace"
+        )
+    needs = {env: {**(resources or DEFAULT_RESOURCES), **env_resources.get(env, {})}
+             for env in envs}  # fmt: skip
+    for env_id, wanted in needs.items():
+        _check_fits(env_id, wanted)
+    RegistryActor.options(name=REGISTRY_NAME, namespace=namespace, lifetime="detached").remote()
+    handles = {
+        f"{env_id}-{i}": ReplicaActor.options(
+            name=replica_actor_name(f"{env_id}-{i}"), namespace=namespace, lifetime="detached",
+            max_restarts=max_restarts, scheduling_strategy="SPREAD",
+            **_actor_resources(needs[env_id]),
+        ).remote(f"{env_id}-{i}", env_id, options.get(env_id, {}), serve, namespace)
+        for env_id, count in envs.items()
+        for i in range(count)
+    }  # fmt: skip
+    try:
+        records = _await_replicas(handles, timeout_s)
+        _check_health(records)
+    except FleetError as exc:
+        try:
+            fleet_down(address, namespace)
+        except FleetError as cleanup:
+            raise FleetError(f"{exc}; removing the half-started fleet failed: {cleanup}") from None
+        raise
+    return records
+
+
+def _await_replicas(handles: dict[str, Any], timeout_s: float) -> list[ReplicaRecord]:
+    refs = {handle.address.remote(): replica_id for replica_id, handle in handles.items()}
+    ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    records, failed = [], []
+    for ref in ready:
+        try:
+            records.append(ReplicaRecord(**ray.get(ref)))
+        except RayError as exc:
+            failed.append(f"{refs[ref]} failed to start: {_cause(exc)}")
+    failed += [f"{refs[ref]} not up within {timeout_s:g}s (waiting for resources?)"
+               for ref in pending]  # fmt: skip
+    if failed:
+        raise FleetError("fleet up failed: " + "; ".join(sorted(failed)))
+    return sorted(records, key=lambda r: r.replica_id)
+
+
+def _cause(exc: BaseException) -> str:
+    """The last line of a Ray error that carries a remote traceback (the exception)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _probe(urls: Iterable[str]) -> dict[str, dict[str, Any] | str]:
+    """``GET /health`` of each URL at once: its JSON, or why it failed."""
+
+    def one(url: str) -> dict[str, Any] | str:
+        try:
+            answer = httpx.get(f"{url}/health", timeout=_HEALTH_TIMEOUT_S)
+            answer.raise_for_status()
+            body: dict[str, Any] = answer.json()
+            return body
+        except (httpx.HTTPError, ValueError) as exc:
+            return f"down ({type(exc).__name__}: {exc})" if str(exc) else f"down ({exc!r})"
+
+    urls = list(urls)
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(urls)))) as pool:
+        return dict(zip(urls, pool.map(one, urls), strict=True))
+
+
+def _check_health(records: list[ReplicaRecord]) -> None:
+    answers = _probe(r.url for r in records)
+    if failed := [f"{r.replica_id} at {r.url}: {answers[r.url]}" for r in records
+                  if isinstance(answers[r.url], str)]:  # fmt: skip
+        raise FleetError("fleet up failed, replicas do not answer /health: " + "; ".join(failed))
+
+
+# -- fleet status -------------------------------------------------------------------------
+
+
+def fleet_status(
+    address: str, namespace: str = "envhub", timeout_s: float = 10.0
+) -> list[ReplicaStatus]:
+    """Every replica the registry lists, with what its ``/health`` says right now."""
+    connect(address, namespace)
+    records = _listing(_registry(namespace, address), timeout_s, f"namespace {namespace!r}")
+    answers = _probe(r.url for r in records)
+    statuses = []
+    for r in sorted(records, key=lambda r: (r.env, r.replica_id)):
+        answer = answers[r.url]
+        common = {"env": r.env, "replica_id": r.replica_id, "node_id": r.node_id, "url": r.url,
+                  "pid": r.pid, "restarts": r.registrations - 1}  # fmt: skip
+        if isinstance(answer, str):
+            statuses.append(ReplicaStatus(**common, health=answer))
+        else:
+            statuses.append(ReplicaStatus(
+                **common, health="ok", open_sessions=int(answer.get("sessions", 0)),
+                capacity=int(answer.get("max_sessions", 0)),
+            ))  # fmt: skip
+    return statuses
+
+
+# -- fleet down ---------------------------------------------------------------------------
+
+
+def fleet_down(address: str, namespace: str = "envhub", timeout_s: float = 60.0) -> DownReport:
+    """Remove the fleet of ``namespace``: each replica's server shuts down as Ctrl-C
+    stops ``envhub serve`` (sessions aborted, environment resources freed), its actor is
+    killed for good, each node's dead processes' sandboxes are reaped, then the registry
+    goes. Raises :class:`FleetError` when there is no fleet, or when an envhub actor of
+    the namespace is still alive after ``timeout_s``."""
+    connect(address, namespace)
+    names = _our_actors(namespace)
+    if not names:
+        _registry(namespace, address)  # raises: there is no fleet
+    deadline = time.monotonic() + timeout_s
+    report = DownReport()
+    records = {}
+    if REGISTRY_NAME in names:
+        try:
+            records = {r.replica_id: r for r in _listing(
+                ray.get_actor(REGISTRY_NAME, namespace=namespace), 10.0, namespace)}
+        except (FleetError, ValueError) as exc:
+            report.errors.append(str(exc))
+    prefix = replica_actor_name("")
+    replicas = {}
+    for name in names:
+        if name.startswith(prefix):
+            try:
+                replicas[name.removeprefix(prefix)] = ray.get_actor(name, namespace=namespace)
+            except ValueError:  # died since it was listed
+                pass
+    grace = max(1.0, min(30.0, timeout_s / 2))
+    stops = {handle.shutdown.remote(grace): rid for rid, handle in replicas.items()}
+    ready, _ = ray.wait(list(stops), num_returns=len(stops), timeout=grace + 5.0)
+    for ref in ready:
+        try:
+            if ray.get(ref):
+                report.graceful.append(stops[ref])
+        except RayError:  # a replica that is restarting or dead: the kill below does it
+            pass
+    for rid, handle in replicas.items():
+        ray.kill(handle, no_restart=True)
+        report.replicas.append(rid)
+    _wait_gone(namespace, prefix, deadline)
+    report.reaped = _reap_nodes({r.node_id for r in records.values()}, deadline, report)
+    if REGISTRY_NAME in names:
+        try:
+            ray.kill(ray.get_actor(REGISTRY_NAME, namespace=namespace), no_restart=True)
+            report.registry = True
+        except ValueError:
+            pass
+    survivors = _wait_gone(namespace, "", deadline)
+    if survivors:
+        raise FleetError(
+            f"fleet down left actors alive in namespace {namespace!r}: {', '.join(survivors)}"
+        )
+    report.replicas.sort()
+    report.graceful.sort()
+    return report
+
+
+def _wait_gone(namespace: str, prefix: str, deadline: float) -> list[str]:
+    """Wait (until ``deadline``) for the namespace's envhub actors named ``prefix...`` to
+    be dead; returns those still alive."""
+    while True:
+        alive = [name for name in _our_actors(namespace) if name.startswith(prefix)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _reap_nodes(
+    node_ids: set[str], deadline: float, report: DownReport
+) -> dict[str, dict[str, int]]:
+    """Run the sandbox gc on each alive node of ``node_ids`` (after its replicas died)."""
+    alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    refs = {
+        reap_node_sandboxes.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+        ).remote(): node_id
+        for node_id in sorted(node_ids & alive)
+    }
+    reaped: dict[str, dict[str, int]] = {}
+    ready, pending = ray.wait(
+        list(refs), num_returns=len(refs), timeout=max(1.0, deadline - time.monotonic())
+    )
+    for ref in ready:
+        try:
+            reaped[refs[ref]] = ray.get(ref)
+        except RayError as exc:
+            report.errors.append(f"sandbox gc on node {refs[ref]}: {_cause(exc)}")
+    for ref in pending:
+        ray.cancel(ref, force=True)
+        report.errors.append(f"sandbox gc on node {refs[ref]} did not finish in time")
+    return reaped
+
+
+# -- the pool's view ----------------------------------------------------------------------
+
+
+class RayReplicas:
+    """The replicas of ``env`` that the registry of ``namespace`` lists: a
+    :class:`~envhub.fleet.replicas.ReplicaSource`. Each read is one bounded call to the
+    registry actor; a registry that is gone or silent is a :class:`FleetError`."""
+
+    def __init__(
+        self, address: str, env: str, namespace: str = "envhub", timeout_s: float = 10.0
+    ) -> None:
+        connect(address, namespace)
+        self.address = address
+        self.env = env
+        self.namespace = namespace
+        self.timeout_s = timeout_s
+        self._registry: Any = None
+
+    @property
+    def description(self) -> str:
+        return f"the Ray fleet at {self.address} (namespace {self.namespace!r})"
+
+    async def replicas(self) -> list[ReplicaAddress]:
+        if self._registry is None:
+            self._registry = await asyncio.to_thread(_registry, self.namespace, self.address)
+        try:
+            _, rows = await asyncio.wait_for(
+                self._registry.listing.remote(self.env), self.timeout_s
+            )
+        except (RayActorError, asyncio.TimeoutError) as exc:
+            self._registry = None
+            raise FleetError(
+                f"the fleet registry at {self.address} (namespace {self.namespace!r}) is "
+                f"gone or silent: {_cause(exc) if str(exc) else type(exc).__name__}"
+            ) from None
+        return [
+            ReplicaAddress(replica_id=row["replica_id"], url=row["url"], node_id=row["node_id"])
+            for row in rows
+        ]
+
+    async def aclose(self) -> None:
+        self._registry = None
+
+
+class FleetEnvironment(PooledEnvironment):
+    """Environment ``env`` on the replicas of the Ray fleet at ``address``: a
+    :class:`~envhub.fleet.pool.PooledEnvironment` whose source is :class:`RayReplicas`.
+    Joins the cluster at construction (a :class:`FleetError` when there is none); the
+    other keyword arguments (``token``, ``wait_for_replica_s``...) are the pool's."""
+
+    def __init__(
+        self,
+        address: str,
+        env: str,
+        options: dict[str, Any] | None = None,
+        *,
+        namespace: str = "envhub",
+        **pool_kwargs: Any,
+    ) -> None:
+        super().__init__(RayReplicas(address, env, namespace), env, options, **pool_kwargs)

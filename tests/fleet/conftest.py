@@ -1,0 +1,189 @@
+"""A real multi-node Ray cluster on this machine for the fleet tests.
+
+``ray_cluster`` (session-scoped) starts a head node and two worker nodes with ``ray
+start`` (dashboard off, every address 127.0.0.1, a private ``--temp-dir``) and yields a
+:class:`RayCluster`:
+
+- ``.address``: ``"127.0.0.1:PORT"``, the head's GCS address for ``fleet_up`` /
+  ``FleetEnvironment`` / ``envhub fleet --address``;
+- ``.nodes``: the nodes by name (``"head"``, ``"worker-1"``, ``"worker-2"``), each a
+  :class:`RayNode` with its Ray ``node_id`` and logical resources: the head has 2 CPUs,
+  worker-1 4 CPUs, worker-2 4 CPUs and 2 ``sandbox_slots`` (a custom resource);
+- ``.alive_node_ids()``: the node ids Ray reports alive now;
+- ``.add_worker(name, num_cpus=..., resources=...)``: start one more worker node;
+- ``.kill_node(name)``: SIGKILL a worker node's raylet and every process under it (its
+  actors' workers included), as a machine failure would; Ray then marks it dead.
+
+Teardown kills only this cluster's processes (those started under its temp dir, and
+their descendants), never ``ray stop``, which would stop every Ray process on the
+machine. The tests are skipped when Ray is not installed, unless ``ENVHUB_REQUIRE_RAY``
+is set (CI sets it), in which case they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+try:
+    import psutil
+    import ray
+except ImportError:
+    if os.environ.get("ENVHUB_REQUIRE_RAY"):
+        raise
+    pytest.skip("ray is not installed (pip install 'envhub[ray]')", allow_module_level=True)
+
+from envhub.fleet.ray_fleet import connect
+
+_RAY = str(Path(sys.executable).with_name("ray"))
+# Ray warms up worker processes for the first driver; on a 2-core machine that is seconds
+# of CPU per node for workers no test uses.
+_QUIET = {"RAY_prestart_worker_first_driver": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def free_port(low: int = 20000, high: int = 60000) -> int:
+    """A free TCP port outside Ray's worker-port range (10002-19999)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if low <= port < high:
+            return port
+
+
+@dataclass
+class RayNode:
+    name: str
+    node_id: str
+    manager_port: int
+    resources: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RayCluster:
+    address: str
+    temp_dir: Path
+    nodes: dict[str, RayNode] = field(default_factory=dict)
+
+    def _start(self, name: str, args: list[str], manager_port: int) -> RayNode:
+        env = {**os.environ, **_QUIET}
+        done = subprocess.run(
+            [_RAY, "start", *args, "--node-ip-address", "127.0.0.1",
+             "--node-manager-port", str(manager_port), "--disable-usage-stats"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"ray start ({name}) failed:\n{done.stdout}\n{done.stderr}")
+        node = RayNode(name, self._node_id(manager_port), manager_port)
+        self.nodes[name] = node
+        return node
+
+    def _node_id(self, manager_port: int) -> str:
+        """The id of the node whose raylet listens on ``manager_port`` (asks the GCS)."""
+        connect(self.address)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for node in ray.nodes():
+                if node["NodeManagerPort"] == manager_port and node["Alive"]:
+                    return str(node["NodeID"])
+            time.sleep(0.5)
+        raise RuntimeError(f"no alive node with node manager port {manager_port}")
+
+    def add_worker(
+        self, name: str, *, num_cpus: int = 2, resources: dict[str, float] | None = None
+    ) -> RayNode:
+        port = free_port()
+        args = ["--address", self.address, "--num-cpus", str(num_cpus),
+                "--dashboard-agent-listen-port", str(free_port()),
+                "--resources", json.dumps(resources or {})]  # fmt: skip
+        node = self._start(name, args, port)
+        node.resources = {"CPU": num_cpus, **(resources or {})}
+        return node
+
+    def alive_node_ids(self) -> set[str]:
+        connect(self.address)
+        return {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+
+    def _raylet(self, node: RayNode) -> psutil.Process:
+        flag = f"--node_manager_port={node.manager_port}"
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            if proc.info["name"] == "raylet" and flag in (proc.info["cmdline"] or []):
+                return proc
+        raise LookupError(f"no raylet for node {node.name}")
+
+    def kill_node(self, name: str) -> None:
+        """SIGKILL the node's raylet and everything under it; waits until Ray sees it dead."""
+        node = self.nodes[name]
+        raylet = self._raylet(node)
+        _kill_tree([raylet])
+        deadline = time.monotonic() + 60
+        while node.node_id in self.alive_node_ids():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Ray still reports node {name} alive")
+            time.sleep(0.5)
+
+    def processes(self) -> list[psutil.Process]:
+        """This cluster's processes: those started under its temp dir, and descendants."""
+        tag = str(self.temp_dir)
+        roots = [
+            proc for proc in psutil.process_iter(["cmdline"])
+            if any(tag in arg for arg in proc.info["cmdline"] or [])
+        ]  # fmt: skip
+        found = {proc.pid: proc for proc in roots}
+        for proc in roots:
+            try:
+                found.update({child.pid: child for child in proc.children(recursive=True)})
+            except psutil.NoSuchProcess:
+                pass
+        return list(found.values())
+
+    def stop(self) -> None:
+        _kill_tree(self.processes())
+
+
+def _kill_tree(procs: list[psutil.Process]) -> None:
+    everything = {}
+    for proc in procs:
+        everything[proc.pid] = proc
+        try:
+            everything.update({c.pid: c for c in proc.children(recursive=True)})
+        except psutil.NoSuchProcess:
+            pass
+    for proc in everything.values():
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(everything.values()), timeout=10)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[RayCluster]:
+    temp_dir = Path(tempfile.mkdtemp(prefix="envhub-ray-"))
+    port = free_port()
+    cluster = RayCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir)
+    try:
+        cluster._start("head", [
+            "--head", "--port", str(port), "--include-dashboard=false", "--num-cpus", "2",
+            "--temp-dir", str(temp_dir),
+            "--dashboard-agent-listen-port", str(free_port()),
+        ], free_port()).resources = {"CPU": 2}  # fmt: skip
+        cluster.add_worker("worker-1", num_cpus=4)
+        cluster.add_worker("worker-2", num_cpus=4, resources={"sandbox_slots": 2})
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
