@@ -26,6 +26,7 @@ from envhub.sync import sync_session as sync_session
 from envhub.task import GoldCall as GoldCall
 from envhub.task import Task as Task
 from envhub.task import TaskSet as TaskSet
+from envhub.tools import ToolSpec as ToolSpec
 from envhub.tools import tool as tool
 from envhub.types import CloseResult as CloseResult
 from envhub.types import Observation as Observation
@@ -62,6 +63,7 @@ __all__ = [
     "Task",
     "TaskSet",
     "ToolCall",
+    "ToolSpec",
     "describe_environments",
     "discover_environments",
     "make",

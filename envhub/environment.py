@@ -72,6 +72,12 @@ class Environment:
         """The OpenAI ``tools`` list (cached with the specs; callers must not mutate it)."""
         return [spec.schema for spec in cls.tool_specs().values()]
 
+    def episode_tools(self) -> Mapping[str, ToolSpec]:
+        """The tools of the current episode, which the session reads once :meth:`reset`
+        has returned: the class's ``@tool`` methods (:meth:`tool_specs`), unless the
+        environment learns its tools at reset (an MCP server's list) and overrides this."""
+        return type(self).tool_specs()
+
     def load_tasks(self) -> TaskSet:
         """The environment's tasks for the current options (called once per option set).
 

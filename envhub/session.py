@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -110,7 +110,7 @@ class Session:
         self._close_result: CloseResult | None = None
         self._replies: OrderedDict[str, StepResult] = OrderedDict()
         self._lock = asyncio.Lock()
-        self._specs: dict[str, ToolSpec] = type(env).tool_specs()
+        self._specs: Mapping[str, ToolSpec] = type(env).tool_specs()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -123,11 +123,14 @@ class Session:
                 raise
             except Exception as exc:
                 raise EnvironmentFailure(f"reset failed: {type(exc).__name__}: {exc}") from exc
+            # the tools of this episode, which an environment may learn at reset (an MCP
+            # server's list); the class's @tool methods otherwise
+            self._specs = self.env.episode_tools()
             self._start = SessionStart(
                 session_id=self.session_id,
                 task_id=self.task.id,
                 messages=messages,
-                tools=type(self.env).tool_schemas(),
+                tools=[spec.schema for spec in self._specs.values()],
             )
         return self._start
 
