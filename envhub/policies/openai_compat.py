@@ -91,13 +91,20 @@ class OpenAIPolicy:
             # tool calls when it is sent explicitly
             body["tools"] = request.tools
             body["tool_choice"] = "auto"
-        completion = await self.retry.call(lambda: self._post(body))
+        _, completion = await self.chat(body)
         for index, call in enumerate(completion.tool_calls):
             if not call.id:  # some servers omit ids; the chat history needs unique ones
                 call.id = f"call_{request.turn}_{index}"
         return completion
 
-    async def _post(self, body: dict[str, Any]) -> Completion:
+    async def chat(self, body: dict[str, Any]) -> tuple[dict[str, Any], Completion]:
+        """POST a chat-completions ``body`` the caller built (the agents' capture proxy
+        forwards an agent's request) with :meth:`generate`'s balancing, retries and token-id
+        fields; returns the server's reply both as it came (parsed JSON) and as a
+        :class:`Completion`. Raises as :meth:`generate` does."""
+        return await self.retry.call(lambda: self._post(body))
+
+    async def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any], Completion]:
         send_token_fields = self.token_ids != "off"
         payload = orjson.dumps({**body, **_TOKEN_FIELDS} if send_token_fields else body)
         endpoint = await self.pool.acquire()
@@ -134,7 +141,7 @@ class OpenAIPolicy:
         completion = parse_chat_response(data)
         if self.token_ids == "auto" and completion.completion_token_ids is not None:
             self.token_ids = "on"  # the server supports them: a later 400 is about something else
-        return completion
+        return data, completion
 
     def _session(self, url: str) -> aiohttp.ClientSession:
         """The endpoint's pooled session, created inside the running event loop."""

@@ -1,0 +1,52 @@
+"""External agent frameworks run envhub episodes (``envhub rollout ENV --agent NAME``).
+
+Per episode envhub opens the session, serves it over MCP, and starts a capture proxy in
+front of the policy's endpoints; the framework's agent gets the task's messages, the MCP
+URL and the proxy's base URL, and runs; envhub scores the session and writes a normal
+trajectory whose turns are the agent's model calls with the server's token ids.
+
+- :class:`AgentRunner` / :class:`AgentEpisode`: the hook a framework implements
+  (:mod:`envhub.agents.base`); :func:`make_agent` builds one from an ``--agent`` value.
+- :class:`OpenAIAgentsRunner`: the OpenAI Agents SDK (``pip install 'envhub[agents]'``).
+- :class:`CaptureProxy`: the per-episode OpenAI-compatible recorder.
+- :class:`AgentEpisodeRunner`: the episode driver (an :class:`~envhub.rollout.EpisodeRunner`).
+
+``envhub.rollout.run(env, policy, agent=make_agent("openai-agents"), ...)`` is the
+``--agent`` run as a Python call.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from envhub.agents.base import AGENT_KINDS as AGENT_KINDS
+from envhub.agents.base import AgentCrashed as AgentCrashed
+from envhub.agents.base import AgentEpisode as AgentEpisode
+from envhub.agents.base import AgentRunner as AgentRunner
+from envhub.agents.base import make_agent as make_agent
+
+__all__ = [
+    "AGENT_KINDS",
+    "AgentCrashed",
+    "AgentEpisode",
+    "AgentEpisodeRunner",
+    "AgentRunner",
+    "CaptureProxy",
+    "CapturedCall",
+    "OpenAIAgentsRunner",
+    "make_agent",
+]
+
+_LAZY = {
+    "AgentEpisodeRunner": "envhub.agents.episode",
+    "CaptureProxy": "envhub.agents.proxy",
+    "CapturedCall": "envhub.agents.proxy",
+    "OpenAIAgentsRunner": "envhub.agents.openai_agents",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'envhub.agents' has no attribute {name!r}")

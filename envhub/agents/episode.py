@@ -1,0 +1,168 @@
+"""One episode driven by an external agent framework, recorded as a normal trajectory.
+
+:class:`AgentEpisodeRunner` is the rollout's :class:`~envhub.rollout.EpisodeRunner` with
+the policy loop replaced: per attempt the runner opens the session (as always), exposes
+it over MCP (:func:`envhub.mcp.door.serve_session_mcp`), starts a :class:`CaptureProxy`
+in front of the policy's endpoints, and lets the :class:`AgentRunner` run; then it closes
+(scores) the session. Retries, masking, timings and the trajectory's shared fields are
+the rollout's own, so ``--resume``, the circuit breaker and the summary work unchanged.
+
+What the trajectory holds:
+
+- ``messages``: the chat of the agent's last model call, as the agent sent it, plus that
+  call's reply (the agent's final answer); ``tools``: the tools it sent with it.
+- ``turns``: one per model call through the proxy, in order, with the server's token ids
+  and logprobs; ``message_index`` is where the call's reply sits in a history the agent
+  only appends to (each call's request length), ``prefix_ok`` as in the rollout loop.
+- ``reward``: the session's. An agent that stops with a final answer (a last reply
+  without tool calls) while the session is still open has it stepped into the session,
+  so environments that score final answers see it; one stopped by the run's
+  ``max_turns`` records ``stop_reason="max_turns"``.
+
+Masking: a model-server failure behind the proxy masks the episode (``model_error``,
+not retried) whatever the agent made of it; an agent that crashed, or never called the
+model through the proxy, is an infrastructure failure (``agent_error``, or the envhub
+code of an MCP error behind the crash, e.g. ``sandbox_error``): retried on a fresh
+session like an environment failure, then masked. A prompt that outgrew the context
+after the first call ends the episode with ``stop_reason="context_length"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from envhub.agents.base import AgentCrashed, AgentEpisode, AgentRunner
+from envhub.agents.proxy import CapturedCall, CaptureProxy, ChatUpstream
+from envhub.errors import ContextLengthExceeded, InvalidRequest
+from envhub.policies.base import Policy
+from envhub.protocol import EnvironmentClient, SessionHandle
+from envhub.rollout.episode import EpisodeRunner, EpisodeSpec, _PolicyFailure, _Record
+from envhub.trajectory import Turn
+
+__all__ = ["AgentEpisodeRunner"]
+
+
+class AgentEpisodeRunner(EpisodeRunner):
+    """Runs episodes of ``env`` with ``agent``, whose model calls go to ``policy``'s
+    endpoints through a capture proxy. ``policy`` must forward caller-built requests
+    (:class:`ChatUpstream`: the ``openai`` policy); ``options`` are
+    :class:`EpisodeRunner`'s (``max_turns`` is also the agent's own turn cap)."""
+
+    def __init__(
+        self, env: EnvironmentClient, policy: Policy, agent: AgentRunner, **options: Any
+    ) -> None:
+        if not isinstance(policy, ChatUpstream):
+            raise InvalidRequest(
+                f"an external agent calls an OpenAI-compatible endpoint through envhub's "
+                f"capture proxy, which forwards to the openai policy only, not to "
+                f"{type(policy).__name__}: use --policy openai with --base-url"
+            )
+        super().__init__(env, policy, **options)
+        self.agent = agent
+        self.upstream: ChatUpstream = policy
+
+    async def _loop(
+        self, spec: EpisodeSpec, record: _Record, session: SessionHandle
+    ) -> str | None:
+        from envhub.mcp.door import serve_session_mcp
+
+        start = await session.reset()
+        crash: Exception | None = None
+        async with CaptureProxy(self.upstream, policy_version=self.policy_version) as proxy:
+            async with serve_session_mcp(session, start, env_name=self.env.name) as mcp_url:
+                episode = AgentEpisode(
+                    task_id=spec.task_id,
+                    messages=list(start.messages),
+                    mcp_url=mcp_url,
+                    base_url=proxy.base_url,
+                    api_key=proxy.api_key,
+                    model=self.upstream.model,
+                    max_turns=self.max_turns,
+                )
+                try:
+                    await self.agent.run(episode)
+                except Exception as exc:  # judged below, after the proxy's record
+                    crash = exc
+        _record_calls(record, proxy.calls)
+        failure = proxy.failure
+        if failure is not None:
+            if isinstance(failure, ContextLengthExceeded) and proxy.calls:
+                return "context_length"
+            raise _PolicyFailure(f"{type(failure).__name__}: {failure}") from failure
+        if crash is not None:
+            raise _crashed(self.agent.name, crash) from crash
+        if not proxy.calls:
+            raise AgentCrashed(
+                f"{self.agent.name} finished without calling the model through the capture "
+                "proxy (it must use AgentEpisode.base_url and api_key)"
+            )
+        return await self._finish(record, session, proxy.calls[-1])
+
+    async def _finish(
+        self, record: _Record, session: SessionHandle, last: CapturedCall
+    ) -> str | None:
+        """Hand a final answer to a session the agent left open; the stop override."""
+        info = await session.info()
+        record.env_s += info.metrics.env_s
+        if info.done:
+            return None
+        if not last.completion.tool_calls:
+            await session.step([], content=last.completion.content)
+            return None
+        if self.max_turns is not None and len(record.turns) >= self.max_turns:
+            return "max_turns"
+        return None
+
+
+def _crashed(agent_name: str, crash: Exception) -> AgentCrashed:
+    """The agent's crash as an infrastructure error. Where an MCP error from the door is
+    behind it (the environment, its sandbox or the transport failed), it keeps envhub's
+    error code from the error's ``data.code`` (``sandbox_error``, ...), as the rollout
+    loop's masked trajectory would; otherwise the code is ``agent_error``."""
+    from mcp.shared.exceptions import MCPError
+
+    error: BaseException | None = crash
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        data = error.data if isinstance(error, MCPError) else None
+        if isinstance(data, dict) and isinstance(data.get("code"), str):
+            return AgentCrashed(f"{agent_name}: {type(crash).__name__}: {crash}", code=data["code"])
+        error = error.__cause__ or error.__context__
+    return AgentCrashed(f"{agent_name}: {type(crash).__name__}: {crash}")
+
+
+def _record_calls(record: _Record, calls: list[CapturedCall]) -> None:
+    """The proxy's calls as turns, and the last call's chat as the episode's messages."""
+    previous_ids: list[int] | None = None
+    for call in calls:
+        completion = call.completion
+        prompt_ids = completion.prompt_token_ids
+        completion_ids = completion.completion_token_ids
+        prefix_ok = None
+        if previous_ids is not None and prompt_ids is not None:
+            prefix_ok = prompt_ids[: len(previous_ids)] == previous_ids
+        previous_ids = (
+            prompt_ids + completion_ids
+            if prompt_ids is not None and completion_ids is not None
+            else None
+        )
+        record.turns.append(
+            Turn(
+                message_index=len(call.messages),
+                finish_reason=completion.finish_reason,
+                latency_s=call.latency_s,
+                policy_version=call.policy_version,
+                prompt_token_ids=prompt_ids,
+                completion_token_ids=completion_ids,
+                completion_logprobs=completion.completion_logprobs,
+                prefix_ok=prefix_ok,
+            )
+        )
+        record.llm_s += call.latency_s
+        record.prompt_tokens += completion.prompt_tokens
+        record.completion_tokens += completion.completion_tokens
+    if calls:
+        last = calls[-1]
+        record.messages = [*last.messages, last.completion.to_message()]
+        record.tools = last.tools or record.tools
