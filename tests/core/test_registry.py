@@ -59,9 +59,9 @@ def test_unknown_and_module_ids() -> None:
 
 def test_import_envhub_stays_light() -> None:
     code = (
-        "import sys, envhub\n"
+        "import sys, envhub, envhub.fleet\n"
         "heavy = [m for m in ('fastapi', 'docker', 'torch', 'playwright', 'datasets', 'openai',"
-        " 'gymnasium', 'uvicorn') if m in sys.modules]\n"
+        " 'gymnasium', 'uvicorn', 'ray', 'mcp') if m in sys.modules]\n"
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
