@@ -158,6 +158,8 @@ class McpEndpoints:
             headers = dict(scope["headers"])
             version = headers.get(_VERSION_HEADER)
             if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:
+                if scope["method"] == "POST":
+                    request_id = _request_id(await _read_body(receive))
                 raise _Refused(
                     400, UNSUPPORTED_PROTOCOL_VERSION,
                     "an envhub MCP endpoint is one episode per MCP session: use the "
