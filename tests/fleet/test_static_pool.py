@@ -17,12 +17,12 @@ import envhub
 from envhub.client import RemoteEnvironment
 from envhub.errors import FleetError, RolloutFailed
 from envhub.fleet import PooledEnvironment
-from envhub.policies.base import Completion, GenerateRequest
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout import run
 from envhub.rollout.summary import ReplicaCounts
 from envhub.trajectory import read_records
+from tests.fleet.holding import HoldAtSecondTurn
 from tests.fleet.serve_processes import ServeProcess, free_port, serve_processes
 
 pytest.importorskip("envhub.server", reason="the server extra is not installed")
@@ -30,32 +30,6 @@ pytest.importorskip("envhub.server", reason="the server extra is not installed")
 TASKS = [f"calc-0-{i:05d}" for i in range(100)]
 GROUP = 2  # samples per task: 200 episodes
 PLANNED = {(task_id, s) for task_id in TASKS for s in range(GROUP)}
-
-
-class HoldAtSecondTurn:
-    """The reference policy; once :attr:`armed`, it holds every episode at its second model
-    turn (session open on a replica, one step taken) until :attr:`released` is set, so a
-    test knows exactly which sessions are in flight, and where, when it kills a replica."""
-
-    def __init__(self, concurrency: int) -> None:
-        self.inner = ReferencePolicy()
-        self.model = self.inner.model
-        self.concurrency = concurrency
-        self.armed = False
-        self.held = 0
-        self.all_held = asyncio.Event()
-        self.released = asyncio.Event()
-
-    async def generate(self, request: GenerateRequest) -> Completion:
-        if self.armed and request.turn == 1 and not self.released.is_set():
-            self.held += 1
-            if self.held == self.concurrency:
-                self.all_held.set()
-            await self.released.wait()
-        return await self.inner.generate(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @pytest.fixture
@@ -90,14 +64,6 @@ async def test_a_replica_killed_mid_rollout_loses_no_episode_and_counts_none_twi
     survivor, victim = two_servers
     concurrency = 16
     policy = HoldAtSecondTurn(concurrency)
-    finished = 0
-
-    def arm_after_some(_: object) -> None:
-        nonlocal finished
-        finished += 1
-        if finished == 40:  # both replicas have served episodes by now
-            policy.armed = True
-
     pool = PooledEnvironment([s.url for s in two_servers], "calc", transport=transport,  # type: ignore[arg-type]
                              seed=7, health_interval_s=0.2, wait_for_replica_s=30)
 
@@ -114,7 +80,7 @@ async def test_a_replica_killed_mid_rollout_loses_no_episode_and_counts_none_twi
     try:
         killer = asyncio.ensure_future(kill_the_victim_with_sessions_on_it())
         result = await run(pool, policy, TASKS, group_size=GROUP,
-                           concurrency=concurrency, output=output, on_result=arm_after_some,
+                           concurrency=concurrency, output=output, on_result=policy.arm_after(40),
                            tasks_from=local_calc)
         at_kill = await killer
         after = {state.replica_id: state for state in await pool.replica_states()}
