@@ -30,7 +30,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
 
@@ -317,7 +317,8 @@ class PooledEnvironment:
             replica = await self._choose(tried)
             replica.open += 1
             try:
-                inner = await replica.client.open(task_id, session_id=session_id, seed=seed)
+                opened = await replica.client.open(task_id, session_id=session_id, seed=seed)
+                inner = cast(RemoteSession, opened)  # what a RemoteEnvironment opens
             except BaseException as exc:
                 replica.open -= 1
                 if _unreachable(exc):
