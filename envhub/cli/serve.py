@@ -43,12 +43,14 @@ def build_app(
     tool_timeout_s: float | None = None,
     episode_timeout_s: float | None = None,
     max_output_chars: int | None = None,
+    mcp: bool = False,
 ) -> FastAPI:
     """The application ``envhub serve`` runs: each of ``envs`` made with its ``options``
     (one dict per env) and the budgets, hosted by :func:`envhub.server.create_app` with
-    these limits and token. Fleet replicas build theirs here too, so a replica serves
-    exactly what ``envhub serve`` would. Raises :class:`~envhub.errors.EnvhubError` or
-    ``ValueError`` (an env listed twice, a bad limit) before anything is served."""
+    these limits and token (and MCP endpoints with ``mcp``). Fleet replicas build theirs
+    here too, so a replica serves exactly what ``envhub serve`` would. Raises
+    :class:`~envhub.errors.EnvhubError` or ``ValueError`` (an env listed twice, a bad
+    limit) before anything is served."""
     from envhub.local import make
     from envhub.server import create_app
 
@@ -63,7 +65,7 @@ def build_app(
             raise ValueError(f"environment {local.name!r} is listed twice")
         hosted[local.name] = local
     return create_app(hosted, max_sessions=max_sessions, session_ttl_s=session_ttl_s,
-                      max_body_bytes=max_body_bytes, token=token)
+                      max_body_bytes=max_body_bytes, token=token, mcp=mcp)
 
 
 def raise_open_files_limit() -> int:
@@ -101,11 +103,15 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="log every request")] = False,
     sandbox: SandboxBackendOption = None,
     gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
+    mcp: Annotated[
+        bool, typer.Option("--mcp", help="also serve each ENV as an MCP server at /mcp/ENV")
+    ] = False,
 ) -> None:
     """Serve ENVs at http://HOST:PORT (API under /v1, OpenAPI at /openapi.json) until Ctrl-C.
 
     --env-arg options apply to every hosted environment, --sandbox to those with a
-    `sandbox` option; budget flags override theirs.
+    `sandbox` option; budget flags override theirs. --mcp adds a Streamable HTTP MCP
+    endpoint per environment (one MCP session = one episode).
     """
     try:
         import uvicorn
@@ -114,13 +120,19 @@ def serve(
     except ImportError as exc:
         typer.echo(f"error: {exc.name} is missing: pip install 'envhub[server]'", err=True)
         raise typer.Exit(2) from None
+    if mcp:
+        try:
+            from envhub.server.mcp import McpDoor  # noqa: F401  (the [mcp] extra is installed)
+        except ImportError as exc:
+            typer.echo(f"error: {exc.name} is missing: pip install 'envhub[mcp]'", err=True)
+            raise typer.Exit(2) from None
     options_of = env_options(envs, env_arg, sandbox)
     try:
         application = build_app(
             envs, options_of, max_sessions=max_sessions, session_ttl_s=session_ttl,
             max_body_bytes=max_body_bytes, token=token or None, max_turns=max_turns,
             tool_timeout_s=tool_timeout, episode_timeout_s=episode_timeout,
-            max_output_chars=max_output_chars,
+            max_output_chars=max_output_chars, mcp=mcp,
         )  # fmt: skip
     except (EnvhubError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -129,6 +141,8 @@ def serve(
     raise_open_files_limit()
     typer.echo(f"envhub: serving {', '.join(hosted)} at http://{host}:{port}"
                f"{' (bearer token required)' if token else ''}", err=True)
+    if mcp:
+        typer.echo(f"envhub: MCP (Streamable HTTP) at http://{host}:{port}/mcp/ENV", err=True)
     # loop/http "auto" pick uvloop and httptools when installed ([server] extra pulls them).
     with gc_tuned_for_throughput(gc_threshold):
         uvicorn.run(application, host=host, port=port, log_level=log_level,
