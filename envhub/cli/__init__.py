@@ -1,4 +1,4 @@
-"""Command-line interface: ``envhub list|info|init|serve|rollout|check|export|sandbox|llm``.
+"""Command-line interface: ``envhub list|info|init|serve|rollout|check|export|sandbox|llm|fleet``.
 
 Each command family lives in its own module and registers itself on ``app`` when
 imported; heavy dependencies are imported inside the command bodies.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from envhub.cli import (
     _registry_commands,  # noqa: F401  (registers list/info/init)
+    fleet,  # noqa: F401  (registers fleet up/status/down)
     llm,  # noqa: F401  (registers llm serve)
     mcp,  # noqa: F401  (registers mcp)
     rollout,  # noqa: F401  (registers rollout/check/export)

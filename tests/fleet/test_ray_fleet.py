@@ -4,21 +4,32 @@ new URL under the same id, down leaving nothing behind, the CLI, and clear error
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import socket
-from collections.abc import Iterator
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import psutil
 import pytest
 import ray
 
+from envhub.errors import FleetError, ReplicaLost
 from envhub.fleet import FleetEnvironment
+from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
 from envhub.fleet.ray_fleet import (
     ReplicaRecord,
+    ReplicaStatus,
+    connect,
     fleet_down,
     fleet_status,
     fleet_up,
 )
-from tests.fleet.conftest import RayCluster
+from tests.fleet.conftest import RayCluster, free_port
 
 SQL_NEEDS = {"sql": {"sandbox_slots": 1}}
 
@@ -104,3 +115,142 @@ async def test_fleet_environment_runs_sessions_on_the_replicas(
             await session.close()
         statuses = fleet_status(ray_cluster.address, "fleet-test")
         assert sum(s.open_sessions or 0 for s in statuses) == 0
+
+
+def _wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:
+    """Poll ``predicate`` until it returns something truthy (bounded, so a bug fails
+    instead of hanging)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def test_a_killed_replica_restarts_under_its_id_at_a_new_url(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
+    victim = next(r for r in fleet if r.env == "calc")
+    os.kill(victim.pid, signal.SIGKILL)  # the actor's process, as the OOM killer would
+
+    def restarted() -> ReplicaStatus | None:
+        now = {s.replica_id: s for s in fleet_status(ray_cluster.address, "fleet-test")}
+        status = now[victim.replica_id]
+        return status if status.restarts == 1 and status.health == "ok" else None
+
+    status = _wait_for(restarted, f"{victim.replica_id} to come back")
+    assert status.url != victim.url and status.pid != victim.pid
+    assert _pid_gone(victim.pid) and _port_closed(victim.url)  # the server died with it
+    others = {s.replica_id: s for s in fleet_status(ray_cluster.address, "fleet-test")}
+    for record in fleet:
+        if record.replica_id != victim.replica_id:
+            assert (others[record.replica_id].url, others[record.replica_id].restarts) == (
+                record.url, 0)
+
+
+def test_up_refuses_a_second_fleet_in_the_namespace(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
+    with pytest.raises(FleetError, match="already runs in namespace 'fleet-test'"):
+        fleet_up(ray_cluster.address, {"calc": 1}, namespace="fleet-test")
+
+
+def test_up_with_a_resource_no_node_has_fails_before_starting_anything(
+    ray_cluster: RayCluster,
+) -> None:
+    with pytest.raises(FleetError, match="no node of the cluster can hold a calc replica"):
+        fleet_up(ray_cluster.address, {"calc": 1}, namespace="no-fit",
+                 resources={"num_cpus": 1, "gpu_slots": 1})  # fmt: skip
+    assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "no-fit"]
+
+
+def test_up_with_a_replica_that_cannot_start_says_why_and_leaves_nothing(
+    ray_cluster: RayCluster,
+) -> None:
+    with pytest.raises(FleetError, match=r"calc-0 failed to start: .*no_such_option"):
+        fleet_up(ray_cluster.address, {"calc": 1}, namespace="bad-option",
+                 options={"calc": {"no_such_option": 1}}, timeout_s=60)  # fmt: skip
+    assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "bad-option"]
+
+
+def test_no_cluster_at_the_address_is_a_fleet_error_at_once(ray_cluster: RayCluster) -> None:
+    nowhere = f"127.0.0.1:{free_port()}"
+    for attempt in (
+        lambda: connect(nowhere),
+        lambda: fleet_status(nowhere),
+        lambda: FleetEnvironment(nowhere, "calc"),
+    ):
+        with pytest.raises(FleetError, match=f"no Ray cluster at {nowhere}"):
+            attempt()
+    with pytest.raises(FleetError, match="HOST:PORT"):
+        connect("not-an-address")
+
+
+def test_a_namespace_without_a_fleet_is_a_fleet_error(ray_cluster: RayCluster) -> None:
+    for attempt in (
+        lambda: fleet_status(ray_cluster.address, "nobody-here"),
+        lambda: fleet_down(ray_cluster.address, "nobody-here"),
+    ):
+        with pytest.raises(FleetError, match="no envhub fleet in namespace 'nobody-here'"):
+            attempt()
+
+
+async def test_an_environment_without_replicas_fails_fast(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
+    async with FleetEnvironment(ray_cluster.address, "search", namespace="fleet-test") as env:
+        with pytest.raises(FleetError, match="no replica of search"):
+            await asyncio.wait_for(env.task_ids(), 30)
+        with pytest.raises(FleetError, match="no replica of search"):
+            await asyncio.wait_for(env.open(), 30)
+
+
+async def test_down_leaves_no_actor_process_or_port(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
+    before = fleet_status(ray_cluster.address, "fleet-test")
+    names = {REGISTRY_NAME} | {replica_actor_name(s.replica_id) for s in before}
+    async with FleetEnvironment(ray_cluster.address, "calc", namespace="fleet-test",
+                                wait_for_replica_s=1.0) as env:  # fmt: skip
+        session = await env.open()  # a session open at down time
+        await session.reset()
+        report = await asyncio.to_thread(fleet_down, ray_cluster.address, "fleet-test")
+        with pytest.raises(ReplicaLost):
+            await session.close()
+        with pytest.raises(FleetError, match="no envhub fleet in namespace 'fleet-test'"):
+            await asyncio.wait_for(env.open(), 30)
+    ids = sorted(s.replica_id for s in before)
+    assert report.replicas == ids and report.graceful == ids and report.registry
+    assert set(report.reaped) == {s.node_id for s in before} and not report.errors
+    assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "fleet-test"]
+    assert set(_gcs_actors(names).values()) == {"DEAD"}
+    for status in before + fleet:
+        assert _pid_gone(status.pid) and _port_closed(status.url)
+
+
+def test_cli_up_status_down(ray_cluster: RayCluster) -> None:
+    def envhub(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "envhub.cli", "fleet", *args, "--address",
+             ray_cluster.address, "--namespace", "cli-test"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    up = envhub("up", "--env", "calc=2", "--max-sessions", "32", "--resources",
+                '{"num_cpus": 0.5}', "--env-arg", "calc:num_tasks=50")  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    assert [line.split("\t")[1] for line in up.stdout.splitlines()] == ["calc-0", "calc-1"]
+    status = envhub("status")
+    assert status.returncode == 0, status.stderr
+    rows = [line for line in status.stdout.splitlines() if "calc-" in line]
+    assert len(rows) == 2 and all(" ok " in row and " 32 " in row for row in rows)
+    down = envhub("down")
+    assert down.returncode == 0, down.stderr
+    assert "removed 2 replicas (2 shut down cleanly)" in down.stdout
+    gone = envhub("status")
+    assert gone.returncode == 2
+    assert "error: no envhub fleet in namespace 'cli-test'" in gone.stderr
+    assert "Traceback" not in gone.stderr
