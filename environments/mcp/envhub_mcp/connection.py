@@ -186,6 +186,7 @@ class ServerConnection:
         try:
             return await asyncio.wait_for(self._ready_tools(ready), startup_timeout_s)
         except asyncio.TimeoutError:
+            self._holder.cancel()  # still in the handshake: nothing would end it otherwise
             await self._close()
             raise SandboxError(
                 f"MCP server {where} did not start within {startup_timeout_s:g}s"
@@ -242,10 +243,13 @@ class ServerConnection:
             self._stop.set()
         holder, self._holder = self._holder, None
         if holder is not None:
-            try:
-                await asyncio.wait_for(holder, _CLOSE_WAIT_S)
-            except Exception as exc:  # the server is stopped all the same (the SDK kills it)
-                _log.warning("closing MCP server %s: %s", self.server.describe(), _describe(exc))
+            # the holder keeps its own errors (see _hold); wait, never raise, from here
+            done, _ = await asyncio.wait([holder], timeout=_CLOSE_WAIT_S)
+            if not done:
+                _log.warning("MCP server %s did not close in %gs; cancelling its client",
+                             self.server.describe(), _CLOSE_WAIT_S)
+                holder.cancel()
+                await asyncio.wait([holder], timeout=_CLOSE_WAIT_S)
         self._client = None
         if self._stderr is not None:
             self._stderr.close()
