@@ -9,6 +9,12 @@ parameters in place of the agent's, so that what the trajectory records is what 
 sampled. The upstream reply goes back to the agent unchanged, and the call is kept as a
 :class:`CapturedCall` whose token ids and logprobs are the server's, never re-tokenized.
 
+Requests reach the server in the form every OpenAI-compatible server accepts, as envhub's
+own policy sends them: an assistant message's missing content is ``""`` (llama.cpp's
+server refuses ``null``), and content given as text parts only is one string (the parts
+joined by newlines, as vLLM joins them). These are the messages the model saw, so they
+are the ones recorded.
+
 Failures: a request the proxy cannot forward gets a 4xx with ``{"error": {code,
 message}}``; an upstream failure (after the policy's retries) gets a 502 (400 for a prompt
 that outgrew the context) and is kept in :attr:`CaptureProxy.failure`, after which every
@@ -139,7 +145,8 @@ class CaptureProxy:
         problem = _unsupported(body)
         if problem is not None:
             return _error(400, "invalid_request", problem)
-        forwarded = {**body, **self._overrides}
+        messages = [_plain(message) for message in body["messages"]]
+        forwarded = {**body, **self._overrides, "messages": messages}
         forwarded.pop("stream", None)
         forwarded.pop("stream_options", None)
         if body.get("tools") and "tool_choice" not in body:
@@ -160,7 +167,7 @@ class CaptureProxy:
             return _error(502, "upstream_error", str(self.failure))
         self.calls.append(
             CapturedCall(
-                messages=body["messages"],
+                messages=messages,
                 tools=body.get("tools") or [],
                 completion=completion,
                 latency_s=time.perf_counter() - started,
@@ -191,6 +198,18 @@ def _unsupported(body: Any) -> str | None:
     if body.get("n", 1) not in (1, None):
         return "the capture proxy records one choice per call: n must be 1"
     return None
+
+
+def _plain(message: Message) -> Message:
+    """``message`` in the form every server accepts (see the module docstring)."""
+    content = message.get("content")
+    if content is None and message.get("role") == "assistant":
+        return {**message, "content": ""}
+    if isinstance(content, list) and all(
+        isinstance(part, dict) and part.get("type") == "text" for part in content
+    ):
+        return {**message, "content": "\n".join(str(part.get("text", "")) for part in content)}
+    return message
 
 
 def _error(status: int, code: str, message: str) -> web.Response:

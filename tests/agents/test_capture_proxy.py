@@ -151,3 +151,39 @@ async def test_unreachable_upstream_is_a_failure() -> None:
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_error"
     assert isinstance(proxy.failure, PolicyError)
+
+
+async def test_messages_reach_the_server_in_plain_form(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    """A null assistant content (llama.cpp's server refuses it) and text-only content
+    parts (agent frameworks send tool results so) reach the server, and the record, as
+    envhub's own policy sends them."""
+    server = scripted(ScriptConfig(token_ids=True))
+    policy = openai_policy(server.base_url)
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "calculate", "arguments": '{"expression": "2 + 3"}'}}
+    sent = [
+        {"role": "user", "content": [{"type": "text", "text": "What is"},
+                                     {"type": "text", "text": "2 + 3?"}]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "5"}]},
+    ]
+    plain = [
+        {"role": "user", "content": "What is\n2 + 3?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "5"},
+    ]
+    try:
+        async with CaptureProxy(policy) as proxy, httpx.AsyncClient() as http:
+            response = await http.post(
+                f"{proxy.base_url}/chat/completions",
+                headers={"authorization": f"Bearer {proxy.api_key}"},
+                json={"model": "m", "messages": sent},
+            )
+    finally:
+        await policy.aclose()
+    assert response.status_code == 200, response.text
+    [captured] = proxy.calls
+    assert captured.messages == plain
+    assert captured.completion.prompt_token_ids == [t for m in plain for t in tokenize(m)]

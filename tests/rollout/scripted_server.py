@@ -83,10 +83,7 @@ class ServerStats:
 def tokenize(message: dict[str, Any]) -> list[int]:
     """A deterministic stand-in tokenizer (bytes of the message's role, text and calls), so
     that consecutive prompts extend each other exactly as with a real chat template."""
-    content = message.get("content") or ""
-    if isinstance(content, list):  # OpenAI's content parts (agent frameworks send these)
-        content = "".join(part.get("text", "") for part in content)
-    parts = [message.get("role", ""), content]
+    parts = [message.get("role", ""), message.get("content") or ""]
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
         parts.append(f"{function.get('name')}({function.get('arguments')})")
