@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 from envhub.cache import build_once_async, cache_root
 from envhub.errors import EnvironmentFailure
@@ -32,32 +33,45 @@ _AUTHORS = {
     "dara": ("Dara Singh", "dara@orbit.example"),
 }
 
-# (author, ISO date, message, {path: content}); ("branch"/"checkout"/"tag", name) steps
-_HISTORY: list[tuple[str, ...] | tuple[str, str, str, dict[str, str]]] = [
-    ("ada", "2024-03-01T09:00:00+00:00", "Initial commit",
-     {"README.md": "# orbit\n\nTiny orbital mechanics helpers.\n"}),
-    ("bea", "2024-03-02T10:30:00+00:00", "Add vector module",
-     {"orbit/__init__.py": "", "orbit/vector.py":
-      "import math\n\n\ndef norm(v):\n    return math.sqrt(sum(x * x for x in v))\n"}),
-    ("ada", "2024-03-04T14:15:00+00:00", "Add orbital period helper",
-     {"orbit/period.py": "import math\n\nMU_EARTH = 398600.4418\n\n\n"
-      "def period(a_km):\n    return 2 * math.pi * math.sqrt(a_km**3 / MU_EARTH)\n"}),
-    ("chen", "2024-03-05T08:45:00+00:00", "Fix unit conversion in period",
-     {"orbit/period.py": "import math\n\nMU_EARTH = 398600.4418  # km^3/s^2\n\n\n"
-      "def period(a_km):\n    \"\"\"Seconds.\"\"\"\n"
-      "    return 2 * math.pi * math.sqrt(a_km**3 / MU_EARTH)\n"}),
-    ("bea", "2024-03-07T16:00:00+00:00", "Document the public API",
-     {"README.md": "# orbit\n\nTiny orbital mechanics helpers.\n\n"
-      "- `orbit.vector.norm(v)`\n- `orbit.period.period(a_km)`\n"}),
-    ("tag", "v0.1"),
-    ("branch", "feature/drag"),
-    ("chen", "2024-03-08T11:20:00+00:00", "Sketch atmospheric drag model",
-     {"orbit/drag.py": "def drag(rho, v, cd, area):\n    return 0.5 * rho * v * v * cd * area\n"}),
-    ("checkout", "main"),
-    ("ada", "2024-03-09T09:10:00+00:00", "Bump version to 0.2.0", {"VERSION": "0.2.0\n"}),
-    ("dara", "2024-03-11T13:05:00+00:00", "Add tests for vector norms",
-     {"tests/test_vector.py": "from orbit.vector import norm\n\n\n"
-      "def test_norm():\n    assert norm([3, 4]) == 5\n"}),
+
+class _Commit(NamedTuple):
+    author: str  # a key of _AUTHORS
+    date: str  # ISO 8601, used as both author and committer date
+    message: str
+    files: dict[str, str]  # path -> content written before the commit
+
+
+class _Git(NamedTuple):
+    """A ref step between commits: the git arguments, e.g. ``("tag", "v0.1")``."""
+
+    args: tuple[str, ...]
+
+
+_HISTORY: list[_Commit | _Git] = [
+    _Commit("ada", "2024-03-01T09:00:00+00:00", "Initial commit",
+        {"README.md": "# orbit\n\nTiny orbital mechanics helpers.\n"}),
+    _Commit("bea", "2024-03-02T10:30:00+00:00", "Add vector module",
+        {"orbit/__init__.py": "", "orbit/vector.py":
+         "import math\n\n\ndef norm(v):\n    return math.sqrt(sum(x * x for x in v))\n"}),
+    _Commit("ada", "2024-03-04T14:15:00+00:00", "Add orbital period helper",
+        {"orbit/period.py": "import math\n\nMU_EARTH = 398600.4418\n\n\n"
+         "def period(a_km):\n    return 2 * math.pi * math.sqrt(a_km**3 / MU_EARTH)\n"}),
+    _Commit("chen", "2024-03-05T08:45:00+00:00", "Fix unit conversion in period",
+        {"orbit/period.py": "import math\n\nMU_EARTH = 398600.4418  # km^3/s^2\n\n\n"
+         "def period(a_km):\n    \"\"\"Seconds.\"\"\"\n"
+         "    return 2 * math.pi * math.sqrt(a_km**3 / MU_EARTH)\n"}),
+    _Commit("bea", "2024-03-07T16:00:00+00:00", "Document the public API",
+        {"README.md": "# orbit\n\nTiny orbital mechanics helpers.\n\n"
+         "- `orbit.vector.norm(v)`\n- `orbit.period.period(a_km)`\n"}),
+    _Git(("tag", "v0.1")),
+    _Git(("checkout", "-q", "-b", "feature/drag")),
+    _Commit("chen", "2024-03-08T11:20:00+00:00", "Sketch atmospheric drag model",
+        {"orbit/drag.py": "def drag(rho, v, cd, area):\n    return 0.5 * rho * v * v * cd * area\n"}),
+    _Git(("checkout", "-q", "main")),
+    _Commit("ada", "2024-03-09T09:10:00+00:00", "Bump version to 0.2.0", {"VERSION": "0.2.0\n"}),
+    _Commit("dara", "2024-03-11T13:05:00+00:00", "Add tests for vector norms",
+        {"tests/test_vector.py": "from orbit.vector import norm\n\n\n"
+         "def test_norm():\n    assert norm([3, 4]) == 5\n"}),
 ]
 # left uncommitted: one staged new file and one unstaged edit (for git_status/diff tasks)
 _STAGED = {"CHANGELOG.md": "## 0.2.0\n\n- orbital period helper\n"}
@@ -99,22 +113,17 @@ def build_repository(repo: Path) -> None:
     _git(repo, "config", "commit.gpgsign", "false", env=env)
     _git(repo, "config", "core.hooksPath", os.devnull, env=env)
     for step in _HISTORY:
-        if step[0] in ("tag", "branch", "checkout"):
-            verb, name = step[0], str(step[1])
-            args = {"tag": ["tag", name], "branch": ["checkout", "-q", "-b", name],
-                    "checkout": ["checkout", "-q", name]}[verb]
-            _git(repo, *args, env=env)
+        if isinstance(step, _Git):
+            _git(repo, *step.args, env=env)
             continue
-        author, date, message, files = step  # type: ignore[misc]
-        name, email = _AUTHORS[str(author)]
-        paths = _write(repo, files)  # type: ignore[arg-type]
-        _git(repo, "add", "--", *paths, env=env)
+        name, email = _AUTHORS[step.author]
+        _git(repo, "add", "--", *_write(repo, step.files), env=env)
         identity = {
-            "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": str(date),
+            "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": step.date,
             "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email,
-            "GIT_COMMITTER_DATE": str(date),
+            "GIT_COMMITTER_DATE": step.date,
         }
-        _git(repo, "commit", "-q", "-m", str(message), env={**env, **identity})
+        _git(repo, "commit", "-q", "-m", step.message, env={**env, **identity})
     head = _git(repo, "rev-parse", "main", env=env)
     if head != HEAD:
         raise EnvironmentFailure(
