@@ -66,7 +66,8 @@ _HISTORY: list[_Commit | _Git] = [
     _Git(("tag", "v0.1")),
     _Git(("checkout", "-q", "-b", "feature/drag")),
     _Commit("chen", "2024-03-08T11:20:00+00:00", "Sketch atmospheric drag model",
-        {"orbit/drag.py": "def drag(rho, v, cd, area):\n    return 0.5 * rho * v * v * cd * area\n"}),
+        {"orbit/drag.py":
+         "def drag(rho, v, cd, area):\n    return 0.5 * rho * v * v * cd * area\n"}),
     _Git(("checkout", "-q", "main")),
     _Commit("ada", "2024-03-09T09:10:00+00:00", "Bump version to 0.2.0", {"VERSION": "0.2.0\n"}),
     _Commit("dara", "2024-03-11T13:05:00+00:00", "Add tests for vector norms",
