@@ -23,6 +23,7 @@ import envhub
 from envhub import ToolCall
 from envhub.errors import SandboxError
 from envhub.policies.base import Completion, GenerateRequest
+from envhub.policies.reference import ReferencePolicy
 from envhub.testing import call_tool, check_environment, serve_in_thread
 
 SLOW_SERVER = Path(__file__).with_name("slow_server.py")
@@ -88,6 +89,30 @@ async def test_server_killed_mid_episode_masks_the_episode() -> None:
     assert trajectory.error is not None
     assert trajectory.error.kind == "sandbox_error", trajectory.error
     assert "is gone" in trajectory.error.message
+
+
+async def test_a_dead_shared_server_is_infrastructure_and_the_next_episode_gets_a_new_one(
+) -> None:
+    """time-zones shares one server per process: killed, the episode in flight meets a
+    SandboxError (what the rollout masks, as above) and the next episode starts a new
+    server instead of failing too."""
+    env = envhub.make("mcp", task_set="time-zones")
+    try:
+        first = await envhub.rollout.run(env, ReferencePolicy(), ["time-zones-01"])
+        [old] = _children_running("mcp_server_time")
+        async with env.open("time-zones-02") as session:
+            os.kill(old, signal.SIGKILL)
+            with pytest.raises(SandboxError, match="is gone"):
+                await call_tool(session, "convert_time", source_timezone="UTC", time="10:00",
+                                target_timezone="Asia/Tokyo")
+        second = await envhub.rollout.run(env, ReferencePolicy(), ["time-zones-02"])
+        [new] = _children_running("mcp_server_time")
+    finally:
+        await env.aclose()
+    assert new != old
+    assert first.trajectories and second.trajectories
+    assert [t.reward for t in first.trajectories + second.trajectories] == [1.0, 1.0]
+    assert not _children_running("mcp_server_time")  # aclose_shared stopped it
 
 
 @pytest.fixture
