@@ -1,0 +1,393 @@
+"""What the fleet costs: calc rollouts through a Ray fleet against the same server direct.
+
+One run measures, on one machine:
+
+1. **Overhead.** A 1-replica fleet; the same replica's ``envhub serve`` app is then driven
+   two ways, in alternating rounds: directly (``RemoteEnvironment`` on its URL) and
+   through the fleet (``FleetEnvironment``: registry discovery, health probes, the
+   balancer's choice at every open). Each round is a real rollout (``envhub.rollout.run``,
+   reference policy, 2-step calc episodes). Prints episodes/s and client CPU-ms per
+   episode for both and the ratio fleet/direct (target >= 0.9): the server is the same
+   process, so the ratio is what the fleet adds on the client.
+2. **4 replicas** on this machine (``--replicas``): episodes/s through the fleet. The
+   replicas share this machine's cores with the client, so expect no scaling.
+3. **Failover.** A rollout over those replicas; one replica's process is killed
+   (``ray.kill``, as a crash) after a share of the episodes: the time from the kill to the
+   last affected episode's retry (its first model turn again, on another replica) and to
+   its end, and how long Ray takes to restart the replica (registry ``restarts=1``).
+4. **Fleet up** of ``--up-replicas`` (8) replicas: seconds until all answer ``/health``,
+   and the ``fleet down`` after it.
+
+Without ``--address`` the script starts its own local Ray cluster (a head and one worker
+node, dashboard off, 127.0.0.1, a private temp dir) and removes it at the end, killing
+only its own processes. ``--no-ray`` measures item 1 only, with a 1-URL
+``PooledEnvironment`` in place of the fleet (the same balancer, no Ray).
+
+    .venv/bin/python benchmarks/fleet_overhead.py
+    .venv/bin/python benchmarks/fleet_overhead.py --address 127.0.0.1:6380
+    .venv/bin/python benchmarks/fleet_overhead.py --no-ray --episodes 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _load import free_port
+from _scripted_model import load_note
+
+import envhub
+from envhub.client import RemoteEnvironment
+from envhub.fleet import PooledEnvironment
+from envhub.policies.base import Completion, GenerateRequest
+from envhub.policies.reference import ReferencePolicy
+from envhub.protocol import EnvironmentClient
+from envhub.rollout import run
+from envhub.rollout.runtime import run_async
+
+NAMESPACE = "envhub-bench"
+_CLI = "import envhub.cli.serve; from envhub.cli._app import app; app()"
+
+
+# -- a local Ray cluster (only without --address) --------------------------------------------
+
+
+def _ray_port() -> int:
+    """A free port outside Ray's default worker-port range (10002-19999)."""
+    while not 20000 <= (port := free_port()) < 60000:
+        pass
+    return port
+
+
+@contextlib.contextmanager
+def local_ray_cluster(head_cpus: int, worker_cpus: int) -> Iterator[str]:
+    """``ray start`` a head and one worker node on 127.0.0.1; yields the head's address.
+    Teardown kills the processes started under this cluster's temp dir (and their
+    children), never ``ray stop``, which would stop every Ray cluster on the machine."""
+    import psutil
+
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    temp_dir = tempfile.mkdtemp(prefix="ehb-ray-")
+    port = _ray_port()
+    address = f"127.0.0.1:{port}"
+    quiet = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+             "RAY_prestart_worker_first_driver": "0"}
+    common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats",
+              "--dashboard-agent-listen-port", str(_ray_port())]
+    try:
+        for args in (
+            ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir",
+             temp_dir, "--num-cpus", str(head_cpus)],
+            ["--address", address, "--num-cpus", str(worker_cpus)],
+        ):
+            done = subprocess.run([ray_cli, "start", *args, *common], env=quiet,
+                                  capture_output=True, text=True, timeout=180)
+            if done.returncode != 0:
+                raise SystemExit(f"ray start failed:\n{done.stdout}\n{done.stderr}")
+            common[-1] = str(_ray_port())
+        yield address
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        ours = {p.pid: p for p in psutil.process_iter(["cmdline"])
+                if any(temp_dir in arg for arg in p.info["cmdline"] or [])}
+        for proc in list(ours.values()):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                ours.update({c.pid: c for c in proc.children(recursive=True)})
+        for proc in ours.values():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(list(ours.values()), timeout=10)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def serve_process() -> Iterator[str]:
+    """``envhub serve calc`` in a subprocess (``--no-ray``); yields its URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([sys.executable, "-c", _CLI, "serve", "calc", "--port", str(port),
+                             "--episode-timeout", "86400", "--log-level", "warning"],
+                            env={**os.environ, "ENVHUB_TOKEN": ""})
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("envhub serve did not start")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+class Measure:
+    """Episodes/s and client CPU per episode of one kind of client, over rounds."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.rates: list[float] = []
+        self.cpu_ms: list[float] = []
+
+    def add(self, episodes: int, wall_s: float, cpu_s: float) -> None:
+        self.rates.append(episodes / wall_s)
+        self.cpu_ms.append(1000 * cpu_s / episodes)
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpu_ms)
+
+    def line(self) -> str:
+        rounds = ", ".join(f"{r:.0f}" for r in self.rates)
+        return (f"{self.label:<26} episodes/s={self.rate:7.0f}  client CPU/episode="
+                f"{self.cpu:6.2f} ms  (rounds: {rounds})")
+
+
+async def rollout(env: EnvironmentClient, local: EnvironmentClient, task_ids: list[str],
+                  concurrency: int, policy: Any = None,
+                  on_result: Callable[[Any], None] | None = None) -> tuple[int, float, float]:
+    """One rollout: (episodes, wall seconds, this process's CPU seconds)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = await run(env, policy or ReferencePolicy(), task_ids, concurrency=concurrency,
+                       tasks_from=local, on_result=on_result, max_masked_fraction=0.0)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    summary = result.summary
+    if summary.scored != len(task_ids) or summary.mean_reward != 1.0:
+        raise SystemExit(f"{env!r}: a rollout did not score every episode 1: {summary}")
+    return summary.episodes, wall, cpu
+
+
+async def overhead(direct: EnvironmentClient, pooled: EnvironmentClient,
+                   local: EnvironmentClient, task_ids: list[str], rounds: int,
+                   concurrency: int, pooled_label: str) -> None:
+    """Alternating rounds on the same server, one warm-up of each first."""
+    a, b = Measure("direct (RemoteEnvironment)"), Measure(pooled_label)
+    for client in (direct, pooled):
+        await rollout(client, local, task_ids[: len(task_ids) // 4], concurrency)
+    for _ in range(rounds):
+        for client, measure in ((direct, a), (pooled, b)):
+            measure.add(*await rollout(client, local, task_ids, concurrency))
+    print(a.line())
+    print(b.line())
+    print(f"ratio {pooled_label.split()[0]}/direct: episodes/s {b.rate / a.rate:.2f} "
+          f"(target >= 0.9: {'met' if b.rate / a.rate >= 0.9 else 'NOT met'}), "
+          f"client CPU per episode {b.cpu / a.cpu:.2f}", flush=True)
+
+
+class TimedReference(ReferencePolicy):
+    """The reference policy, noting when each (task, sample)'s first turn was asked for:
+    an episode retried after a replica died asks for its first turn again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_turns: dict[tuple[str, int], list[float]] = {}
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        if request.turn == 0:
+            key = (request.task_id, request.sample_index)
+            self.first_turns.setdefault(key, []).append(time.monotonic())
+        return await super().generate(request)
+
+
+# -- the fleet parts ----------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def fleet(address: str, replicas: int, cpus: float) -> AsyncIterator[list[Any]]:
+    from envhub.fleet.ray_fleet import fleet_down, fleet_up
+
+    records = await asyncio.to_thread(fleet_up, address, {"calc": replicas},
+                                      namespace=NAMESPACE, resources={"num_cpus": cpus},
+                                      serve={"episode_timeout_s": 86400.0})
+    try:
+        yield records
+    finally:
+        await asyncio.to_thread(fleet_down, address, NAMESPACE)
+
+
+async def failover(address: str, fleet_env: EnvironmentClient, local: EnvironmentClient,
+                   task_ids: list[str], concurrency: int) -> None:
+    """Kill replica calc-0 after a quarter of the episodes; time the retries and restart."""
+    import ray
+
+    from envhub.fleet.ray_actors import replica_actor_name
+    from envhub.fleet.ray_fleet import fleet_status
+
+    policy = TimedReference()
+    killed_at: list[float] = []
+    finished = 0
+
+    def kill_after_a_quarter(_: object) -> None:
+        nonlocal finished
+        finished += 1
+        if finished == len(task_ids) // 4:
+            killed_at.append(time.monotonic())
+            ray.kill(ray.get_actor(replica_actor_name("calc-0"), namespace=NAMESPACE),
+                     no_restart=False)
+
+    ended: dict[tuple[str, int], float] = {}
+
+    def note(trajectory: Any) -> None:
+        ended[(trajectory.task_id, trajectory.sample_index)] = time.monotonic()
+        kill_after_a_quarter(trajectory)
+
+    result = await run(fleet_env, policy, task_ids, concurrency=concurrency, tasks_from=local,
+                       on_result=note, max_masked_fraction=0.0)
+    summary = result.summary
+    lost = summary.retried.get("replica_lost", 0)
+    retried = [key for key, times in policy.first_turns.items() if len(times) > 1]
+    print(f"failover: {summary.episodes} episodes, {summary.scored} scored (mean reward "
+          f"{summary.mean_reward}), {summary.masked} masked, retried {dict(summary.retried)}")
+    if retried and killed_at:
+        kill = killed_at[0]
+        last_retry = max(policy.first_turns[key][-1] for key in retried) - kill
+        last_end = max(ended[key] for key in retried) - kill
+        print(f"failover: {len(retried)} episodes were on the killed replica ({lost} attempts "
+              f"lost); kill -> last retry started {last_retry:.2f} s, -> last retried "
+              f"episode ended {last_end:.2f} s")
+    else:
+        print("failover: no episode was on the killed replica (too few episodes in flight?)")
+    while True:
+        rows = {s.replica_id: s for s in await asyncio.to_thread(fleet_status, address,
+                                                                  NAMESPACE)}
+        if rows["calc-0"].restarts >= 1 and rows["calc-0"].health == "ok":
+            print(f"failover: Ray restarted calc-0 (new URL {rows['calc-0'].url}) "
+                  f"{time.monotonic() - killed_at[0]:.1f} s after the kill")
+            break
+        if time.monotonic() - killed_at[0] > 300:
+            print("failover: calc-0 not restarted within 300 s")
+            break
+        await asyncio.sleep(0.5)
+
+
+async def fleet_up_time(address: str, replicas: int, cpus: float) -> None:
+    from envhub.fleet.ray_fleet import fleet_down, fleet_up
+
+    started = time.perf_counter()
+    records = await asyncio.to_thread(fleet_up, address, {"calc": replicas},
+                                      namespace=NAMESPACE, resources={"num_cpus": cpus})
+    up = time.perf_counter() - started
+    nodes = len({r.node_id for r in records})
+    started = time.perf_counter()
+    await asyncio.to_thread(fleet_down, address, NAMESPACE)
+    print(f"fleet up: {replicas} replicas on {nodes} nodes healthy in {up:.1f} s; "
+          f"fleet down {time.perf_counter() - started:.1f} s")
+
+
+async def with_ray(args: argparse.Namespace, local: EnvironmentClient,
+                   task_ids: list[str]) -> None:
+    from envhub.fleet.ray_fleet import FleetEnvironment, connect
+
+    connect(args.address, NAMESPACE)
+    async with fleet(args.address, 1, args.replica_cpus) as (record,):
+        direct = RemoteEnvironment(record.url, "calc")
+        fleet_env = FleetEnvironment(args.address, "calc", namespace=NAMESPACE)
+        try:
+            print(f"\n1. overhead: one replica at {record.url}; {len(task_ids)} episodes per "
+                  f"round, concurrency {args.concurrency}, {args.rounds} rounds each")
+            await overhead(direct, fleet_env, local, task_ids, args.rounds, args.concurrency,
+                           "fleet (FleetEnvironment)")
+        finally:
+            await fleet_env.aclose()
+            await direct.aclose()
+    if args.replicas:
+        async with fleet(args.address, args.replicas, args.replica_cpus) as records:
+            nodes = len({r.node_id for r in records})
+            fleet_env = FleetEnvironment(args.address, "calc", namespace=NAMESPACE)
+            try:
+                print(f"\n2. {args.replicas} replicas on {nodes} nodes of this machine")
+                measure = Measure(f"fleet of {args.replicas}")
+                await rollout(fleet_env, local, task_ids[: len(task_ids) // 4],
+                              args.concurrency)
+                for _ in range(args.rounds):
+                    measure.add(*await rollout(fleet_env, local, task_ids, args.concurrency))
+                print(measure.line())
+                print(f"\n3. failover: replica calc-0 of {args.replicas} killed mid-rollout")
+                await failover(args.address, fleet_env, local, task_ids, args.concurrency)
+            finally:
+                await fleet_env.aclose()
+    if args.up_replicas:
+        print(f"\n4. fleet up of {args.up_replicas} replicas")
+        await fleet_up_time(args.address, args.up_replicas, args.up_replica_cpus)
+
+
+async def without_ray(args: argparse.Namespace, local: EnvironmentClient,
+                      task_ids: list[str]) -> None:
+    with serve_process() as url:
+        direct = RemoteEnvironment(url, "calc")
+        pool = PooledEnvironment([url], "calc")
+        try:
+            print(f"\n1. overhead: one envhub serve at {url}; {len(task_ids)} episodes per "
+                  f"round, concurrency {args.concurrency}, {args.rounds} rounds each")
+            await overhead(direct, pool, local, task_ids, args.rounds, args.concurrency,
+                           "pool (PooledEnvironment)")
+        finally:
+            await pool.aclose()
+            await direct.aclose()
+    print("(items 2-4 need Ray: run without --no-ray)")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    local = envhub.make("calc")
+    ids = await local.task_ids(None)
+    task_ids = [ids[i % len(ids)] for i in range(args.episodes)]
+    if len(set(task_ids)) < len(task_ids):
+        raise SystemExit(f"calc has {len(ids)} tasks: ask for at most that many --episodes")
+    try:
+        await (without_ray if args.no_ray else with_ray)(args, local, task_ids)
+    finally:
+        await local.aclose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--address", help="a running Ray cluster (HOST:PORT of the head); "
+                        "default: start a local one for this run")
+    parser.add_argument("--no-ray", action="store_true",
+                        help="overhead only, through a 1-URL PooledEnvironment")
+    parser.add_argument("--episodes", type=int, default=1000, help="per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--replicas", type=int, default=4, help="item 2-3 (0: skip)")
+    parser.add_argument("--up-replicas", type=int, default=8, help="item 4 (0: skip)")
+    parser.add_argument("--replica-cpus", type=float, default=1.0)
+    parser.add_argument("--up-replica-cpus", type=float, default=0.5)
+    args = parser.parse_args()
+    print(f"calc, reference policy (2 steps per episode), WebSocket sessions; {load_note()}")
+    if args.no_ray or args.address:
+        run_async(main_async(args))
+        return
+    cpus = max(8, args.replicas, int(args.up_replicas * args.up_replica_cpus) + 1)
+    with local_ray_cluster(head_cpus=cpus // 2, worker_cpus=cpus - cpus // 2) as address:
+        args.address = address
+        print(f"local Ray cluster at {address} (head + 1 worker node, {cpus} logical CPUs)")
+        run_async(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
