@@ -5,7 +5,8 @@ One ``Agent`` per episode whose model is an ``OpenAIChatCompletionsModel`` on it
 episode's MCP endpoint (``MCPServerStreamableHttp``). The SDK's tracing is disabled for
 the run (it would export to OpenAI's servers), and the client does not retry: the policy
 behind the proxy already retries transient model-server errors, and after a failure the
-episode is over.
+episode is over. Both HTTP clients share one TLS context: building one loads the CA
+store (about 50 CPU-ms), which per episode and client was half the path's CPU time.
 
 Outcomes the SDK reports as exceptions but that are the model's doing (it ran into the
 turn cap, or sent a reply the SDK could not use) end the episode normally, to be scored;
@@ -14,6 +15,8 @@ anything else the SDK raises propagates as a crash (:mod:`envhub.agents.base`).
 
 from __future__ import annotations
 
+import functools
+import ssl
 from typing import Any, cast
 
 from envhub.agents.base import AgentEpisode
@@ -55,17 +58,18 @@ class OpenAIAgentsRunner:
         )
         from agents.mcp import MCPServerStreamableHttp
         from agents.run import DEFAULT_MAX_TURNS
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         client = AsyncOpenAI(
             base_url=episode.base_url,
             api_key=episode.api_key,
             max_retries=0,
             timeout=self.request_timeout_s,
+            http_client=DefaultAsyncHttpxClient(verify=_tls_context()),
         )
         try:
             async with MCPServerStreamableHttp(
-                {"url": episode.mcp_url, "timeout": 30.0},
+                {"url": episode.mcp_url, "timeout": 30.0, "httpx_client_factory": _mcp_client},
                 cache_tools_list=True,
                 name="envhub",
                 client_session_timeout_seconds=self.tool_timeout_s,
@@ -91,6 +95,29 @@ class OpenAIAgentsRunner:
                     return  # the model's outcome: the session says what it scores
         finally:
             await client.close()
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The TLS context every episode's clients share (see the module docstring)."""
+    return ssl.create_default_context()
+
+
+def _mcp_client(
+    headers: dict[str, str] | None = None, timeout: Any = None, auth: Any = None
+) -> Any:
+    """The MCP SDK's HTTP client as the Agents SDK builds it, on the shared TLS context
+    (``httpx2``: the HTTP library of the ``mcp`` 2.x SDK)."""
+    import httpx2
+
+    options: dict[str, Any] = {"follow_redirects": False, "verify": _tls_context()}
+    if headers is not None:
+        options["headers"] = headers
+    if timeout is not None:
+        options["timeout"] = timeout
+    if auth is not None:
+        options["auth"] = auth
+    return httpx2.AsyncClient(**options)
 
 
 def _model_mistakes_only(context: Any, error: Exception) -> str:
