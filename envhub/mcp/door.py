@@ -233,7 +233,7 @@ class SessionDoor:
 
 
 def _prompt_message(message: Message) -> types.PromptMessage:
-    role = "assistant" if message.get("role") == "assistant" else "user"
+    role: types.Role = "assistant" if message.get("role") == "assistant" else "user"
     text = _text(message.get("content"))
     return types.PromptMessage(role=role, content=types.TextContent(text=text))
 
@@ -275,12 +275,13 @@ async def serve_session_mcp(
     and yield its URL (``http://host:port/mcp``); the server stops on exit.
 
     uvicorn runs in the caller's event loop (a per-episode server for an agent framework
-    in the same process) without taking over the process's signal handlers.
+    in the same process) without taking over the process's signal handlers; on exit,
+    clients that are still connected are cut off rather than waited for.
     """
-    from envhub.mcp.http import quiet_uvicorn_server
+    from envhub.mcp.http import ClosingStreams, quiet_uvicorn_server
 
     server = session_mcp_server(session, start, env_name=env_name)
-    app = server.streamable_http_app(host=host, json_response=True)
+    app = ClosingStreams(server.streamable_http_app(host=host, json_response=True))
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
@@ -296,6 +297,7 @@ async def serve_session_mcp(
         url_host = f"[{host}]" if ":" in host else host
         yield f"http://{url_host}:{port}/mcp"
     finally:
+        app.close()  # clients still connected must not hold the server open
         uvicorn_server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):
             await serving

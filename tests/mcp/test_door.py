@@ -3,6 +3,9 @@ agent in the same process (the external-agent path)."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -40,3 +43,26 @@ async def test_the_owner_closes_an_unfinished_episode() -> None:
     assert not (await session.info()).closed
     result = await session.close()
     assert result.stop_reason == "closed" and result.metrics.tool_calls == 1
+
+
+async def test_a_client_still_connected_does_not_hold_the_server_open() -> None:
+    """uvicorn waits for open responses before it stops; the server cuts the clients'
+    event streams instead, and each ends as a complete response."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    uvicorn_log = logging.getLogger("uvicorn")  # configured by the server's start: add after
+    env = envhub.make("calc")
+    session = await env.open(TASKS["calc"])
+    try:
+        async with serve_session_mcp(session, await session.reset(), env_name="calc") as url:
+            uvicorn_log.addHandler(handler)
+            connected = http_session(url)
+            client = await connected.__aenter__()
+            await client.call_tool("calculate", {"expression": "1 + 1"})
+        with contextlib.suppress(Exception):  # its server is gone: the goodbye DELETE fails
+            await connected.__aexit__(None, None, None)
+    finally:
+        uvicorn_log.removeHandler(handler)
+        await session.close()
+    assert [r.getMessage() for r in records if r.levelno >= logging.ERROR] == []
