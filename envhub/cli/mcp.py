@@ -18,7 +18,7 @@ from envhub.cli.options import EnvArgOption, SandboxBackendOption, env_options
 from envhub.errors import EnvhubError, InvalidRequest
 
 if TYPE_CHECKING:
-    from envhub.local import LocalEnvironment
+    from envhub.protocol import EnvironmentClient
     from envhub.types import CloseResult
 
 __all__ = ["mcp_command"]
@@ -70,8 +70,10 @@ def mcp_command(
                f"reward {result.reward:g}", err=True)
 
 
-async def _serve(local: LocalEnvironment, task: str | None, seed: int | None) -> CloseResult:
+async def _serve(env: EnvironmentClient, task: str | None, seed: int | None) -> CloseResult:
     from envhub.mcp.stdio import serve_stdio
 
-    async with local:  # releases the environment's shared resources on exit
-        return await serve_stdio(local, task, seed=seed)
+    try:
+        return await serve_stdio(env, task, seed=seed)
+    finally:
+        await env.aclose()  # the environment's shared resources (sandbox pools, browsers)
