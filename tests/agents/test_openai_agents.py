@@ -254,3 +254,20 @@ async def test_cli_rollout_with_agent(
     bad = await asyncio.to_thread(CliRunner().invoke, app, [*args[:-1], str(tmp_path / "x"),
                                                              "--agent", "nope"])
     assert bad.exit_code == 2 and "unknown agent 'nope'" in bad.output
+
+
+async def test_deadline_cancels_agent_episodes_cleanly(
+    scripted: Callable[..., ScriptedServer], calc: LocalEnvironment
+) -> None:
+    """Episodes in flight at the run's time limit are cancelled: the agent, its MCP
+    endpoint and its proxy stop, the sessions are aborted, and nothing keeps running."""
+    server = scripted(ScriptConfig(latency_s=30))
+    policy = openai_policy(server.base_url)
+    try:
+        result = await run(calc, policy, "train[0:3]", agent=OpenAIAgentsRunner(),
+                           concurrency=3, time_limit_s=0.5)
+    finally:
+        await policy.aclose()
+    assert result.summary.stopped == "deadline" and result.summary.missing == 3
+    await asyncio.sleep(0)
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
