@@ -104,10 +104,8 @@ def reap_dead_sandboxes() -> dict[str, int]:
     return reaped
 
 
-@ray.remote(num_cpus=0)
-def reap_node_sandboxes() -> dict[str, int]:
-    """:func:`reap_dead_sandboxes` as a task, sent to one node after its replicas died."""
-    return reap_dead_sandboxes()
+# the same as a Ray task, sent to each node of a fleet after its replicas died
+reap_node_sandboxes = ray.remote(num_cpus=0)(reap_dead_sandboxes)
 
 
 class Replica:
@@ -161,7 +159,8 @@ class Replica:
         self.node_id = ray.get_runtime_context().get_node_id()
         registry = ray.get_actor(REGISTRY_NAME, namespace=namespace)
         self.registrations = ray.get(
-            registry.register.remote(self.env, replica_id, self.url, self.node_id, os.getpid())
+            registry.register.remote(self.env, replica_id, self.url, self.node_id, os.getpid()),
+            timeout=_STARTUP_TIMEOUT_S,
         )
 
     def _serve(self) -> None:

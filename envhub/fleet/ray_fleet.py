@@ -192,6 +192,15 @@ def _check_fits(env_id: str, resources: dict[str, float]) -> None:
         )
 
 
+def _head_node_id() -> str:
+    """The head node: the registry lives there, since the cluster ends with it anyway
+    and any other node may go."""
+    for node in ray.nodes():
+        if node["Alive"] and "node:__internal_head__" in node["Resources"]:
+            return str(node["NodeID"])
+    raise FleetError("the Ray cluster reports no alive head node")
+
+
 def fleet_up(
     address: str,
     envs: dict[str, int],
@@ -207,7 +216,8 @@ def fleet_up(
     """Start ``envs`` (``{env id: replica count}``) as a fleet in ``namespace`` of the Ray
     cluster at ``address``, and return the replicas once every one answers ``/health``.
 
-    Each replica is a detached actor placed with the ``SPREAD`` strategy and needing
+    The registry is a detached actor on the head node. Each replica is a detached actor
+    placed with the ``SPREAD`` strategy and needing
     ``resources`` (default ``{"num_cpus": 1}``; Ray's ``num_cpus``/``num_gpus``/``memory``
     or custom resources such as ``sandbox_slots``), overridden per environment by
     ``env_resources``; it hosts its environment with ``options[env]`` and the ``serve``
@@ -235,7 +245,10 @@ def fleet_up(
              for env in envs}  # fmt: skip
     for env_id, wanted in needs.items():
         _check_fits(env_id, wanted)
-    RegistryActor.options(name=REGISTRY_NAME, namespace=namespace, lifetime="detached").remote()
+    RegistryActor.options(
+        name=REGISTRY_NAME, namespace=namespace, lifetime="detached",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
+    ).remote()  # fmt: skip
     handles = {
         f"{env_id}-{i}": ReplicaActor.options(
             name=replica_actor_name(f"{env_id}-{i}"), namespace=namespace, lifetime="detached",
@@ -316,15 +329,13 @@ def fleet_status(
     statuses = []
     for r in sorted(records, key=lambda r: (r.env, r.replica_id)):
         answer = answers[r.url]
-        common = {"env": r.env, "replica_id": r.replica_id, "node_id": r.node_id, "url": r.url,
-                  "pid": r.pid, "restarts": r.registrations - 1}  # fmt: skip
-        if isinstance(answer, str):
-            statuses.append(ReplicaStatus(**common, health=answer))
-        else:
-            statuses.append(ReplicaStatus(
-                **common, health="ok", open_sessions=int(answer.get("sessions", 0)),
-                capacity=int(answer.get("max_sessions", 0)),
-            ))  # fmt: skip
+        load = None if isinstance(answer, str) else answer
+        statuses.append(ReplicaStatus(
+            env=r.env, replica_id=r.replica_id, node_id=r.node_id, url=r.url, pid=r.pid,
+            restarts=r.registrations - 1, health=answer if isinstance(answer, str) else "ok",
+            open_sessions=None if load is None else int(load.get("sessions", 0)),
+            capacity=None if load is None else int(load.get("max_sessions", 0)),
+        ))  # fmt: skip
     return statuses
 
 

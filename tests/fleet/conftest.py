@@ -12,7 +12,11 @@ start`` (dashboard off, every address 127.0.0.1, a private ``--temp-dir``) and y
 - ``.alive_node_ids()``: the node ids Ray reports alive now;
 - ``.add_worker(name, num_cpus=..., resources=...)``: start one more worker node;
 - ``.kill_node(name)``: SIGKILL a worker node's raylet and every process under it (its
-  actors' workers included), as a machine failure would; Ray then marks it dead.
+  actors' workers included), as a machine failure would; returns once Ray reports the
+  node dead (about 3 s) and drops it from ``.nodes``.
+
+The three base nodes are shared by every test of the session: kill only nodes you added,
+and remove what a test starts (``fleet_down``, one namespace per test or module).
 
 Teardown kills only this cluster's processes (those started under its temp dir, and
 their descendants), never ``ray stop``, which would stop every Ray process on the
@@ -48,8 +52,14 @@ from envhub.fleet.ray_fleet import connect
 
 _RAY = str(Path(sys.executable).with_name("ray"))
 # Ray warms up worker processes for the first driver; on a 2-core machine that is seconds
-# of CPU per node for workers no test uses.
-_QUIET = {"RAY_prestart_worker_first_driver": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# of CPU per node for workers no test uses. A killed node is declared dead after three
+# missed 1 s health checks (the default is about 15 s).
+_CLUSTER_ENV = {
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
 
 
 def free_port(low: int = 20000, high: int = 60000) -> int:
@@ -77,7 +87,7 @@ class RayCluster:
     nodes: dict[str, RayNode] = field(default_factory=dict)
 
     def _start(self, name: str, args: list[str], manager_port: int) -> RayNode:
-        env = {**os.environ, **_QUIET}
+        env = {**os.environ, **_CLUSTER_ENV}
         done = subprocess.run(
             [_RAY, "start", *args, "--node-ip-address", "127.0.0.1",
              "--node-manager-port", str(manager_port), "--disable-usage-stats"],
@@ -124,9 +134,8 @@ class RayCluster:
 
     def kill_node(self, name: str) -> None:
         """SIGKILL the node's raylet and everything under it; waits until Ray sees it dead."""
-        node = self.nodes[name]
-        raylet = self._raylet(node)
-        _kill_tree([raylet])
+        node = self.nodes.pop(name)
+        _kill_tree([self._raylet(node)])
         deadline = time.monotonic() + 60
         while node.node_id in self.alive_node_ids():
             if time.monotonic() > deadline:

@@ -79,10 +79,10 @@ def test_up_spreads_replicas_over_nodes_and_places_by_resource(
     ray_cluster: RayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     assert sorted(r.replica_id for r in fleet) == ["calc-0", "calc-1", "calc-2", "sql-0"]
-    nodes = {name: node.node_id for name, node in ray_cluster.nodes.items()}
-    assert {r.node_id for r in fleet if r.env == "calc"} == set(nodes.values())  # 3 nodes
+    calc_nodes = {r.node_id for r in fleet if r.env == "calc"}
+    assert len(calc_nodes) == 3 and calc_nodes <= ray_cluster.alive_node_ids()
     (sql,) = [r for r in fleet if r.env == "sql"]
-    assert sql.node_id == nodes["worker-2"]  # the only node with sandbox_slots
+    assert sql.node_id == ray_cluster.nodes["worker-2"].node_id  # only it has sandbox_slots
     assert len({r.url for r in fleet}) == 4 and all(r.registrations == 1 for r in fleet)
 
 
@@ -254,3 +254,25 @@ def test_cli_up_status_down(ray_cluster: RayCluster) -> None:
     assert gone.returncode == 2
     assert "error: no envhub fleet in namespace 'cli-test'" in gone.stderr
     assert "Traceback" not in gone.stderr
+
+
+def test_replicas_of_a_dead_node_restart_on_the_others(ray_cluster: RayCluster) -> None:
+    doomed = ray_cluster.add_worker("doomed", num_cpus=1)
+    nodes = len(ray_cluster.alive_node_ids())
+    records = fleet_up(ray_cluster.address, {"calc": nodes}, namespace="node-loss",
+                       resources={"num_cpus": 1})  # fmt: skip
+    try:
+        assert len({r.node_id for r in records}) == nodes  # SPREAD: one on each node
+        lost = [r for r in records if r.node_id == doomed.node_id]
+        ray_cluster.kill_node("doomed")
+
+        def moved() -> list[ReplicaStatus]:
+            now = {s.replica_id: s for s in fleet_status(ray_cluster.address, "node-loss")}
+            back = [now[r.replica_id] for r in lost]
+            return back if all(s.health == "ok" and s.restarts == 1 for s in back) else []
+
+        for status in _wait_for(moved, "the dead node's replica to restart elsewhere"):
+            assert status.node_id in ray_cluster.alive_node_ids() - {doomed.node_id}
+    finally:
+        report = fleet_down(ray_cluster.address, "node-loss")
+    assert len(report.replicas) == nodes
