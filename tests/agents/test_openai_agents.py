@@ -28,6 +28,7 @@ from tests.rollout.scripted_server import (
     MALFORMED_CALL,
     ScriptConfig,
     ScriptedServer,
+    ThreadedUvicorn,
     tokenize,
 )
 
@@ -271,3 +272,28 @@ async def test_deadline_cancels_agent_episodes_cleanly(
     assert result.summary.stopped == "deadline" and result.summary.missing == 3
     await asyncio.sleep(0)
     assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+async def test_agent_episodes_on_a_remote_environment(
+    scripted: Callable[..., ScriptedServer], calc: LocalEnvironment, tmp_path: Path,
+    transport: str,
+) -> None:
+    """The MCP endpoint serves a session of any transport: here one on `envhub serve`."""
+    server_app = pytest.importorskip("envhub.server")
+    task = await calc.task(TASK_ID)
+    model = scripted(ScriptConfig(turns=gold_script(task), token_ids=True))
+    out = tmp_path / "remote-agent.jsonl"
+    with ThreadedUvicorn(server_app.create_app(["calc"]), lifespan="on") as env_server:
+        args = ["rollout", "calc", "--agent", "openai-agents", "--env-url", env_server.url,
+                "--env-transport", transport, "--model", "scripted", "--base-url",
+                model.base_url, "--tasks", TASK_ID, "--group-size", "2", "--output", str(out)]
+        result = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert result.exit_code == 0, result.output
+    trajectories = list(read_trajectories(out))
+    assert len(trajectories) == 2
+    for trajectory in trajectories:
+        assert trajectory.reward == 1.0 and trajectory.served_by == env_server.url
+        assert [t.completion_token_ids for t in trajectory.turns][:2] == [
+            reply_ids(step) for step in gold_script(task)
+        ]
