@@ -12,7 +12,8 @@ through the same dispatcher at the same concurrency:
   episode ended) and lists the tools over MCP first.
 
 Rounds alternate the two paths (adjacent runs share the machine's load); the verdict is
-the median ratio.
+the median ratio of episodes/s, printed beside the median ratio of harness CPU per
+episode (the steadier figure on a loaded machine).
 
     .venv/bin/python benchmarks/agent_overhead.py [--episodes 200] [--concurrency 16]
 """
@@ -69,18 +70,20 @@ def main() -> None:
         print(f"calc, {n} episodes per run at concurrency {c}, zero-latency scripted server; "
               f"{load_note()}")
         print(f"{'round':<7}{'path':<26}{'episodes/s':>12}{'harness ms/ep':>15}{'errors':>8}")
-        ratios = []
+        ratios, cpu_ratios = [], []
         for index in range(args.rounds):
-            rates = {}
+            rates, cpus = {}, {}
             for label, agent in (("envhub rollout loop", False), ("--agent openai-agents", True)):
                 out = Path(tmp) / f"{index}-{agent}.jsonl"
                 wall, cpu, errors = run(rollout(server.base_url, n, c, out, agent))  # type: ignore[misc]
-                rates[agent] = n / wall
+                rates[agent], cpus[agent] = n / wall, cpu / n
                 print(f"{index:<7}{label:<26}{n / wall:>12.1f}{1000 * cpu / n:>15.2f}{errors:>8}")
             ratios.append(rates[True] / rates[False])
+            cpu_ratios.append(cpus[True] / cpus[False])
         print(
             f"agent path / rollout loop, episodes/s: median {statistics.median(ratios):.3f} "
-            f"(rounds: {', '.join(f'{r:.3f}' for r in ratios)})"
+            f"(rounds: {', '.join(f'{r:.3f}' for r in ratios)}); harness CPU per episode: "
+            f"median {statistics.median(cpu_ratios):.1f}x"
         )
 
 
