@@ -33,7 +33,7 @@ from envhub.types import (
     StepResult,
     ToolCall,
 )
-from envhub.validation import invalid_request
+from envhub.validation import check_session_id, invalid_request
 
 __all__ = ["McpDoor", "StoreEnvironment", "StoreSession", "mcp_endpoints"]
 
@@ -47,6 +47,7 @@ class StoreSession:
         self.session_id = start.session_id
         self.served_by: str | None = None
         self._aborted = False
+        self._closed = False
 
     async def reset(self) -> SessionStart:
         return self.start
@@ -70,12 +71,15 @@ class StoreSession:
     async def close(self) -> CloseResult:
         if self._aborted:
             raise SessionClosed(f"session {self.session_id} was aborted, not scored")
-        return await self.store.close(self.session_id)
+        result = await self.store.close(self.session_id)
+        self._closed = True
+        return result
 
     async def abort(self) -> None:
         """The store, like the HTTP API, has no unscored delete: the session is closed
-        there and its result dropped here (as :meth:`envhub.RemoteSession.abort` does)."""
-        if not self._aborted:
+        there and its result dropped here (as :meth:`envhub.RemoteSession.abort` does);
+        a session closed before keeps its result."""
+        if not (self._aborted or self._closed):
             self._aborted = True
             try:
                 await self.store.close(self.session_id)
@@ -124,6 +128,8 @@ class StoreEnvironment:
         seed: int | None = None,
     ) -> OpeningSession:
         async def start() -> StoreSession:
+            if session_id is not None:
+                check_session_id(session_id)  # refused as the HTTP API refuses it
             request = CreateSession(env=self.name, task_id=task_id, seed=seed,
                                     session_id=session_id)
             return StoreSession(self.store, await self.store.create(request))
