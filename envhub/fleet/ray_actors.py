@@ -131,7 +131,8 @@ class Replica:
         from envhub.cli.serve import build_app, raise_open_files_limit
 
         self.replica_id = replica_id
-        self.reaped_at_start = reap_dead_sandboxes()
+        if reaped := {kind: n for kind, n in reap_dead_sandboxes().items() if n}:
+            log.warning("replica %s reaped sandboxes of dead processes: %s", replica_id, reaped)
         app = build_app([env_id], [options], **serve)
         (self.env,) = app.state.store.envs
         raise_open_files_limit()

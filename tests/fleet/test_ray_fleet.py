@@ -5,11 +5,13 @@ new URL under the same id, down leaving nothing behind, the CLI, and clear error
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -29,6 +31,8 @@ from envhub.fleet.ray_fleet import (
     fleet_status,
     fleet_up,
 )
+from envhub.sandboxes.local import DIR_PREFIX as LOCAL_DIR_PREFIX
+from envhub.testing import call_tool
 from tests.fleet.conftest import RayCluster, free_port
 
 SQL_NEEDS = {"sql": {"sandbox_slots": 1}}
@@ -56,6 +60,11 @@ def _port_closed(url: str) -> bool:
     return False
 
 
+def _local_sandboxes(pid: int) -> list[str]:
+    """The ``local`` sandbox directories process ``pid`` made (and did not remove)."""
+    return glob.glob(os.path.join(tempfile.gettempdir(), f"{LOCAL_DIR_PREFIX}{pid}-*"))
+
+
 def _pid_gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
@@ -69,6 +78,7 @@ def fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
     records = fleet_up(
         ray_cluster.address, {"calc": 3, "sql": 1}, namespace="fleet-test",
         env_resources=SQL_NEEDS, serve={"max_sessions": 64},
+        options={"sql": {"sandbox": "local"}},  # a sandbox directory per session
     )  # fmt: skip
     yield records
     if any(e["namespace"] == "fleet-test" for e in ray.util.list_named_actors(True)):
@@ -149,6 +159,29 @@ def test_a_killed_replica_restarts_under_its_id_at_a_new_url(
         if record.replica_id != victim.replica_id:
             assert (others[record.replica_id].url, others[record.replica_id].restarts) == (
                 record.url, 0)
+
+
+async def test_a_restarted_replica_reaps_the_sandboxes_of_its_dead_process(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
+    (sql,) = [r for r in fleet if r.env == "sql"]
+    async with FleetEnvironment(ray_cluster.address, "sql", namespace="fleet-test") as env:
+        session = await env.open()
+        await session.reset()
+        result = await call_tool(session, "run_sql", query="SELECT 1")
+        assert not result.observations[0].is_error, result.observations[0].content
+        assert _local_sandboxes(sql.pid)  # the session's, owned by the replica's process
+        os.kill(sql.pid, signal.SIGKILL)
+        with pytest.raises(ReplicaLost):
+            await call_tool(session, "run_sql", query="SELECT 2")
+        await session.abort()
+
+    def restarted() -> bool:
+        now = {s.replica_id: s for s in fleet_status(ray_cluster.address, "fleet-test")}
+        return now[sql.replica_id].restarts == 1 and now[sql.replica_id].health == "ok"
+
+    _wait_for(restarted, "the sql replica to come back")
+    assert not _local_sandboxes(sql.pid)
 
 
 def test_up_refuses_a_second_fleet_in_the_namespace(
