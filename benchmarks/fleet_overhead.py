@@ -11,10 +11,12 @@ One run measures, on one machine:
    process, so the ratio is what the fleet adds on the client.
 2. **4 replicas** on this machine (``--replicas``): episodes/s through the fleet. The
    replicas share this machine's cores with the client, so expect no scaling.
-3. **Failover.** A rollout over those replicas; one replica's process is killed
-   (``ray.kill``, as a crash) after a share of the episodes: the time from the kill to the
+3. **Failover.** (a) A rollout over those replicas; replica calc-0's process is killed
+   (``ray.kill``, as a crash) once a quarter of the episodes have ended. (b) On the local
+   cluster only: a 2-replica fleet, one replica per worker node, and calc-0's whole node
+   killed (its raylet and processes SIGKILLed). Each prints the time from the kill to the
    last affected episode's retry (its first model turn again, on another replica) and to
-   its end, and how long Ray takes to restart the replica (registry ``restarts=1``).
+   its end, and how long Ray takes to restart calc-0 (registry ``restarts=1``).
 4. **Fleet up** of ``--up-replicas`` (8) replicas: seconds until all answer ``/health``,
    and the ``fleet down`` after it.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -71,48 +74,98 @@ def _ray_port() -> int:
     return port
 
 
+class LocalRayCluster:
+    """A head and two worker nodes started with ``ray start`` on 127.0.0.1 (only without
+    ``--address``). Each worker offers ``SLOT`` (a custom resource) for the node-failure
+    fleet; :meth:`kill_worker` SIGKILLs a worker's raylet and everything under it, as a
+    machine failure would."""
+
+    def __init__(self, temp_dir: str, address: str) -> None:
+        self.temp_dir = temp_dir
+        self.address = address
+        self.worker_ports: dict[str, int] = {}  # worker node id -> its raylet's port
+
+    def processes(self, root_flag: str | None = None) -> list[Any]:
+        """This cluster's processes (those whose command line names its temp dir, or
+        ``root_flag``) and their descendants."""
+        import psutil
+
+        flag = root_flag or self.temp_dir
+        found = {p.pid: p for p in psutil.process_iter(["cmdline"])
+                 if any(flag in arg for arg in p.info["cmdline"] or [])}
+        for proc in list(found.values()):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found.update({c.pid: c for c in proc.children(recursive=True)})
+        return list(found.values())
+
+    def kill_worker(self, node_id: str) -> None:
+        import psutil
+
+        doomed = self.processes(f"--node_manager_port={self.worker_ports[node_id]}")
+        for proc in doomed:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(doomed, timeout=10)
+
+
+SLOT = "bench_slot"
+
+
 @contextlib.contextmanager
-def local_ray_cluster(head_cpus: int, worker_cpus: int) -> Iterator[str]:
-    """``ray start`` a head and one worker node on 127.0.0.1; yields the head's address.
-    Teardown kills the processes started under this cluster's temp dir (and their
-    children), never ``ray stop``, which would stop every Ray cluster on the machine."""
+def local_ray_cluster(head_cpus: int, worker_cpus: int) -> Iterator[LocalRayCluster]:
+    """Start the cluster; teardown kills the processes started under its temp dir (and
+    their children), never ``ray stop``, which would stop every Ray cluster here."""
     import psutil
 
     ray_cli = str(Path(sys.executable).with_name("ray"))
-    temp_dir = tempfile.mkdtemp(prefix="ehb-ray-")
     port = _ray_port()
-    address = f"127.0.0.1:{port}"
+    cluster = LocalRayCluster(tempfile.mkdtemp(prefix="ehb-ray-"), f"127.0.0.1:{port}")
     quiet = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
              "RAY_prestart_worker_first_driver": "0"}
-    common = ["--node-ip-address", "127.0.0.1", "--disable-usage-stats",
-              "--dashboard-agent-listen-port", str(_ray_port())]
+    head = ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir",
+            cluster.temp_dir, "--num-cpus", str(head_cpus)]
+    worker = ["--address", cluster.address, "--num-cpus", str(worker_cpus),
+              "--resources", json.dumps({SLOT: 2})]
     try:
-        for args in (
-            ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir",
-             temp_dir, "--num-cpus", str(head_cpus)],
-            ["--address", address, "--num-cpus", str(worker_cpus)],
-        ):
-            done = subprocess.run([ray_cli, "start", *args, *common], env=quiet,
-                                  capture_output=True, text=True, timeout=180)
+        for args in (head, worker, worker):
+            manager_port = _ray_port()
+            done = subprocess.run(
+                [ray_cli, "start", *args, "--node-ip-address", "127.0.0.1",
+                 "--disable-usage-stats", "--node-manager-port", str(manager_port),
+                 "--dashboard-agent-listen-port", str(_ray_port())],
+                env=quiet, capture_output=True, text=True, timeout=180,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"ray start failed:\n{done.stdout}\n{done.stderr}")
-            common[-1] = str(_ray_port())
-        yield address
+            if args is worker:
+                cluster.worker_ports[_node_id(cluster.address, manager_port)] = manager_port
+        yield cluster
     finally:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
-        ours = {p.pid: p for p in psutil.process_iter(["cmdline"])
-                if any(temp_dir in arg for arg in p.info["cmdline"] or [])}
-        for proc in list(ours.values()):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                ours.update({c.pid: c for c in proc.children(recursive=True)})
-        for proc in ours.values():
+        ours = cluster.processes()
+        for proc in ours:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
-        psutil.wait_procs(list(ours.values()), timeout=10)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        psutil.wait_procs(ours, timeout=10)
+        shutil.rmtree(cluster.temp_dir, ignore_errors=True)
+
+
+def _node_id(address: str, manager_port: int) -> str:
+    import ray
+
+    from envhub.fleet.ray_fleet import connect
+
+    connect(address, NAMESPACE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for node in ray.nodes():
+            if node["NodeManagerPort"] == manager_port and node["Alive"]:
+                return str(node["NodeID"])
+        time.sleep(0.5)
+    raise SystemExit(f"no Ray node with raylet port {manager_port} came up")
 
 
 @contextlib.contextmanager
@@ -217,11 +270,12 @@ class TimedReference(ReferencePolicy):
 
 
 @contextlib.asynccontextmanager
-async def fleet(address: str, replicas: int, cpus: float) -> AsyncIterator[list[Any]]:
+async def fleet(address: str, replicas: int, resources: dict[str, float]
+                ) -> AsyncIterator[list[Any]]:
     from envhub.fleet.ray_fleet import fleet_down, fleet_up
 
     records = await asyncio.to_thread(fleet_up, address, {"calc": replicas},
-                                      namespace=NAMESPACE, resources={"num_cpus": cpus},
+                                      namespace=NAMESPACE, resources=resources,
                                       serve={"episode_timeout_s": 86400.0})
     try:
         yield records
@@ -230,58 +284,46 @@ async def fleet(address: str, replicas: int, cpus: float) -> AsyncIterator[list[
 
 
 async def failover(address: str, fleet_env: EnvironmentClient, local: EnvironmentClient,
-                   task_ids: list[str], concurrency: int) -> None:
-    """Kill replica calc-0 after a quarter of the episodes; time the retries and restart."""
-    import ray
-
-    from envhub.fleet.ray_actors import replica_actor_name
+                   task_ids: list[str], concurrency: int, kill: Callable[[], None]) -> None:
+    """``kill()`` (replica calc-0's process or node) once a quarter of the episodes have
+    ended; time the retries of the episodes it held and calc-0's restart."""
     from envhub.fleet.ray_fleet import fleet_status
 
     policy = TimedReference()
     killed_at: list[float] = []
-    finished = 0
-
-    def kill_after_a_quarter(_: object) -> None:
-        nonlocal finished
-        finished += 1
-        if finished == len(task_ids) // 4:
-            killed_at.append(time.monotonic())
-            ray.kill(ray.get_actor(replica_actor_name("calc-0"), namespace=NAMESPACE),
-                     no_restart=False)
-
     ended: dict[tuple[str, int], float] = {}
 
     def note(trajectory: Any) -> None:
         ended[(trajectory.task_id, trajectory.sample_index)] = time.monotonic()
-        kill_after_a_quarter(trajectory)
+        if len(ended) == len(task_ids) // 4:
+            kill()  # blocks the loop until the processes are dead: no retry starts before
+            killed_at.append(time.monotonic())
 
     result = await run(fleet_env, policy, task_ids, concurrency=concurrency, tasks_from=local,
                        on_result=note, max_masked_fraction=0.0)
     summary = result.summary
-    lost = summary.retried.get("replica_lost", 0)
     retried = [key for key, times in policy.first_turns.items() if len(times) > 1]
-    print(f"failover: {summary.episodes} episodes, {summary.scored} scored (mean reward "
+    print(f"   {summary.episodes} episodes, {summary.scored} scored (mean reward "
           f"{summary.mean_reward}), {summary.masked} masked, retried {dict(summary.retried)}")
-    if retried and killed_at:
-        kill = killed_at[0]
-        last_retry = max(policy.first_turns[key][-1] for key in retried) - kill
-        last_end = max(ended[key] for key in retried) - kill
-        print(f"failover: {len(retried)} episodes were on the killed replica ({lost} attempts "
-              f"lost); kill -> last retry started {last_retry:.2f} s, -> last retried "
-              f"episode ended {last_end:.2f} s")
+    kill_time = killed_at[0]
+    if retried:
+        last_retry = max(policy.first_turns[key][-1] for key in retried) - kill_time
+        last_end = max(ended[key] for key in retried) - kill_time
+        print(f"   {len(retried)} episodes were on calc-0: kill -> last retry started "
+              f"{last_retry:.2f} s, -> last retried episode ended {last_end:.2f} s")
     else:
-        print("failover: no episode was on the killed replica (too few episodes in flight?)")
+        print("   no episode was on calc-0 at the kill (too few in flight?)")
     while True:
         rows = {s.replica_id: s for s in await asyncio.to_thread(fleet_status, address,
                                                                   NAMESPACE)}
         if rows["calc-0"].restarts >= 1 and rows["calc-0"].health == "ok":
-            print(f"failover: Ray restarted calc-0 (new URL {rows['calc-0'].url}) "
-                  f"{time.monotonic() - killed_at[0]:.1f} s after the kill")
-            break
-        if time.monotonic() - killed_at[0] > 300:
-            print("failover: calc-0 not restarted within 300 s")
-            break
-        await asyncio.sleep(0.5)
+            print(f"   Ray restarted calc-0 {time.monotonic() - kill_time:.1f} s after the "
+                  f"kill (new URL {rows['calc-0'].url})", flush=True)
+            return
+        if time.monotonic() - kill_time > 300:
+            print("   calc-0 was not restarted within 300 s", flush=True)
+            return
+        await asyncio.sleep(0.25)
 
 
 async def fleet_up_time(address: str, replicas: int, cpus: float) -> None:
@@ -298,12 +340,22 @@ async def fleet_up_time(address: str, replicas: int, cpus: float) -> None:
           f"fleet down {time.perf_counter() - started:.1f} s")
 
 
-async def with_ray(args: argparse.Namespace, local: EnvironmentClient,
-                   task_ids: list[str]) -> None:
+def _kill_replica(replica_id: str) -> None:
+    """Kill a replica's actor process as a crash would; Ray restarts it."""
+    import ray
+
+    from envhub.fleet.ray_actors import replica_actor_name
+
+    ray.kill(ray.get_actor(replica_actor_name(replica_id), namespace=NAMESPACE),
+             no_restart=False)
+
+
+async def with_ray(args: argparse.Namespace, local: EnvironmentClient, task_ids: list[str],
+                   cluster: LocalRayCluster | None) -> None:
     from envhub.fleet.ray_fleet import FleetEnvironment, connect
 
     connect(args.address, NAMESPACE)
-    async with fleet(args.address, 1, args.replica_cpus) as (record,):
+    async with fleet(args.address, 1, {"num_cpus": args.replica_cpus}) as (record,):
         direct = RemoteEnvironment(record.url, "calc")
         fleet_env = FleetEnvironment(args.address, "calc", namespace=NAMESPACE)
         try:
@@ -315,7 +367,8 @@ async def with_ray(args: argparse.Namespace, local: EnvironmentClient,
             await fleet_env.aclose()
             await direct.aclose()
     if args.replicas:
-        async with fleet(args.address, args.replicas, args.replica_cpus) as records:
+        async with fleet(args.address, args.replicas, {"num_cpus": args.replica_cpus}
+                         ) as records:
             nodes = len({r.node_id for r in records})
             fleet_env = FleetEnvironment(args.address, "calc", namespace=NAMESPACE)
             try:
@@ -326,8 +379,26 @@ async def with_ray(args: argparse.Namespace, local: EnvironmentClient,
                 for _ in range(args.rounds):
                     measure.add(*await rollout(fleet_env, local, task_ids, args.concurrency))
                 print(measure.line())
-                print(f"\n3. failover: replica calc-0 of {args.replicas} killed mid-rollout")
-                await failover(args.address, fleet_env, local, task_ids, args.concurrency)
+                print(f"\n3a. failover: replica calc-0's process killed (ray.kill) under a "
+                      f"rollout over {args.replicas} replicas")
+                await failover(args.address, fleet_env, local, task_ids, args.concurrency,
+                               lambda: _kill_replica("calc-0"))
+            finally:
+                await fleet_env.aclose()
+    if cluster is not None:
+        # one replica per worker node, each node with room for both: calc-0 comes back
+        # on the other node once Ray sees its own node dead
+        async with fleet(args.address, 2, {"num_cpus": 0.5, SLOT: 1}) as records:
+            home = {r.replica_id: r.node_id for r in records}
+            fleet_env = FleetEnvironment(args.address, "calc", namespace=NAMESPACE)
+            try:
+                if home["calc-0"] == home["calc-1"]:
+                    raise SystemExit("Ray placed both replicas on one node (SPREAD is "
+                                     "best-effort): run again")
+                print("\n3b. failover: the worker node of replica calc-0 killed (raylet and "
+                      "its processes SIGKILLed) under a rollout over 2 replicas")
+                await failover(args.address, fleet_env, local, task_ids, args.concurrency,
+                               lambda: cluster.kill_worker(home["calc-0"]))
             finally:
                 await fleet_env.aclose()
     if args.up_replicas:
@@ -351,14 +422,18 @@ async def without_ray(args: argparse.Namespace, local: EnvironmentClient,
     print("(items 2-4 need Ray: run without --no-ray)")
 
 
-async def main_async(args: argparse.Namespace) -> None:
+async def main_async(args: argparse.Namespace, cluster: LocalRayCluster | None = None
+                     ) -> None:
     local = envhub.make("calc")
     ids = await local.task_ids(None)
     task_ids = [ids[i % len(ids)] for i in range(args.episodes)]
     if len(set(task_ids)) < len(task_ids):
         raise SystemExit(f"calc has {len(ids)} tasks: ask for at most that many --episodes")
     try:
-        await (without_ray if args.no_ray else with_ray)(args, local, task_ids)
+        if args.no_ray:
+            await without_ray(args, local, task_ids)
+        else:
+            await with_ray(args, local, task_ids, cluster)
     finally:
         await local.aclose()
 
@@ -383,10 +458,10 @@ def main() -> None:
         run_async(main_async(args))
         return
     cpus = max(8, args.replicas, int(args.up_replicas * args.up_replica_cpus) + 1)
-    with local_ray_cluster(head_cpus=cpus // 2, worker_cpus=cpus - cpus // 2) as address:
-        args.address = address
-        print(f"local Ray cluster at {address} (head + 1 worker node, {cpus} logical CPUs)")
-        run_async(main_async(args))
+    with local_ray_cluster(head_cpus=cpus // 2, worker_cpus=cpus // 4) as cluster:
+        args.address = cluster.address
+        print(f"local Ray cluster at {cluster.address} (head + 2 worker nodes)")
+        run_async(main_async(args, cluster))
 
 
 if __name__ == "__main__":
