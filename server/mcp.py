@@ -142,10 +142,12 @@ class StoreEnvironment:
 
 def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
     """``/mcp/{env}`` for every hosted environment; an MCP session idle past the store's
-    TTL ends (closing its envhub session), as the reaper would abort it."""
+    TTL ends (closing its envhub session), as the reaper would abort it, and there are
+    at most as many MCP sessions as the store holds sessions."""
     return McpEndpoints(
         {name: StoreEnvironment(store, name) for name in store.envs},
         idle_timeout_s=store.session_ttl_s,
+        max_sessions=store.max_sessions,
         error_status=lambda exc: STATUS_BY_CODE.get(exc.code, 500),
         on_error=lambda code: metrics.errors.labels(code).inc(),
     )

@@ -36,6 +36,7 @@ from mcp.server.runner import serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.types import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -157,6 +158,8 @@ class McpEndpoints:
     live in its task group, and leaving it ends them (aborting their envhub sessions).
     ``error_status`` gives the HTTP status of a core error at initialisation (the
     server's mapping); ``on_error`` counts each refused request by envhub error code.
+    ``max_sessions`` bounds the open MCP sessions (an MCP session outlives an envhub
+    session reaped under it until its client leaves or it idles out).
     """
 
     def __init__(
@@ -165,12 +168,14 @@ class McpEndpoints:
         *,
         prefix: str = "/mcp/",
         idle_timeout_s: float | None = None,
+        max_sessions: int | None = None,
         error_status: Callable[[EnvhubError], int] = lambda exc: 400,
         on_error: Callable[[str], None] = lambda code: None,
     ) -> None:
         self.clients = dict(clients)
         self.prefix = prefix
         self.idle_timeout_s = idle_timeout_s
+        self.max_sessions = max_sessions
         self.error_status = error_status
         self.on_error = on_error
         self._sessions: dict[str, _McpSession] = {}
@@ -265,6 +270,9 @@ class McpEndpoints:
             raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: the first request "
                                                  "of an MCP session must be initialize")
         task_id, seed = _task_choice(scope, message)
+        if self.max_sessions is not None and len(self._sessions) >= self.max_sessions:
+            raise _Refused(429, INTERNAL_ERROR, f"the server holds its maximum of "
+                           f"{self.max_sessions} MCP sessions; retry later", {"code": "capacity"})
         try:
             session = await self.clients[env].open(task_id, seed=seed)
         except EnvhubError as exc:

@@ -15,6 +15,8 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import envhub
 from envhub.client import RemoteEnvironment
+from envhub.server import create_app
+from envhub.testing import serve_in_thread
 from tests.mcp.clients import (
     PROBE_CALLS,
     TASKS,
@@ -202,3 +204,15 @@ async def test_the_bearer_token_guards_the_mcp_endpoint(strict_url: str) -> None
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized"
     async with http_session(f"{strict_url}/mcp/calc", token=TOKEN) as session:
         assert text_of(await session.call_tool("calculate", {"expression": "5 - 1"})) == "4"
+
+
+async def test_sessions_count_against_the_servers_capacity() -> None:
+    with serve_in_thread(create_app(["calc"], max_sessions=1, mcp=True)) as base:
+        seen: list[httpx2.Response] = []
+        async with http_session(f"{base}/mcp/calc") as first:
+            error = await connect_error(f"{base}/mcp/calc", seen=seen)
+            assert error.data == {"code": "capacity"} and "maximum of 1" in error.message
+            assert seen[-1].status_code == 429
+            assert text_of(await first.call_tool("calculate", {"expression": "2 ** 5"})) == "32"
+        async with http_session(f"{base}/mcp/calc") as second:  # the first one's place
+            assert text_of(await second.call_tool("calculate", {"expression": "7 - 7"})) == "0"
