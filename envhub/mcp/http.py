@@ -194,10 +194,6 @@ class McpEndpoints:
                 self._tasks = None
                 tasks.cancel_scope.cancel()
 
-    @property
-    def open_sessions(self) -> int:
-        return len(self._sessions)
-
     # -- requests ----------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -295,14 +291,15 @@ class McpEndpoints:
             with anyio.CancelScope(shield=True):
                 await session.abort()
             raise
+        assert entry.transport.mcp_session_id is not None
+        # known before the answer leaves: the client's next request may come at once
+        self._sessions[entry.transport.mcp_session_id] = entry
         try:
             status = await _answer(entry.transport, scope, body, _with_header(send, entry.header))
-            if status is not None and status < 400:
-                assert entry.transport.mcp_session_id is not None
-                self._sessions[entry.transport.mcp_session_id] = entry
-                entry.established = True
+            entry.established = status is not None and status < 400
         finally:
             if not entry.established:  # the loop ends and the envhub session is aborted
+                self._sessions.pop(entry.transport.mcp_session_id, None)
                 with anyio.CancelScope(shield=True):
                     await entry.transport.terminate()
 
