@@ -11,6 +11,7 @@ URLs over HTTP/WebSocket. Every wait is bounded and every failure is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import socket
@@ -123,15 +124,19 @@ def connect(address: str, namespace: str = "envhub", timeout_s: float = 15.0) ->
         raise FleetError(f"cannot join the Ray cluster at {address}: {exc}") from None
 
 
+def _no_fleet(namespace: str, address: str) -> FleetError:
+    return FleetError(
+        f"no envhub fleet in namespace {namespace!r} of the Ray cluster at {address} "
+        "(start one with `envhub fleet up`)"
+    )
+
+
 def _registry(namespace: str, address: str) -> Any:
     """The namespace's registry actor, or a FleetError naming the fix."""
     try:
         return ray.get_actor(REGISTRY_NAME, namespace=namespace)
     except ValueError:
-        raise FleetError(
-            f"no envhub fleet in namespace {namespace!r} of the Ray cluster at {address} "
-            "(start one with `envhub fleet up`)"
-        ) from None
+        raise _no_fleet(namespace, address) from None
 
 
 def _listing(registry: Any, timeout_s: float, where: str) -> list[ReplicaRecord]:
@@ -351,52 +356,51 @@ def fleet_down(address: str, namespace: str = "envhub", timeout_s: float = 60.0)
     connect(address, namespace)
     names = _our_actors(namespace)
     if not names:
-        _registry(namespace, address)  # raises: there is no fleet
+        raise _no_fleet(namespace, address)
     deadline = time.monotonic() + timeout_s
     report = DownReport()
-    records = {}
+    nodes: set[str] = set()
     if REGISTRY_NAME in names:
         try:
-            records = {r.replica_id: r for r in _listing(
-                ray.get_actor(REGISTRY_NAME, namespace=namespace), 10.0, namespace)}
-        except (FleetError, ValueError) as exc:
+            registry = ray.get_actor(REGISTRY_NAME, namespace=namespace)
+            nodes = {r.node_id for r in _listing(registry, 10.0, f"namespace {namespace!r}")}
+        except (FleetError, ValueError) as exc:  # replicas still go; their nodes are unknown
             report.errors.append(str(exc))
     prefix = replica_actor_name("")
+    _stop_replicas(namespace, [n for n in names if n.startswith(prefix)], timeout_s, report)
+    _wait_gone(namespace, prefix, deadline)
+    report.reaped = _reap_nodes(nodes, deadline, report)
+    if REGISTRY_NAME in names:
+        with contextlib.suppress(ValueError):  # already gone
+            ray.kill(ray.get_actor(REGISTRY_NAME, namespace=namespace), no_restart=True)
+            report.registry = True
+    if survivors := _wait_gone(namespace, "", deadline):
+        raise FleetError(
+            f"fleet down left actors alive in namespace {namespace!r}: {', '.join(survivors)}"
+        )
+    return report
+
+
+def _stop_replicas(namespace: str, names: list[str], timeout_s: float, report: DownReport) -> None:
+    """Shut each replica's server down (up to half of ``timeout_s``, 30 s at most), then
+    kill its actor with no restart; records both in ``report``."""
     replicas = {}
     for name in names:
-        if name.startswith(prefix):
-            try:
-                replicas[name.removeprefix(prefix)] = ray.get_actor(name, namespace=namespace)
-            except ValueError:  # died since it was listed
-                pass
+        with contextlib.suppress(ValueError):  # died since it was listed
+            replicas[name.removeprefix(replica_actor_name(""))] = ray.get_actor(
+                name, namespace=namespace
+            )
     grace = max(1.0, min(30.0, timeout_s / 2))
     stops = {handle.shutdown.remote(grace): rid for rid, handle in replicas.items()}
     ready, _ = ray.wait(list(stops), num_returns=len(stops), timeout=grace + 5.0)
     for ref in ready:
-        try:
+        with contextlib.suppress(RayError):  # restarting or dead: the kill below does it
             if ray.get(ref):
                 report.graceful.append(stops[ref])
-        except RayError:  # a replica that is restarting or dead: the kill below does it
-            pass
-    for rid, handle in replicas.items():
+    for handle in replicas.values():
         ray.kill(handle, no_restart=True)
-        report.replicas.append(rid)
-    _wait_gone(namespace, prefix, deadline)
-    report.reaped = _reap_nodes({r.node_id for r in records.values()}, deadline, report)
-    if REGISTRY_NAME in names:
-        try:
-            ray.kill(ray.get_actor(REGISTRY_NAME, namespace=namespace), no_restart=True)
-            report.registry = True
-        except ValueError:
-            pass
-    survivors = _wait_gone(namespace, "", deadline)
-    if survivors:
-        raise FleetError(
-            f"fleet down left actors alive in namespace {namespace!r}: {', '.join(survivors)}"
-        )
-    report.replicas.sort()
+    report.replicas = sorted(replicas)
     report.graceful.sort()
-    return report
 
 
 def _wait_gone(namespace: str, prefix: str, deadline: float) -> list[str]:
