@@ -73,9 +73,15 @@ class Environment:
         return [spec.schema for spec in cls.tool_specs().values()]
 
     def episode_tools(self) -> Mapping[str, ToolSpec]:
-        """The tools of the current episode, which the session reads once :meth:`reset`
-        has returned: the class's ``@tool`` methods (:meth:`tool_specs`), unless the
-        environment learns its tools at reset (an MCP server's list) and overrides this."""
+        """The tools of this instance's episode: the class's ``@tool`` methods
+        (:meth:`tool_specs`), unless the environment learns its tools from elsewhere (an
+        MCP server's list) and overrides this.
+
+        The session reads them once :meth:`reset` has returned. Before any reset, the
+        answer is the tools an episode with these options would have: listings
+        (``info``, ``GET /v1/environments``) ask an unstarted instance, once per
+        :class:`~envhub.LocalEnvironment`, in a worker thread, so an override may block.
+        """
         return type(self).tool_specs()
 
     def load_tasks(self) -> TaskSet:

@@ -89,6 +89,7 @@ class LocalEnvironment:
         self.name = self.env_class.name or (env if isinstance(env, str) else env.__name__)
         self._prototype = self._instantiate()  # validates the options once, up front
         self._tasks: tuple[TaskSet, int] | None = None
+        self._tools: list[dict[str, Any]] | None = None
 
     @property
     def version(self) -> str:
@@ -99,7 +100,11 @@ class LocalEnvironment:
 
     @property
     def tools(self) -> list[dict[str, Any]]:
-        return self.env_class.tool_schemas()
+        """The tool schemas of these options' episodes, asked of the environment once
+        (:meth:`Environment.episode_tools` before any reset: it may start a server)."""
+        if self._tools is None:
+            self._tools = [spec.schema for spec in self._prototype.episode_tools().values()]
+        return self._tools
 
     @property
     def tasks(self) -> TaskSet:
@@ -138,6 +143,8 @@ class LocalEnvironment:
         """Name, version, tool schemas, task count, splits, options and budgets: what
         ``GET /v1/environments/{env}`` answers for the same environment."""
         await self._task_set()
+        if self._tools is None:  # off the event loop, like the tasks
+            await asyncio.to_thread(lambda: self.tools)
         return self.describe()
 
     def describe(self) -> EnvironmentInfo:

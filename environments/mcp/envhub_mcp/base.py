@@ -46,6 +46,8 @@ class _Shared:
 
 # shared connections by (class, server template); only touched on the MCP loop thread
 _SHARED: dict[tuple[type, str], _Shared] = {}
+# what each (class, server template) listed, for listings before any episode
+_LISTED: dict[tuple[type, str], list[mcp_types.Tool]] = {}
 _SHARED_LOCK: asyncio.Lock | None = None
 
 
@@ -150,7 +152,32 @@ class MCPEnvironment(Environment):
             return connection, tools
 
     def episode_tools(self) -> Mapping[str, ToolSpec]:
-        return self._tools if self._tools is not None else type(self).tool_specs()
+        """After reset, the tools this episode's server listed; before (for listings), the
+        tools of this class's server as listed once per process: a shared server is
+        opened and kept, a per-episode one is started in a scratch directory and stopped.
+        Blocks; not to be called on the MCP loop thread."""
+        if self._tools is not None:
+            return self._tools
+        template = self.server()
+        key = (type(self), template.model_dump_json())
+        tools = _LISTED.get(key)
+        if tools is None:
+            tools = mcp_loop().call(self._list_tools(template))
+            _LISTED[key] = tools
+        return self._specs_for(tools)
+
+    async def _list_tools(self, template: StdioServer | HttpServer) -> list[mcp_types.Tool]:
+        if self.shared_server:
+            return (await self._open_shared(template))[1]
+        workdir = Path(tempfile.mkdtemp(prefix="envhub-mcp-list-"))
+        try:
+            await self.prepare_workdir(workdir)
+            connection = ServerConnection(template.at(workdir), cwd=workdir)
+            tools = await connection.open(self.startup_timeout_s)
+            await connection.close()
+            return tools
+        finally:
+            await asyncio.to_thread(_remove_dir, workdir)
 
     async def call_server_tool(self, tool: str, arguments: dict[str, Any]) -> str:
         """Forward one validated call to the server (the target of every server tool)."""

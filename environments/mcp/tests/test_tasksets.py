@@ -62,3 +62,13 @@ def test_repository_builds_to_the_same_hashes(tmp_path: Path) -> None:
     status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],
                             capture_output=True, text=True, check=True).stdout
     assert status.splitlines() == ["A  CHANGELOG.md", " M README.md"]
+
+
+@pytest.mark.parametrize("task_set", sorted(TASK_SETS))
+async def test_info_lists_the_servers_tools_before_any_episode(task_set: str) -> None:
+    env = envhub.make("mcp", task_set=task_set)
+    try:
+        names = (await env.info()).tool_names
+    finally:
+        await env.aclose()
+    assert SERVER_TOOLS[task_set] <= set(names) and "answer" in names
