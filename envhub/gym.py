@@ -86,7 +86,8 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         self._factory = make(env, **options)
         self._split = split
         self._session = SyncSession(self._factory)
-        tool_names = list(self._factory.env_class.tool_specs())
+        # the tools of these options' episodes (a wrapped MCP server's, not only the class's)
+        tool_names = [tool["function"]["name"] for tool in self._factory.tools]
         self.action_space = JsonTextSpace(dict, lambda rng: _sample_action(rng, tool_names))
         self.observation_space = JsonTextSpace(list, lambda rng: [])
         self._transcript: list[dict[str, Any]] = []

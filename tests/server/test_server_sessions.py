@@ -155,8 +155,13 @@ async def test_listing_and_task_pages(http: httpx.AsyncClient) -> None:
     expected = await envhub.make("calc").task_ids("train")
     assert page["task_ids"] == expected[2:5]
     assert page["total"] == len(expected)
-    health = (await http.get("/health")).json()
-    assert health == {"status": "ok", "version": envhub.__version__}
+    health = (await http.get("/health")).json()  # liveness and load, for balancers
+    assert health["status"] == "ok" and health["version"] == envhub.__version__
+    assert health["sessions"] == 0 and health["max_sessions"] >= 1
+    opened = (await http.post("/v1/sessions", json={"env": "calc"})).json()
+    assert (await http.get("/health")).json()["sessions"] == 1
+    await http.post(f"/v1/sessions/{opened['session_id']}/close")
+    assert (await http.get("/health")).json()["sessions"] == 0
 
 
 async def test_reaper_aborts_idle_sessions(start_server: Callable[..., str]) -> None:
