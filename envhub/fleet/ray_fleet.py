@@ -95,18 +95,40 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
+# An HTTP/2 client's opening (RFC 9113 section 3.4): the preface and an empty SETTINGS frame.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _probe_gcs(host: str, port: int, timeout_s: float) -> str | None:
+    """Why ``host:port`` is not a Ray head, or None. The GCS is a gRPC server, so it
+    answers an HTTP/2 opening with a SETTINGS frame (type 4); anything else (nothing
+    listening, a dashboard, an envhub server) fails here within ``timeout_s``, where
+    ``ray.init`` would retry for minutes."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(_H2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                chunk = sock.recv(9 - len(header))
+                if not chunk:
+                    break
+                header += chunk
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None if len(header) == 9 and header[3] == 4 else "not a Ray GCS (no gRPC answer)"
+
+
 def connect(address: str, namespace: str = "envhub", timeout_s: float = 15.0) -> None:
     """Join the Ray cluster at ``address`` (``HOST:PORT`` of the head) as a driver in
-    ``namespace``; a no-op when this process already is. A bounded TCP probe comes first,
-    so an address with no cluster is a :class:`FleetError` at once, never a hang."""
+    ``namespace``; a no-op when this process already is. A bounded probe of the head's
+    GCS comes first, so an address with no cluster is a :class:`FleetError` within
+    ``timeout_s`` (5 s at most), never a hang."""
     host, port = _host_port(address)
-    try:
-        socket.create_connection((host, port), timeout=min(timeout_s, 5.0)).close()
-    except OSError as exc:
+    if (why := _probe_gcs(host, port, min(timeout_s, 5.0))) is not None:
         raise FleetError(
-            f"no Ray cluster at {address} ({exc.strerror or exc}); start one with "
+            f"no Ray cluster at {address} ({why}); start one with "
             f"`ray start --head --port {port}` or pass the head's address"
-        ) from None
+        )
     if ray.is_initialized():
         current = ray.get_runtime_context().gcs_address
         if current.rpartition(":")[2] != str(port):

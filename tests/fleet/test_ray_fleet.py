@@ -209,7 +209,9 @@ def test_up_with_a_replica_that_cannot_start_says_why_and_leaves_nothing(
     assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "bad-option"]
 
 
-def test_no_cluster_at_the_address_is_a_fleet_error_at_once(ray_cluster: RayCluster) -> None:
+def test_no_cluster_at_the_address_is_a_fleet_error_at_once(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
     for attempt in (
         lambda: connect(nowhere),
@@ -220,6 +222,12 @@ def test_no_cluster_at_the_address_is_a_fleet_error_at_once(ray_cluster: RayClus
             attempt()
     with pytest.raises(FleetError, match="HOST:PORT"):
         connect("not-an-address")
+    # something listens, but it is no Ray head: an envhub server, a peer that never answers
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        for wrong in (fleet[0].url.removeprefix("http://"),
+                      f"127.0.0.1:{silent.getsockname()[1]}"):  # fmt: skip
+            with pytest.raises(FleetError, match=f"no Ray cluster at {wrong}"):
+                connect(wrong, timeout_s=2.0)
 
 
 def test_a_namespace_without_a_fleet_is_a_fleet_error(ray_cluster: RayCluster) -> None:
