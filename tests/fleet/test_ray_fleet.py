@@ -20,7 +20,7 @@ import psutil
 import pytest
 import ray
 
-from envhub.errors import FleetError, ReplicaLost
+from envhub.errors import FleetError, ReplicaLost, Unauthorized
 from envhub.fleet import FleetEnvironment
 from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
 from envhub.fleet.ray_fleet import (
@@ -36,6 +36,7 @@ from envhub.testing import call_tool
 from tests.fleet.conftest import RayCluster, free_port
 
 SQL_NEEDS = {"sql": {"sandbox_slots": 1}}
+TOKEN = "fleet-secret"
 
 
 def _gcs_actors(names: set[str]) -> dict[str, str]:
@@ -77,7 +78,7 @@ def fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
     """calc x3 and sql x1 (sql needs a sandbox slot, which only worker-2 has)."""
     records = fleet_up(
         ray_cluster.address, {"calc": 3, "sql": 1}, namespace="fleet-test",
-        env_resources=SQL_NEEDS, serve={"max_sessions": 64},
+        env_resources=SQL_NEEDS, serve={"max_sessions": 64, "token": TOKEN},
         options={"sql": {"sandbox": "local"}},  # a sandbox directory per session
     )  # fmt: skip
     yield records
@@ -114,7 +115,8 @@ async def test_fleet_environment_runs_sessions_on_the_replicas(
     ray_cluster: RayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     calc_urls = {r.replica_id for r in fleet if r.env == "calc"}
-    async with FleetEnvironment(ray_cluster.address, "calc", namespace="fleet-test") as env:
+    async with FleetEnvironment(ray_cluster.address, "calc", namespace="fleet-test",
+                                token=TOKEN) as env:  # fmt: skip
         task_ids = await env.task_ids()
         sessions = [await env.open(task_ids[0]) for _ in range(6)]
         assert {s.served_by for s in sessions} <= calc_urls
@@ -125,6 +127,10 @@ async def test_fleet_environment_runs_sessions_on_the_replicas(
             await session.close()
         statuses = fleet_status(ray_cluster.address, "fleet-test")
         assert sum(s.open_sessions or 0 for s in statuses) == 0
+    # every replica serves with the fleet's token, as `envhub serve --token` does
+    async with FleetEnvironment(ray_cluster.address, "calc", namespace="fleet-test") as env:
+        with pytest.raises(Unauthorized):
+            await env.open(task_ids[0])
 
 
 def _wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:
@@ -165,7 +171,8 @@ async def test_a_restarted_replica_reaps_the_sandboxes_of_its_dead_process(
     ray_cluster: RayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     (sql,) = [r for r in fleet if r.env == "sql"]
-    async with FleetEnvironment(ray_cluster.address, "sql", namespace="fleet-test") as env:
+    async with FleetEnvironment(ray_cluster.address, "sql", namespace="fleet-test",
+                                token=TOKEN) as env:  # fmt: skip
         session = await env.open()
         await session.reset()
         result = await call_tool(session, "run_sql", query="SELECT 1")
@@ -255,7 +262,7 @@ async def test_down_leaves_no_actor_process_or_port(
     before = fleet_status(ray_cluster.address, "fleet-test")
     names = {REGISTRY_NAME} | {replica_actor_name(s.replica_id) for s in before}
     async with FleetEnvironment(ray_cluster.address, "calc", namespace="fleet-test",
-                                wait_for_replica_s=1.0) as env:  # fmt: skip
+                                token=TOKEN, wait_for_replica_s=1.0) as env:  # fmt: skip
         session = await env.open()  # a session open at down time
         await session.reset()
         report = await asyncio.to_thread(fleet_down, ray_cluster.address, "fleet-test")
