@@ -8,6 +8,7 @@ trajectory whose turns are the agent's model calls with the server's token ids.
 - :class:`AgentRunner` / :class:`AgentEpisode`: the hook a framework implements
   (:mod:`envhub.agents.base`); :func:`make_agent` builds one from an ``--agent`` value.
 - :class:`OpenAIAgentsRunner`: the OpenAI Agents SDK (``pip install 'envhub[agents]'``).
+- :class:`CommandAgentRunner`: a child process per episode (any framework, own venv).
 - :class:`CaptureProxy`: the per-episode OpenAI-compatible recorder.
 - :class:`AgentEpisodeRunner`: the episode driver (an :class:`~envhub.rollout.EpisodeRunner`).
 
@@ -34,6 +35,7 @@ __all__ = [
     "AgentRunner",
     "CaptureProxy",
     "CapturedCall",
+    "CommandAgentRunner",
     "OpenAIAgentsRunner",
     "make_agent",
 ]
@@ -42,6 +44,7 @@ _LAZY = {
     "AgentEpisodeRunner": "envhub.agents.episode",
     "CaptureProxy": "envhub.agents.proxy",
     "CapturedCall": "envhub.agents.proxy",
+    "CommandAgentRunner": "envhub.agents.command",
     "OpenAIAgentsRunner": "envhub.agents.openai_agents",
 }
 

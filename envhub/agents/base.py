@@ -24,7 +24,10 @@ from envhub.types import Message
 __all__ = ["AGENT_KINDS", "AgentCrashed", "AgentEpisode", "AgentRunner", "make_agent"]
 
 AGENT_KINDS = {"openai-agents": "envhub.agents.openai_agents:OpenAIAgentsRunner"}
-"""Built-in runners by ``--agent`` name; any ``module:Class`` works too."""
+"""Built-in runners by ``--agent`` name; any ``module:Class`` works too, and
+``command:ARGV`` runs a child process per episode (:mod:`envhub.agents.command`)."""
+
+COMMAND_PREFIX = "command:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +68,18 @@ class AgentCrashed(EnvhubError):
 
 
 def make_agent(kind: str) -> AgentRunner:
-    """The runner for an ``--agent`` value: a built-in name or ``module:Class`` (built
-    with no arguments)."""
+    """The runner for an ``--agent`` value: a built-in name, ``module:Class`` (built
+    with no arguments) or ``command:ARGV`` (a shell-quoted command line)."""
+    if kind.startswith(COMMAND_PREFIX):
+        from envhub.agents.command import CommandAgentRunner
+
+        return CommandAgentRunner(kind[len(COMMAND_PREFIX):])
     target = AGENT_KINDS.get(kind, kind)
     module_name, _, class_name = target.partition(":")
     if not class_name:
         raise InvalidRequest(
-            f"unknown agent {kind!r}: choose one of {', '.join(AGENT_KINDS)} "
-            "or give a module:Class implementing envhub.agents.AgentRunner"
+            f"unknown agent {kind!r}: choose one of {', '.join(AGENT_KINDS)}, give a "
+            "module:Class implementing envhub.agents.AgentRunner, or command:ARGV"
         )
     try:
         module = import_module(module_name)

@@ -27,6 +27,7 @@ requests that carry its per-episode bearer token.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Callable
@@ -91,6 +92,7 @@ class CaptureProxy:
         self._overrides = {"model": upstream.model, **upstream.sampling.to_request()}
         self._runner: web.AppRunner | None = None
         self._port = 0
+        self._in_flight: set[asyncio.Task[Any]] = set()
 
     @property
     def base_url(self) -> str:
@@ -122,6 +124,11 @@ class CaptureProxy:
         tb: TracebackType | None,
     ) -> None:
         runner, self._runner = self._runner, None
+        # calls still in flight belong to an agent that is gone (it crashed, or the episode
+        # was cancelled): they end with the proxy, not on their own later
+        for task in self._in_flight:
+            task.cancel()
+        await asyncio.gather(*self._in_flight, return_exceptions=True)
         if runner is not None:
             await runner.cleanup()
 
@@ -154,6 +161,9 @@ class CaptureProxy:
             forwarded["tool_choice"] = "auto"
         version = self.policy_version()
         started = time.perf_counter()
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._in_flight.add(handler)
         try:
             data, completion = await self.upstream.chat(forwarded)
         except ContextLengthExceeded as exc:
@@ -165,6 +175,8 @@ class CaptureProxy:
         except Exception as exc:  # a policy bug: the episode cannot be trusted either
             self.failure = PolicyError(f"policy bug: {type(exc).__name__}: {exc}")
             return _error(502, "upstream_error", str(self.failure))
+        finally:
+            self._in_flight.discard(handler)
         self.calls.append(
             CapturedCall(
                 messages=messages,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,13 @@ from typer.testing import CliRunner
 
 import envhub
 import envhub.cli.rollout
-from envhub.agents import AgentEpisode, AgentEpisodeRunner, OpenAIAgentsRunner, make_agent
+from envhub.agents import (
+    AgentEpisode,
+    AgentEpisodeRunner,
+    CommandAgentRunner,
+    OpenAIAgentsRunner,
+    make_agent,
+)
 from envhub.cli._app import app
 from envhub.errors import InvalidRequest
 from envhub.local import LocalEnvironment
@@ -297,3 +304,46 @@ async def test_agent_episodes_on_a_remote_environment(
         assert [t.completion_token_ids for t in trajectory.turns][:2] == [
             reply_ids(step) for step in gold_script(task)
         ]
+
+
+COMMAND_AGENT = Path(__file__).with_name("command_agent.py")
+
+
+@pytest.mark.parametrize("crash", [False, True])
+async def test_agent_as_a_child_process(
+    scripted: Callable[..., ScriptedServer], calc: LocalEnvironment, crash: bool
+) -> None:
+    """``command:ARGV``: the agent runs in its own process, reached through the environment
+    variables and stdin; a child that exits non-zero is a crash, masked with its stderr."""
+    task = await calc.task(TASK_ID)
+    server = scripted(ScriptConfig(turns=gold_script(task), token_ids=True))
+    argv = f"{sys.executable} {COMMAND_AGENT}" + (" --crash" if crash else "")
+    runner = AgentEpisodeRunner(calc, openai_policy(server.base_url),
+                                make_agent(f"command:{argv}"), env_version="test",
+                                max_env_attempts=1)
+    trajectory = await run_one(runner)
+    if crash:
+        assert trajectory.masked and trajectory.error is not None
+        assert trajectory.error.kind == "agent_error"
+        assert "exited with 3" in trajectory.error.message
+        assert "the agent's framework blew up" in trajectory.error.message
+        return
+    assert not trajectory.masked, trajectory.error
+    assert trajectory.reward == 1.0 and len(trajectory.turns) == 3
+    assert [t.completion_token_ids for t in trajectory.turns][:2] == [
+        reply_ids(step) for step in gold_script(task)
+    ]
+
+
+async def test_a_hanging_agent_process_is_killed(
+    scripted: Callable[..., ScriptedServer], calc: LocalEnvironment
+) -> None:
+    server = scripted(ScriptConfig(turns=[{"content": "hi"}]))
+    hang = CommandAgentRunner([sys.executable, "-c", "import time; time.sleep(600)"],
+                              timeout_s=0.5)
+    runner = AgentEpisodeRunner(calc, openai_policy(server.base_url), hang,
+                                env_version="test", max_env_attempts=1)
+    trajectory = await run_one(runner)
+    assert trajectory.masked and trajectory.error is not None
+    assert trajectory.error.kind == "agent_error"
+    assert "ran past its 0.5s limit and was killed" in trajectory.error.message
