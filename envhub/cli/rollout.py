@@ -197,7 +197,8 @@ def rollout_command(
     agent: Annotated[
         str | None,
         typer.Option(help="an external agent framework plays each episode over MCP, its "
-                     "model calls recorded by a capture proxy: openai-agents | module:Class"),
+                     "model calls recorded by a capture proxy: openai-agents | module:Class | "
+                     "'command:ARGV' (a child process per episode)"),
     ] = None,
 ) -> None:
     """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
