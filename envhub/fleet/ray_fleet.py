@@ -276,17 +276,19 @@ def fleet_up(
         name=REGISTRY_NAME, namespace=namespace, lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
     ).remote()  # fmt: skip
+    env_of = {f"{env_id}-{i}": env_id for env_id, count in envs.items() for i in range(count)}
     handles = {
-        f"{env_id}-{i}": ReplicaActor.options(
-            name=replica_actor_name(f"{env_id}-{i}"), namespace=namespace, lifetime="detached",
+        rid: ReplicaActor.options(
+            name=replica_actor_name(rid), namespace=namespace, lifetime="detached",
             max_restarts=max_restarts, scheduling_strategy="SPREAD",
             **_actor_resources(needs[env_id]),
-        ).remote(f"{env_id}-{i}", env_id, options.get(env_id, {}), serve, namespace)
-        for env_id, count in envs.items()
-        for i in range(count)
+        ).remote(rid, env_id, options.get(env_id, {}), serve, namespace)
+        for rid, env_id in env_of.items()
     }  # fmt: skip
     try:
-        records = _await_replicas(handles, timeout_s)
+        records = _await_replicas(
+            handles, {rid: needs[env_id] for rid, env_id in env_of.items()}, timeout_s
+        )
         _check_health(records)
     except FleetError as exc:
         try:
@@ -297,7 +299,12 @@ def fleet_up(
     return records
 
 
-def _await_replicas(handles: dict[str, Any], timeout_s: float) -> list[ReplicaRecord]:
+def _await_replicas(
+    handles: dict[str, Any], needs: dict[str, dict[str, float]], timeout_s: float
+) -> list[ReplicaRecord]:
+    """Every replica's record once it registered, or a FleetError naming each one that
+    failed (its exception) or is not up within ``timeout_s`` (what it needs, what is
+    free: usually a cluster too small for the fleet)."""
     refs = {handle.address.remote(): replica_id for replica_id, handle in handles.items()}
     ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
     records, failed = [], []
@@ -306,8 +313,12 @@ def _await_replicas(handles: dict[str, Any], timeout_s: float) -> list[ReplicaRe
             records.append(ReplicaRecord(**ray.get(ref)))
         except RayError as exc:
             failed.append(f"{refs[ref]} failed to start: {_cause(exc)}")
-    failed += [f"{refs[ref]} not up within {timeout_s:g}s (waiting for resources?)"
-               for ref in pending]  # fmt: skip
+    if pending:
+        free = {k: round(v, 2) for k, v in ray.available_resources().items()
+                if not k.startswith("node:") and k not in ("memory", "object_store_memory")}
+        failed += [f"{refs[ref]} not up within {timeout_s:g}s (it needs "
+                   f"{_as_node_resources(needs[refs[ref]])}; free now: {free})"
+                   for ref in pending]  # fmt: skip
     if failed:
         raise FleetError("fleet up failed: " + "; ".join(sorted(failed)))
     return sorted(records, key=lambda r: r.replica_id)
@@ -404,16 +415,20 @@ def fleet_down(address: str, namespace: str = "envhub", timeout_s: float = 60.0)
 
 
 def _stop_replicas(namespace: str, names: list[str], timeout_s: float, report: DownReport) -> None:
-    """Shut each replica's server down (up to half of ``timeout_s``, 30 s at most), then
-    kill its actor with no restart; records both in ``report``."""
+    """Shut each running replica's server down (up to half of ``timeout_s``, 30 s at
+    most), then kill every replica's actor with no restart; records both in ``report``."""
     replicas = {}
     for name in names:
         with contextlib.suppress(ValueError):  # died since it was listed
             replicas[name.removeprefix(replica_actor_name(""))] = ray.get_actor(
                 name, namespace=namespace
             )
+    # only replicas that answer now get a graceful stop: one still waiting for a node
+    # or (re)starting would hold the call until the timeout
+    pings = {handle.address.remote(): rid for rid, handle in replicas.items()}
+    answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=_HEALTH_TIMEOUT_S)
     grace = max(1.0, min(30.0, timeout_s / 2))
-    stops = {handle.shutdown.remote(grace): rid for rid, handle in replicas.items()}
+    stops = {replicas[pings[ref]].shutdown.remote(grace): pings[ref] for ref in answered}
     ready, _ = ray.wait(list(stops), num_returns=len(stops), timeout=grace + 5.0)
     for ref in ready:
         with contextlib.suppress(RayError):  # restarting or dead: the kill below does it

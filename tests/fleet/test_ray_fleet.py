@@ -207,6 +207,16 @@ def test_up_with_a_resource_no_node_has_fails_before_starting_anything(
     assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "no-fit"]
 
 
+def test_up_on_a_cluster_too_small_fails_in_bounded_time_and_leaves_nothing(
+    ray_cluster: RayCluster,
+) -> None:
+    # 3 CPUs each: one fits on each 4-CPU worker, the other three wait for room
+    with pytest.raises(FleetError, match=r"not up within 5s \(it needs \{'CPU': 3\.0\}"):
+        fleet_up(ray_cluster.address, {"calc": 5}, namespace="too-small",
+                 resources={"num_cpus": 3}, timeout_s=5)  # fmt: skip
+    assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "too-small"]
+
+
 def test_up_with_a_replica_that_cannot_start_says_why_and_leaves_nothing(
     ray_cluster: RayCluster,
 ) -> None:
