@@ -12,6 +12,7 @@ from typing import Any
 from envhub.budgets import Budgets as Budgets
 from envhub.describe import describe_environments as describe_environments
 from envhub.environment import Environment as Environment
+from envhub.environment import UserTurn as UserTurn
 from envhub.errors import ContextLengthExceeded as ContextLengthExceeded
 from envhub.errors import EnvhubError as EnvhubError
 from envhub.local import LocalEnvironment as LocalEnvironment
@@ -64,6 +65,7 @@ __all__ = [
     "TaskSet",
     "ToolCall",
     "ToolSpec",
+    "UserTurn",
     "describe_environments",
     "discover_environments",
     "make",

@@ -16,7 +16,12 @@ class Budgets(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    max_turns: int = Field(10, ge=1, description="assistant turns before the episode stops")
+    max_turns: int = Field(
+        10,
+        ge=1,
+        description="assistant turns before the episode stops, counted over the whole "
+        "episode (all its user turns together)",
+    )
     tool_timeout_s: float = Field(30.0, gt=0, description="wall clock per tool call")
     episode_timeout_s: float = Field(600.0, gt=0, description="wall clock per episode")
     max_output_chars: int = Field(

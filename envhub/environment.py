@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -23,7 +24,35 @@ from envhub.task import Task, TaskSet
 from envhub.tools import ToolSpec, collect_tools
 from envhub.types import Message, Reward, env_stop_reason
 
-__all__ = ["Environment"]
+__all__ = ["Environment", "UserTurn"]
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    """What :meth:`Environment.next_user_turn` returns to continue an episode.
+
+    ``messages`` are the next user message(s), at least one: a string becomes
+    ``{"role": "user", "content": s}``, a dict is sent as it is. ``tools`` is the *full*
+    tool set in force from now on when it changes (``None``: unchanged); a call to a tool
+    outside it is an ``is_error`` observation, like an unknown tool.
+    """
+
+    messages: list[str | Message]
+    tools: Mapping[str, ToolSpec] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.messages:
+            raise ValueError("a UserTurn needs at least one message")
+        for message in self.messages:
+            if not isinstance(message, str | dict):
+                raise TypeError(f"a user turn message is a str or a dict, got {message!r}")
+
+    def chat_messages(self) -> list[Message]:
+        """The messages in OpenAI chat form."""
+        return [
+            {"role": "user", "content": m} if isinstance(m, str) else dict(m)
+            for m in self.messages
+        ]
 
 
 class Environment:
@@ -102,6 +131,22 @@ class Environment:
     async def on_final_answer(self, content: str) -> None:
         """Called with the text of an assistant message that has no tool calls."""
         self.final_answer = content
+
+    async def next_user_turn(self) -> UserTurn | None:
+        """Continue the episode after the model's final answer, or end it (``None``, the
+        default).
+
+        Called when a step would end the episode with ``final_answer`` (after
+        :meth:`on_final_answer`) or ``terminal_tool``; not after :meth:`end_episode` or a
+        budget. A :class:`UserTurn` continues the episode: the step's result carries its
+        messages (``StepResult.user_messages``) and, when they change, the new tool
+        schemas (``StepResult.tools``). A scripted user returns the next question; an LLM
+        user simulator would write it. When the turn or time budget is already spent
+        after this step, the episode still ends (``max_turns``/``timeout``) and the turn
+        is dropped. Calling :meth:`end_episode` here ends the episode instead. An
+        exception is an environment failure (the rollout masks the episode).
+        """
+        return None
 
     def end_episode(self, reason: str) -> None:
         """End the episode from the environment's own state (a game over, a goal reached,

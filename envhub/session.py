@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from envhub.budgets import Budgets
 from envhub.cleanup import record_cleanup_failure
-from envhub.environment import Environment
+from envhub.environment import Environment, UserTurn
 from envhub.errors import (
     EnvhubError,
     EnvironmentFailure,
@@ -275,11 +275,17 @@ class Session:
                 continue
             observations.append(await self._run_call(call))
             self._end_if_env_asked()
+        user_turn = await self._next_user_turn()
         if not self.done and self.metrics.turns >= self.budgets.max_turns:
             self._end("max_turns")
         if not self.done and time.monotonic() >= self._deadline:
             self._end("timeout")
         result = StepResult(observations=observations, done=self.done, stop_reason=self.stop_reason)
+        if user_turn is not None and not self.done:
+            result.user_messages = user_turn.chat_messages()
+            if user_turn.tools is not None:
+                self._specs = dict(user_turn.tools)
+                result.tools = [spec.schema for spec in self._specs.values()]
         if self.done:
             result.reward = (await self._compute_reward()).value
         self.last_active = time.monotonic()
@@ -288,6 +294,31 @@ class Session:
     def _end(self, reason: StopReason) -> None:
         self.done = True
         self.stop_reason = reason
+
+    async def _next_user_turn(self) -> UserTurn | None:
+        """When this step ended the episode by a final answer or a terminal tool: the
+        environment's next user turn (:meth:`Environment.next_user_turn`), which reopens
+        the episode; the budget checks that follow may still end it."""
+        if self.stop_reason not in ("final_answer", "terminal_tool"):
+            return None
+        try:
+            turn = await self.env.next_user_turn()
+        except EnvhubError:
+            raise
+        except Exception as exc:
+            raise EnvironmentFailure(
+                f"next_user_turn failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        self._end_if_env_asked()
+        if turn is None or self.env.requested_stop_reason is not None:
+            return None
+        if not isinstance(turn, UserTurn):
+            raise EnvironmentFailure(
+                f"next_user_turn returned {type(turn).__name__}, not a UserTurn or None"
+            )
+        self.done = False
+        self.stop_reason = None
+        return turn
 
     def _end_if_env_asked(self) -> None:
         """After a tool call or final answer: honour :meth:`Environment.end_episode`."""

@@ -160,11 +160,22 @@ class SessionStart(BaseModel):
 
 
 class StepResult(BaseModel):
+    """One assistant turn's outcome: an observation per tool call, and, when the
+    environment answered a final answer with a user turn
+    (:meth:`~envhub.Environment.next_user_turn`), the next user messages (after the
+    observations in the conversation) and the full new tool list if it changed."""
+
     observations: list[Observation]
     reward: float | None = None
     done: bool = False
     stop_reason: StopReason | None = None
     info: dict[str, Any] = Field(default_factory=dict)
+    user_messages: list[Message] = Field(
+        default_factory=list, description="the next user turn's messages; the episode goes on"
+    )
+    tools: list[dict[str, Any]] | None = Field(
+        None, description="the tool schemas in force from now on, when they changed this step"
+    )
 
 
 class CloseResult(BaseModel):
