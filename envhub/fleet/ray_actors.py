@@ -7,7 +7,8 @@ thread of the actor's own process, on the node's address and a free port: the da
 is plain HTTP/WebSocket to that URL, never a Ray call, and a killed actor process takes
 its server with it (nothing is left listening). Ray restarts a replica that dies
 (``max_restarts``); the new process reaps what dead processes left on the node, starts a
-new server (a new port) and registers again under the same replica id.
+new server (a new port) and registers again under the same replica id. Ray restarts the
+registry too; the replicas' periodic announcements fill it again.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ log = logging.getLogger("envhub.fleet")
 
 REGISTRY_NAME = "envhub-registry"
 _STARTUP_TIMEOUT_S = 120.0  # a replica's app warm-up (sandbox pools, browsers) included
+_ANNOUNCE_S = 5.0  # how often a replica re-announces itself (refills a restarted registry)
 
 
 def replica_actor_name(replica_id: str) -> str:
@@ -62,23 +64,32 @@ class RegistryTable:
     """The registry: ``{env: {replica_id: ReplicaRecord}}`` and a counter that moves at
     every change, so readers can tell a new list from the one they hold. Runs as the
     named actor :data:`RegistryActor` (``REGISTRY_NAME``); replicas call
-    :meth:`register` at every start, readers call :meth:`listing` (plain dicts)."""
+    :meth:`register` at every start and :meth:`announce` every few seconds, readers call
+    :meth:`listing` (plain dicts).
+
+    The table lives in the actor's memory only: a registry that Ray restarts starts
+    empty and is filled again by the announcements within ``_ANNOUNCE_S``.
+    """
 
     def __init__(self) -> None:
         self.replicas: dict[str, dict[str, ReplicaRecord]] = {}
         self.version = 0
 
     def register(self, env: str, replica_id: str, url: str, node_id: str, pid: int) -> int:
+        """A replica (re)started: record it; returns its registrations so far."""
         known = self.replicas.setdefault(env, {}).get(replica_id)
         count = 1 if known is None else known.registrations + 1
         self.replicas[env][replica_id] = ReplicaRecord(env, replica_id, url, node_id, pid, count)
         self.version += 1
         return count
 
-    def unregister(self, replica_id: str) -> None:
-        for listed in self.replicas.values():
-            if listed.pop(replica_id, None) is not None:
-                self.version += 1
+    def announce(self, record: dict[str, Any]) -> None:
+        """A running replica says where it is; only news changes the table."""
+        announced = ReplicaRecord(**record)
+        listed = self.replicas.setdefault(announced.env, {})
+        if listed.get(announced.replica_id) != announced:
+            listed[announced.replica_id] = announced
+            self.version += 1
 
     def listing(self, env: str | None = None) -> tuple[int, list[dict[str, Any]]]:
         tables = self.replicas.values() if env is None else [self.replicas.get(env, {})]
@@ -163,12 +174,23 @@ class Replica:
             registry.register.remote(self.env, replica_id, self.url, self.node_id, os.getpid()),
             timeout=_STARTUP_TIMEOUT_S,
         )
+        self._stopping = threading.Event()
+        threading.Thread(
+            target=self._announce, args=(registry,), name="envhub-announce", daemon=True
+        ).start()
 
     def _serve(self) -> None:
         from envhub.gc_tuning import gc_tuned_for_throughput
 
         with gc_tuned_for_throughput():
             self._server.run(sockets=[self._socket])
+
+    def _announce(self, registry: Any) -> None:
+        while not self._stopping.wait(_ANNOUNCE_S):
+            try:
+                ray.get(registry.announce.remote(self.address()), timeout=_ANNOUNCE_S)
+            except ray.exceptions.RayError as exc:  # restarting, or gone at fleet down
+                log.info("replica %s could not announce itself: %s", self.replica_id, exc)
 
     def address(self) -> dict[str, Any]:
         """Where this replica serves and runs (a :class:`ReplicaRecord` as a dict)."""
@@ -181,6 +203,7 @@ class Replica:
         """Stop the server as Ctrl-C stops ``envhub serve``: open sessions are aborted and
         the environment's shared resources freed by the app's shutdown. True when it
         finished within ``timeout_s``."""
+        self._stopping.set()
         self._server.should_exit = True
         self._thread.join(timeout_s)
         return not self._thread.is_alive()

@@ -243,11 +243,11 @@ def fleet_up(
     """Start ``envs`` (``{env id: replica count}``) as a fleet in ``namespace`` of the Ray
     cluster at ``address``, and return the replicas once every one answers ``/health``.
 
-    The registry is a detached actor on the head node. Each replica is a detached actor
-    placed with the ``SPREAD`` strategy and needing
-    ``resources`` (default ``{"num_cpus": 1}``; Ray's ``num_cpus``/``num_gpus``/``memory``
-    or custom resources such as ``sandbox_slots``), overridden per environment by
-    ``env_resources``; it hosts its environment with ``options[env]`` and the ``serve``
+    The registry is a detached actor on the head node, restarted whenever it dies. Each
+    replica is a detached actor placed with the ``SPREAD`` strategy and needing
+    ``resources`` (default ``{"num_cpus": 1}``; Ray's ``num_cpus``/``num_gpus``/
+    ``memory`` or custom resources such as ``sandbox_slots``), overridden per environment
+    by ``env_resources``; it hosts its environment with ``options[env]`` and the ``serve``
     settings of :func:`envhub.cli.serve.build_app` (``max_sessions``, ``token``,
     ``max_turns``...), and Ray restarts it up to ``max_restarts`` times. Raises
     :class:`FleetError`, with everything started removed again, when a fleet already
@@ -273,7 +273,7 @@ def fleet_up(
     for env_id, wanted in needs.items():
         _check_fits(env_id, wanted)
     RegistryActor.options(
-        name=REGISTRY_NAME, namespace=namespace, lifetime="detached",
+        name=REGISTRY_NAME, namespace=namespace, lifetime="detached", max_restarts=-1,
         scheduling_strategy=NodeAffinitySchedulingStrategy(_head_node_id(), soft=False),
     ).remote()  # fmt: skip
     env_of = {f"{env_id}-{i}": env_id for env_id, count in envs.items() for i in range(count)}

@@ -61,6 +61,14 @@ def _port_closed(url: str) -> bool:
     return False
 
 
+def _actor_pid(handle: Any) -> int:
+    """The process of a live actor, from Ray's GCS table (0 while it is not alive)."""
+    import ray._private.state as state
+
+    info = state.actors(handle._actor_id.hex())
+    return int(info["Pid"]) if info.get("State") == "ALIVE" else 0
+
+
 def _local_sandboxes(pid: int) -> list[str]:
     """The ``local`` sandbox directories process ``pid`` made (and did not remove)."""
     return glob.glob(os.path.join(tempfile.gettempdir(), f"{LOCAL_DIR_PREFIX}{pid}-*"))
@@ -189,6 +197,26 @@ async def test_a_restarted_replica_reaps_the_sandboxes_of_its_dead_process(
 
     _wait_for(restarted, "the sql replica to come back")
     assert not _local_sandboxes(sql.pid)
+
+
+def test_a_killed_registry_restarts_and_the_replicas_fill_it_again(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
+    def listed() -> dict[str, tuple[str, int]]:
+        try:
+            statuses = fleet_status(ray_cluster.address, "fleet-test")
+        except FleetError:  # the registry is restarting
+            return {}
+        return {s.replica_id: (s.url, s.restarts) for s in statuses}
+
+    before = listed()
+    assert len(before) == len(fleet)
+    registry = ray.get_actor(REGISTRY_NAME, namespace="fleet-test")
+    old_pid = _actor_pid(registry)
+    assert old_pid > 0
+    os.kill(old_pid, signal.SIGKILL)
+    _wait_for(lambda: listed() == before, "the registry to list every replica again")
+    assert _actor_pid(registry) not in (0, old_pid)  # a new registry process
 
 
 def test_up_refuses_a_second_fleet_in_the_namespace(
