@@ -192,9 +192,23 @@ def _serve_settings() -> frozenset[str]:
     )  # fmt: skip
 
 
+def _resource_request(env_id: str, resources: dict[str, Any]) -> dict[str, float]:
+    """``resources`` checked: non-negative numbers, CPUs and GPUs by their option names."""
+    for name, value in resources.items():
+        if name in ("CPU", "GPU"):
+            raise FleetError(f"ask for {name} as num_{name.lower()}s, not {name}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise FleetError(
+                f"resource {name} of a {env_id} replica must be a number >= 0, got {value!r}"
+            )
+    return {name: float(value) for name, value in resources.items()}
+
+
 def _actor_resources(resources: dict[str, float]) -> dict[str, Any]:
     """``{"num_cpus": 1, "sandbox_slots": 1}`` -> actor options (custom ones nested)."""
-    options: dict[str, Any] = {k: v for k, v in resources.items() if k in _ACTOR_OPTIONS}
+    options: dict[str, Any] = {
+        k: int(v) if k == "memory" else v for k, v in resources.items() if k in _ACTOR_OPTIONS
+    }  # memory is in bytes
     custom = {k: float(v) for k, v in resources.items() if k not in _ACTOR_OPTIONS}
     if custom:
         options["resources"] = custom
@@ -268,7 +282,8 @@ def fleet_up(
             f"an envhub fleet already runs in namespace {namespace!r} at {address}; "
             "`envhub fleet down` it first or pick another --namespace"
         )
-    needs = {env: {**(resources or DEFAULT_RESOURCES), **env_resources.get(env, {})}
+    needs = {env: _resource_request(env, {**(resources or DEFAULT_RESOURCES),
+                                          **env_resources.get(env, {})})
              for env in envs}  # fmt: skip
     for env_id, wanted in needs.items():
         _check_fits(env_id, wanted)

@@ -233,6 +233,11 @@ def test_up_with_a_resource_no_node_has_fails_before_starting_anything(
         fleet_up(ray_cluster.address, {"calc": 1}, namespace="no-fit",
                  resources={"num_cpus": 1, "gpu_slots": 1})  # fmt: skip
     assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "no-fit"]
+    for bad, why in (({"num_cpus": -1}, "must be a number >= 0"),
+                     ({"sandbox_slots": "many"}, "must be a number >= 0"),
+                     ({"CPU": 1}, "ask for CPU as num_cpus")):  # fmt: skip
+        with pytest.raises(FleetError, match=why):
+            fleet_up(ray_cluster.address, {"calc": 1}, namespace="no-fit", resources=bad)
 
 
 def test_up_on_a_cluster_too_small_fails_in_bounded_time_and_leaves_nothing(
