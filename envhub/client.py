@@ -61,7 +61,7 @@ class RemoteSession:
 
     It holds the :class:`~envhub._remote_calls.SessionCalls` its create handed back (HTTP
     requests or the session's WebSocket), and the start: ``task_id``, ``messages`` and
-    ``tools`` are known without a call.
+    ``tools`` (the tools in force, which a user turn may change) are known without a call.
     """
 
     def __init__(self, start: SessionStart, calls: SessionCalls, served_by: str) -> None:
@@ -95,6 +95,8 @@ class RemoteSession:
         })
         if result.done:
             self.done, self.stop_reason = True, result.stop_reason
+        if result.tools is not None:  # a user turn changed them
+            self.tools = result.tools
         return result
 
     async def close(self) -> CloseResult:

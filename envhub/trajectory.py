@@ -26,6 +26,14 @@ every turn, the last turn's prompt + completion is one token sequence in which t
 spans of each turn's completion ids are the model's tokens and the rest (tool results,
 chat-template glue) are not; when it breaks (the chat template re-rendered history
 differently), a trainer must treat each turn as its own sample.
+
+User turns (an environment answering a final answer with the next user message,
+:meth:`~envhub.Environment.next_user_turn`) are ``user`` messages in ``messages`` after
+that step's tool results; like tool results they are never the model's tokens (in token
+data they belong to the next turn's prompt). ``tools`` are the tools offered at the start;
+a turn whose tools a user turn changed records the new full list (:attr:`Turn.tools`),
+and :meth:`Trajectory.turn_tools` gives the list in force at each turn. Files written
+before these fields existed load unchanged (both are optional, ``schema_version`` 1).
 """
 
 from __future__ import annotations
@@ -84,6 +92,11 @@ class Turn(BaseModel):
     completion_token_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None
     prefix_ok: bool | None = Field(None, description="None on the first turn or without ids")
+    tools: list[dict[str, Any]] | None = Field(
+        None,
+        description="the tools offered from this model call on, when a user turn changed "
+        "them; None: those of the previous turn (the first turn's: the trajectory's tools)",
+    )
 
 
 class TrajectoryMetrics(BaseModel):
@@ -133,6 +146,17 @@ class Trajectory(BaseModel):
     metrics: TrajectoryMetrics = Field(default_factory=TrajectoryMetrics)
     timings: Timings = Field(default_factory=Timings)
     usage: Usage = Field(default_factory=Usage)
+
+    def turn_tools(self) -> list[list[dict[str, Any]]]:
+        """The tools in force at each turn (``tools``, replaced where a turn records a
+        change: :attr:`Turn.tools`)."""
+        in_force = self.tools
+        per_turn = []
+        for turn in self.turns:
+            if turn.tools is not None:
+                in_force = turn.tools
+            per_turn.append(in_force)
+        return per_turn
 
 
 class TrajectoryWriter:
@@ -290,7 +314,8 @@ def export_trajectories(
 
     Fixed-shape fields (turns with token ids, metrics, timings, usage, error) stay typed
     columns; ``messages``, ``tools``, ``sampling``, ``reward_components``,
-    ``metrics.errors_by_kind`` and ``metrics.retried_errors`` become JSON strings.
+    ``metrics.errors_by_kind``, ``metrics.retried_errors`` and a turn's changed ``tools``
+    become JSON strings (a turn's ``tools`` stays null where they did not change).
     """
     import datasets
 
@@ -301,6 +326,9 @@ def export_trajectories(
             row[column] = json.dumps(row[column], ensure_ascii=False)
         for counts in ("errors_by_kind", "retried_errors"):
             row["metrics"][counts] = json.dumps(row["metrics"][counts])
+        for turn in row["turns"]:
+            if turn["tools"] is not None:
+                turn["tools"] = json.dumps(turn["tools"], ensure_ascii=False)
         rows.append(row)
     features = _export_features()
     dataset = datasets.Dataset.from_list(rows, features=features)
@@ -327,6 +355,7 @@ def _export_features() -> Any:
         "completion_token_ids": Sequence(Value("int64")),
         "completion_logprobs": Sequence(Value("float64")),
         "prefix_ok": Value("bool"),
+        "tools": Value("string"),
     }
     return Features(
         {

@@ -12,6 +12,12 @@ A conversation that outgrows the model's context is not a failure once the model
 taken a turn: its own turns made it long, so the episode ends there with ``stop_reason
 "context_length"`` and is scored like one cut at ``max_turns``. A first prompt that does
 not fit is a configuration problem (context, ``max_tokens``, task size): masked.
+
+An environment may answer a final answer with a user turn (``StepResult.user_messages``,
+:meth:`~envhub.Environment.next_user_turn`): the user messages follow the step's
+observations in the conversation and the episode goes on; a tool list the step changed
+(``StepResult.tools``) is what the next model calls are offered, recorded on the first
+turn that saw it (:attr:`~envhub.trajectory.Turn.tools`).
 """
 
 from __future__ import annotations
@@ -204,13 +210,15 @@ class EpisodeRunner:
         ``"context_length"`` when the conversation outgrew the model's context."""
         task = await self._task(spec.task_id)
         previous_ids: list[int] | None = None
+        tools = record.tools  # in force: the start's, until a user turn changes them
+        changed_tools: list[dict[str, Any]] | None = None  # recorded on the next turn
         turn = 0
         while True:
             if self.max_turns is not None and turn >= self.max_turns:
                 return "max_turns"
             request = GenerateRequest(
                 messages=record.messages,
-                tools=record.tools,
+                tools=tools,
                 turn=turn,
                 task_id=spec.task_id,
                 sample_index=spec.sample_index,
@@ -252,8 +260,10 @@ class EpisodeRunner:
                     completion_token_ids=completion_ids,
                     completion_logprobs=completion.completion_logprobs,
                     prefix_ok=prefix_ok,
+                    tools=changed_tools,
                 )
             )
+            changed_tools = None
             record.messages.append(completion.to_message())
             env_started = time.perf_counter()
             result = await session.step(
@@ -263,6 +273,9 @@ class EpisodeRunner:
             )
             record.env_s += time.perf_counter() - env_started
             record.messages.extend(o.to_message() for o in result.observations)
+            record.messages.extend(result.user_messages)  # a user turn: the episode goes on
+            if result.tools is not None:
+                tools = changed_tools = list(result.tools)
             turn += 1
             if result.done:
                 return None

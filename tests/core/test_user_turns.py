@@ -19,6 +19,8 @@ from tests.core.user_turn_envs import (
     LeavingUserEnv,
     ScriptedUserEnv,
     WrongTypeUserEnv,
+    check_played,
+    play,
 )
 
 
@@ -58,6 +60,11 @@ async def test_final_answers_continue_with_user_turns_and_a_late_tool() -> None:
         assert last.reward == 1.0
         closed = await session.close()
     assert closed.metrics.turns == 6 and closed.metrics.errors_by_kind == {"unknown_tool": 1}
+
+
+async def test_the_scripted_conversation_in_process() -> None:
+    async with await envhub.make(ScriptedUserEnv).open("chat-0") as session:
+        check_played(await play(session))
 
 
 async def test_a_terminal_tool_is_answered_with_a_user_turn_too() -> None:

@@ -8,10 +8,22 @@ reward is the fraction of questions answered right.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec, UserTurn, tool
+from envhub import (
+    Budgets,
+    Environment,
+    Reward,
+    SessionHandle,
+    StepResult,
+    Task,
+    TaskSet,
+    ToolSpec,
+    UserTurn,
+    tool,
+)
 
 ENV_ID = f"{__name__}:ScriptedUserEnv"
 
@@ -103,3 +115,38 @@ class WrongTypeUserEnv(ScriptedUserEnv):
 
     async def next_user_turn(self) -> UserTurn | None:
         return "next question?"  # type: ignore[return-value]
+
+
+def _call(name: str, call_id: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "name": name, "arguments": json.dumps(arguments)}
+
+
+CONVERSATION: list[tuple[list[dict[str, Any]], str | None]] = [
+    ([_call("add", "c0", a=2, b=3)], None),
+    ([], "5"),  # -> user turn: QUESTIONS[1]
+    ([_call("multiply", "c2", a=15, b=4)], None),  # not in force yet: an error observation
+    ([_call("add", "c3", a=5, b=10)], None),
+    ([], "15"),  # -> user turn: QUESTIONS[2], multiply added
+    ([_call("multiply", "c5", a=15, b=4)], None),
+    ([], "60"),  # -> the end: reward 1
+]
+"""A whole episode of :class:`ScriptedUserEnv` as (tool calls, content) per assistant turn."""
+
+
+async def play(session: SessionHandle) -> list[StepResult]:
+    """Step ``session`` through :data:`CONVERSATION`; the step results in order."""
+    return [await session.step(calls, content=content) for calls, content in CONVERSATION]
+
+
+def check_played(results: list[StepResult]) -> None:
+    """What any transport must answer to :data:`CONVERSATION`."""
+    assert [r.done for r in results] == [False] * 6 + [True]
+    assert results[-1].stop_reason == "final_answer" and results[-1].reward == 1.0
+    users = [[m["content"] for m in r.user_messages] for r in results]
+    assert users == [[], [QUESTIONS[1]], [], [], [QUESTIONS[2]], [], []]
+    assert [r.tools is not None for r in results] == [False] * 4 + [True, False, False]
+    new_tools = results[4].tools or []
+    assert sorted(t["function"]["name"] for t in new_tools) == ["add", "answer", LATE_TOOL]
+    early, late = results[2].observations[0], results[5].observations[0]
+    assert early.is_error and f"unknown tool {LATE_TOOL!r}" in early.content
+    assert not late.is_error and late.content == "60"

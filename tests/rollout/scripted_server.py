@@ -5,7 +5,8 @@ indexed by the turn (the number of assistant messages in the request), with opti
 vLLM-style token ids and logprobs, injected latency (with a slow tail), and injected
 faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang_s``),
 ``"malformed"`` (a tool call whose arguments are not JSON). It counts requests and those
-in flight (``GET /stats``, which the saturation benchmark samples).
+in flight (``GET /stats``, which the saturation benchmark samples), and with
+``record_bodies`` keeps each request body (what the policy sent: messages, tools).
 
 In-process: ``with ScriptedServer(ScriptConfig(...)) as server: server.base_url``.
 As a process (benchmarks): ``python tests/rollout/scripted_server.py --port 8123``.
@@ -49,6 +50,7 @@ class ScriptConfig:
     faults: deque[str] = field(default_factory=deque)
     hang_s: float = 30.0
     reject_token_fields: bool = False  # answer 400 to vLLM's fields, as OpenAI's API does
+    record_bodies: bool = False  # keep every request body in ServerStats.bodies
     seed: int = 0
 
 
@@ -60,6 +62,7 @@ class ServerStats:
     faults: Counter[str] = field(default_factory=Counter)
     models: Counter[str] = field(default_factory=Counter)
     token_fields_requested: int = 0
+    bodies: list[dict[str, Any]] = field(default_factory=list)
 
     def enter(self) -> None:
         self.requests += 1
@@ -111,6 +114,8 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
 
     async def _reply(body: dict[str, Any]) -> Response:
         stats.models[body.get("model", "")] += 1
+        if config.record_bodies:
+            stats.bodies.append(body)
         if body.get("return_token_ids"):
             stats.token_fields_requested += 1
             if config.reject_token_fields:
