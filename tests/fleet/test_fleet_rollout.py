@@ -1,6 +1,7 @@
 """Rollouts over a Ray fleet (real multi-node Ray on this machine, ``ray_cluster``): 400
 episodes each of calc (through ``envhub rollout --env-fleet``) and sql (through
-:class:`FleetEnvironment`) score 1 with exact counts, and a node killed under a rollout
+:class:`FleetEnvironment`) score 1 with exact counts, 1,000 sessions spread evenly over 4
+replicas, and a node killed under a rollout
 loses no episode and counts none twice, while Ray restarts its replica elsewhere and the
 pool sends sessions to it again."""
 
@@ -62,7 +63,7 @@ ROLLOUT_NS = "test-fleet-rollout"
 
 @pytest.fixture(scope="module")
 def calc_sql_fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
-    records = fleet_up(ray_cluster.address, {"calc": 2, "sql": 2}, namespace=ROLLOUT_NS,
+    records = fleet_up(ray_cluster.address, {"calc": 4, "sql": 2}, namespace=ROLLOUT_NS,
                        resources={"num_cpus": 0.5})
     try:
         yield records
@@ -109,6 +110,26 @@ async def test_python_rollout_of_400_sql_episodes_over_the_fleet(
     sql_replicas = {r.replica_id for r in calc_sql_fleet if r.env == "sql"}
     assert set(result.summary.by_replica) == sql_replicas
     assert sum(c.episodes for c in result.summary.by_replica.values()) == 400
+
+
+async def test_a_thousand_sessions_spread_evenly_over_four_fleet_replicas(
+    ray_cluster: RayCluster, calc_sql_fleet: list[ReplicaRecord]
+) -> None:
+    fleet = FleetEnvironment(ray_cluster.address, "calc", namespace=ROLLOUT_NS,
+                             transport="http", seed=3)
+    sessions: list[Any] = []
+    try:
+        sessions = list(await asyncio.gather(
+            *(fleet.open(f"calc-0-{i:05d}") for i in range(1000))
+        ))
+        rows = await asyncio.to_thread(fleet_status, ray_cluster.address, ROLLOUT_NS)
+        counts = {row.replica_id: row.open_sessions or 0 for row in rows if row.env == "calc"}
+        assert len(counts) == 4 and sum(counts.values()) == 1000, counts
+        assert max(counts.values()) / min(counts.values()) <= 1.3, counts
+        assert Counter(s.served_by for s in sessions) == counts  # pinned where they run
+    finally:
+        await asyncio.gather(*(s.abort() for s in sessions))
+        await fleet.aclose()
 
 
 # -- a node dies under a rollout ------------------------------------------------------------
