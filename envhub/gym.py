@@ -10,7 +10,10 @@ Spaces are text: the action is a JSON assistant message
 ``{"role": "assistant"?, "content": str?, "tool_calls": [{"id", "name", "arguments"}]?}``
 (tool calls flat or in OpenAI's nested form; a string that is not a JSON object is taken
 as a plain-text final answer), and the observation is the JSON list of messages that the
-action produced (on ``reset``: the task's first messages). A JSON object of another shape
+action produced (on ``reset``: the task's first messages). When the environment answers
+a final answer with a user turn (:meth:`envhub.Environment.next_user_turn`), the next
+user message(s) follow, and ``info["tools"]`` holds the new tool list if it changed
+(``reset``'s ``info["tools"]`` is the first). A JSON object of another shape
 (a tool call without a name, ``tool_calls`` not a list, unknown keys) is a malformed
 action: nothing of it runs, the observation is one error message saying what is wrong,
 ``info["malformed_action"]`` holds the reason, and the episode goes on (no turn is used,
@@ -115,11 +118,14 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
             {"role": "assistant", "content": parsed.content, "tool_calls": tool_calls}
         )
         messages = [obs.to_message() for obs in result.observations]
+        messages.extend(result.user_messages)  # a user turn: the episode goes on
         self._transcript.extend(messages)
         info: dict[str, Any] = {
             "stop_reason": result.stop_reason,
             "is_error": [obs.is_error for obs in result.observations],
         }
+        if result.tools is not None:
+            info["tools"] = result.tools
         reward = 0.0
         if result.done:
             closed = self._session.close()

@@ -17,7 +17,11 @@ What the trajectory holds:
 - ``reward``: the session's. An agent that stops with a final answer (a last reply
   without tool calls) while the session is still open has it stepped into the session,
   so environments that score final answers see it; one stopped by the run's
-  ``max_turns`` records ``stop_reason="max_turns"``.
+  ``max_turns`` records ``stop_reason="max_turns"``. User turns
+  (:meth:`envhub.Environment.next_user_turn`) reach the agent only after a terminal tool,
+  in that tool's MCP result (:mod:`envhub.mcp.door`); one that answers the agent's final
+  answer is not delivered (its run has ended) and the session closes with
+  ``stop_reason="closed"``.
 
 Masking: a model-server failure behind the proxy masks the episode (``model_error``,
 not retried) whatever the agent made of it; an agent that crashed, or never called the

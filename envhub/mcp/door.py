@@ -9,6 +9,13 @@ prompt ``task`` and the resource ``envhub://task``, and the final result is the 
 HTTP endpoint and the per-episode server of external agents (:func:`serve_session_mcp`)
 all serve servers built here, so the mapping cannot differ between them.
 
+User turns (:meth:`envhub.Environment.next_user_turn`): MCP has no final answer, so a
+user turn reaches an MCP client only after a terminal tool. That call's result text then
+ends with the user's message(s) (``[user] ...``, also in ``_meta["envhub/user_messages"]``)
+and the episode goes on; when the tool list changed, the text says so,
+``_meta["envhub/tools_changed"]`` is true and ``tools/list`` answers the new list (no
+``notifications/tools/list_changed`` is sent: the client learns of it from this result).
+
 What the model did wrong stays the model's: an ``is_error`` observation (unknown tool,
 bad arguments, a tool's exception or timeout) and a call after the episode ended are tool
 results with ``isError`` and the same model-readable text the envhub API gives. What the
@@ -55,6 +62,8 @@ _JSON = "application/json"
 META_DONE = "envhub/done"
 META_REWARD = "envhub/reward"
 META_STOP_REASON = "envhub/stop_reason"
+META_USER_MESSAGES = "envhub/user_messages"
+META_TOOLS_CHANGED = "envhub/tools_changed"
 
 
 def _text(content: Any) -> str:
@@ -94,15 +103,7 @@ class SessionDoor:
         self.session = session
         self.start = start
         self.env_name = env_name
-        self.tools = [
-            types.Tool(
-                name=schema["function"]["name"],
-                description=schema["function"].get("description"),
-                input_schema=schema["function"].get("parameters")
-                or {"type": "object", "properties": {}},
-            )
-            for schema in start.tools
-        ]
+        self.tools = _mcp_tools(start.tools)
         self._call_ids: Iterator[int] = itertools.count(1)
         self._ended: StepResult | None = None  # the step that ended the episode
 
@@ -128,14 +129,20 @@ class SessionDoor:
         if result.done:
             self._ended = result
         observation = result.observations[0]
+        text = observation.content
         meta: dict[str, Any] = {META_DONE: result.done}
         if result.done:
             meta[META_REWARD] = result.reward
             meta[META_STOP_REASON] = result.stop_reason
+        if result.user_messages:
+            meta[META_USER_MESSAGES] = result.user_messages
+            text += "".join(f"\n\n[user] {_text(m.get('content'))}" for m in result.user_messages)
+        if result.tools is not None:
+            self.tools = _mcp_tools(result.tools)
+            meta[META_TOOLS_CHANGED] = True
+            text += "\n\n[the tool list changed: list the tools again]"
         return types.CallToolResult(
-            content=[types.TextContent(text=observation.content)],
-            is_error=observation.is_error,
-            meta=meta,
+            content=[types.TextContent(text=text)], is_error=observation.is_error, meta=meta
         )
 
     def _after_end(self, exc: SessionClosed) -> types.CallToolResult:
@@ -230,6 +237,19 @@ class SessionDoor:
         except EnvhubError as exc:
             raise mcp_error(exc) from exc
         return result.model_dump_json()
+
+
+def _mcp_tools(schemas: list[dict[str, Any]]) -> list[types.Tool]:
+    """OpenAI tool schemas as MCP tools."""
+    return [
+        types.Tool(
+            name=schema["function"]["name"],
+            description=schema["function"].get("description"),
+            input_schema=schema["function"].get("parameters")
+            or {"type": "object", "properties": {}},
+        )
+        for schema in schemas
+    ]
 
 
 def _prompt_message(message: Message) -> types.PromptMessage:

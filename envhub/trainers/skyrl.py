@@ -18,6 +18,12 @@ Register it once, then name it in the dataset's ``env_class`` column::
 
 Infra failures (sandbox, transport, environment code) are raised as the envhub error,
 never turned into a zero reward: SkyRL's generator then fails or retries the rollout.
+
+User turns (:meth:`envhub.Environment.next_user_turn`) come back as ``user`` messages
+after the step's tool messages, so SkyRL templates them like any observation and masks
+them out of the loss. SkyRL renders the tools once per episode: a tool list a user turn
+changed is reported in the step's ``metadata["tools"]`` only, and calls to the new tools
+work although the prompt does not list them.
 """
 
 from __future__ import annotations
@@ -124,10 +130,13 @@ class EnvhubSkyRLEnv(BaseTextEnv):
             {"role": "tool", "content": o.content, "tool_call_id": o.tool_call_id, "name": o.name}
             for o in result.observations
         ]
+        observations.extend(result.user_messages)  # a user turn: templated, never trained on
         metadata: dict[str, Any] = {
             "tool_calls": len(parsed.tool_calls),
             "tool_errors": sum(o.is_error for o in result.observations),
         }
+        if result.tools is not None:
+            metadata["tools"] = result.tools
         if not result.done:
             return BaseTextEnvStepOutput(
                 observations=observations, reward=0.0, done=False, metadata=metadata

@@ -21,7 +21,13 @@ Invariants, checked for every trajectory:
 When a trajectory has no recorded ids (a server that does not return them), a Hugging
 Face tokenizer's chat template can rebuild them from the messages. Such rows are flagged
 ``retokenized`` and their ``old_logprobs`` are NaN: they are approximations of what the
-policy saw, never on-policy ids, and must not feed an importance-sampling ratio.
+policy saw, never on-policy ids, and must not feed an importance-sampling ratio. Each
+turn is rendered with the tools it was offered, and a user turn that changed them starts
+a new row (templates render the tools at the top of the prompt).
+
+User turns (``user`` messages an environment added after a final answer) are never
+sampled: in recorded ids they lie inside a later turn's prompt, and in rebuilt ids
+between assistant spans, so ``loss_mask`` is 0 on them as on tool results.
 """
 
 from __future__ import annotations
@@ -219,10 +225,31 @@ def _render(
     return list(ids)
 
 
-def _retokenized_row(trajectory: Trajectory, tokenizer: Any) -> TokenRow:
+def _retokenized_rows(trajectory: Trajectory, tokenizer: Any) -> list[TokenRow]:
+    """One row per run of turns offered the same tools: chat templates render the tools
+    at the top of the prompt, so a user turn that changed them starts a new sequence."""
     messages = [template_message(m) for m in trajectory.messages]
-    tools = trajectory.tools
-    indices = [turn.message_index for turn in trajectory.turns]
+    runs: list[tuple[list[dict[str, Any]], list[Turn]]] = []
+    for turn, tools in zip(trajectory.turns, trajectory.turn_tools(), strict=True):
+        if runs and runs[-1][0] == tools:
+            runs[-1][1].append(turn)
+        else:
+            runs.append((tools, [turn]))
+    return [
+        _retokenized_row(trajectory, segment, messages, tools, turns, tokenizer)
+        for segment, (tools, turns) in enumerate(runs)
+    ]
+
+
+def _retokenized_row(
+    trajectory: Trajectory,
+    segment: int,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    turns: list[Turn],
+    tokenizer: Any,
+) -> TokenRow:
+    indices = [turn.message_index for turn in turns]
     full = _render(tokenizer, messages[: indices[-1] + 1], tools, False)
     n = len(full)
     loss_mask = [0] * n
@@ -230,12 +257,16 @@ def _retokenized_row(trajectory: Trajectory, tokenizer: Any) -> TokenRow:
     versions = [NOT_SAMPLED] * n
     eos = tokenizer.eos_token_id
     prompt_length = n
-    for turn, index in zip(trajectory.turns, indices, strict=True):
+    for turn, index in zip(turns, indices, strict=True):
         before = _render(tokenizer, messages[:index], tools, True)
         through = _render(tokenizer, messages[: index + 1], tools, False)
         if through[: len(before)] != before or full[: len(through)] != through:
             return _row(
-                trajectory, 0, full, retokenized=True, mask_reason="template_not_prefix_preserving"
+                trajectory,
+                segment,
+                full,
+                retokenized=True,
+                mask_reason="template_not_prefix_preserving",
             )
         start, end = len(before), len(through)
         span = through[start:end]
@@ -247,7 +278,14 @@ def _retokenized_row(trajectory: Trajectory, tokenizer: Any) -> TokenRow:
         versions[start:end] = [version] * (end - start)
         prompt_length = min(prompt_length, start)
     return _row(
-        trajectory, 0, full, loss_mask, old_logprobs, versions, prompt_length, retokenized=True
+        trajectory,
+        segment,
+        full,
+        loss_mask,
+        old_logprobs,
+        versions,
+        prompt_length,
+        retokenized=True,
     )
 
 
@@ -267,4 +305,4 @@ def trajectory_rows(
         return _recorded_rows(trajectory, drift)
     if tokenizer is None:
         return [_row(trajectory, 0, [], mask_reason="missing_token_ids")]
-    return [_retokenized_row(trajectory, tokenizer)]
+    return _retokenized_rows(trajectory, tokenizer)

@@ -26,6 +26,12 @@ baseline instead of scoring zero).
 :class:`~envhub.trainers.trl_rollout.EnvhubRollout` runs whole episodes with envhub's
 episode runner and hands TRL the token ids the server sampled, with ``env_mask`` = 1
 exactly on sampled tokens; ``envhub_reward`` then reads its ``env_reward`` column.
+
+User turns (:meth:`envhub.Environment.next_user_turn`) and changing tools work on the
+``rollout_func`` path only. With ``environment_factory`` TRL owns the conversation and
+its tool list: the episode ends at the model's first final answer, and a user turn the
+environment would answer it with is not delivered (the session closes with
+``stop_reason="closed"``).
 """
 
 from __future__ import annotations

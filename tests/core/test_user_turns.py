@@ -14,6 +14,8 @@ from envhub import Budgets, UserTurn
 from envhub.errors import EnvironmentFailure
 from tests.core.toy_envs import ToyEnv
 from tests.core.user_turn_envs import (
+    CONVERSATION,
+    ENV_ID,
     QUESTIONS,
     BrokenUserEnv,
     LeavingUserEnv,
@@ -141,3 +143,26 @@ def test_a_user_turn_needs_a_message_and_takes_strings_or_messages() -> None:
         {"role": "user", "content": "hi"},
         {"role": "system", "content": "be brief"},
     ]
+
+
+def test_gymnasium_observations_show_user_turns_and_new_tools() -> None:
+    from envhub.gym import EnvhubGymEnv
+
+    env = EnvhubGymEnv(ENV_ID, render_mode="ansi")
+    try:
+        obs, info = env.reset(options={"task_id": "chat-0"})
+        assert json.loads(obs) == [{"role": "user", "content": QUESTIONS[0]}]
+        assert tool_names(info["tools"]) == ["add", "answer"]
+        infos = []
+        for calls, content in CONVERSATION:
+            action = json.dumps({"content": content, "tool_calls": calls})
+            obs, reward, terminated, truncated, info = env.step(action)
+            infos.append((json.loads(obs), info))
+        assert terminated and not truncated and reward == 1.0
+        assert infos[1][0] == [{"role": "user", "content": QUESTIONS[1]}]
+        assert "tools" not in infos[1][1]
+        assert infos[4][0] == [{"role": "user", "content": QUESTIONS[2]}]
+        assert tool_names(infos[4][1]["tools"]) == ["add", "answer", "multiply"]
+        assert f"[user] {QUESTIONS[2]}" in (env.render() or "")
+    finally:
+        env.close()
