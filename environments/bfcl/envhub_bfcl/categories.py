@@ -1,0 +1,116 @@
+"""BFCL's categories as envhub knows them: names, kinds, and their entries from the
+``bfcl-eval`` wheel (loaded once per process, by BFCL's own loader).
+
+A category is named as BFCL names it (``multi_turn_base``, ``simple_python``,
+``live_parallel``) or by its short name (``base``, ``simple``); task ids are BFCL's entry
+ids, so a result file written from envhub lines up with BFCL's data.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+from envhub.errors import InvalidRequest
+
+__all__ = [
+    "CATEGORIES",
+    "LEFT_OUT",
+    "Kind",
+    "entries",
+    "ground_truth",
+    "kind_of",
+    "parse_categories",
+]
+
+Kind = Literal["multi_turn", "ast", "irrelevance"]
+
+#: every category shipped, BFCL's name -> how it is scored
+CATEGORIES: dict[str, Kind] = {
+    "multi_turn_base": "multi_turn",
+    "multi_turn_miss_func": "multi_turn",
+    "multi_turn_miss_param": "multi_turn",
+    "multi_turn_long_context": "multi_turn",
+    "simple_python": "ast",
+    "multiple": "ast",
+    "parallel": "ast",
+    "parallel_multiple": "ast",
+    "irrelevance": "irrelevance",
+    "live_simple": "ast",
+    "live_multiple": "ast",
+    "live_parallel": "ast",
+    "live_parallel_multiple": "ast",
+    "live_irrelevance": "irrelevance",
+}
+#: entries left out (entry id -> why): no answer passes BFCL's own checker, or the only
+#: passing answer calls a function before BFCL gives it to the model
+LEFT_OUT: dict[str, str] = {
+    "multi_turn_miss_func_49": "the ground truth calls tail at turn 1, a function BFCL "
+    "holds back until turn 3 (BFCL still executes hidden functions; envhub offers a tool "
+    "only once it is given)",
+    "live_simple_106-63-0": "a required parameter's possible answer accepts no value ([])",
+    "live_simple_112-68-0": "a required parameter's possible answer accepts no value ([])",
+    "live_multiple_862-181-3": "the possible answer sets journey_start_time, a parameter the "
+    "expected function does not have",
+    "live_multiple_964-207-0": "the possible answer sets question; the function's one "
+    "(required) parameter is statement",
+}
+_SHORT = {
+    "base": "multi_turn_base",
+    "miss_func": "multi_turn_miss_func",
+    "miss_param": "multi_turn_miss_param",
+    "long_context": "multi_turn_long_context",
+    "simple": "simple_python",
+}
+_GROUPS = {
+    "all": list(CATEGORIES),
+    "multi_turn": [c for c, k in CATEGORIES.items() if k == "multi_turn"],
+    "single_turn": [c for c, k in CATEGORIES.items() if k != "multi_turn"],
+}
+
+
+def parse_categories(spec: str) -> list[str]:
+    """``"base,simple,live_parallel"`` (or a group: ``all``, ``multi_turn``,
+    ``single_turn``) -> BFCL category names in a fixed order; an unknown name is an
+    :class:`~envhub.errors.InvalidRequest` that lists the known ones."""
+    wanted: list[str] = []
+    for raw in (part.strip() for part in str(spec).split(",")):
+        if not raw:
+            continue
+        names = _GROUPS.get(raw) or [_SHORT.get(raw, raw)]
+        for name in names:
+            if name not in CATEGORIES:
+                known = ", ".join([*_GROUPS, *_SHORT, *CATEGORIES])
+                raise InvalidRequest(f"unknown BFCL category {raw!r}; known: {known}")
+            if name not in wanted:
+                wanted.append(name)
+    if not wanted:
+        raise InvalidRequest("no BFCL category given")
+    return [c for c in CATEGORIES if c in wanted]
+
+
+def kind_of(category: str) -> Kind:
+    return CATEGORIES[category]
+
+
+@functools.cache
+def entries(category: str) -> dict[str, dict[str, Any]]:
+    """BFCL's prompt entries of a category by id, as its inference pipeline loads them
+    (function docs filled in for multi-turn, held-out ones moved to ``missed_function``,
+    the language hint added to the descriptions). Callers must not mutate them."""
+    from bfcl_eval.utils import load_dataset_entry
+
+    return {e["id"]: e for e in load_dataset_entry(category, include_prereq=False)}
+
+
+@functools.cache
+def ground_truth(category: str) -> dict[str, Any]:
+    """BFCL's possible answers of a category by entry id (none for irrelevance)."""
+    if kind_of(category) == "irrelevance":
+        return {}
+    from bfcl_eval.utils import load_ground_truth_entry
+
+    ids = list(entries(category))
+    answers = load_ground_truth_entry(category)
+    # BFCL aligns prompts and answers by position (some answer ids are spelled differently)
+    return {entry_id: answer["ground_truth"] for entry_id, answer in zip(ids, answers, strict=True)}

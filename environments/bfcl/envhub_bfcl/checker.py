@@ -1,0 +1,196 @@
+"""BFCL's own verdicts on a recorded answer: the AST checker, the irrelevance rule and
+the multi-turn state/response checker, exactly as BFCL's evaluation runner applies them
+to a function-calling (FC) model's result.
+
+An answer is in BFCL's FC result form: a single-turn answer is a list of
+``{tool_name: arguments_json}``; a multi-turn answer has one list per user turn of such
+steps. Function names with dots are shown to the model with underscores, as BFCL does
+for FC models (``underscore_to_dot``).
+
+Importing BFCL's AST checker reaches its model registry, which imports every vendor SDK
+BFCL supports. Where that registry cannot be imported (``bfcl-eval`` installed with
+``--no-deps``), :func:`_bfcl_registry` installs a one-line stand-in that answers the only
+question the checker asks of it: whether the model's function names use underscores for
+dots (yes, for every FC model).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import re
+import sys
+import threading
+import types
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from envhub_bfcl.categories import entries, ground_truth, kind_of
+
+__all__ = ["BACKEND_LOCK", "MODEL_NAME", "Verdict", "execution_string", "judge"]
+
+#: the BFCL model name verdicts are computed for (an FC model with underscore_to_dot)
+MODEL_NAME = "gpt-4o-2024-11-20-FC"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: held while BFCL backend code runs: some of it sets process-wide state (MathAPI sets
+#: mpmath's global precision), so two episodes' calls must not interleave
+BACKEND_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """BFCL's verdict on one entry: valid or not, with its error type and message."""
+
+    valid: bool
+    error_type: str = ""
+    error_message: str = ""
+
+
+class _FcModels(Mapping[str, Any]):
+    """Stand-in for BFCL's ``MODEL_CONFIG_MAPPING``: every model is an FC model whose
+    function names have dots replaced by underscores."""
+
+    _config = types.SimpleNamespace(underscore_to_dot=True, is_fc_model=True)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._config
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+_import_lock = threading.Lock()
+
+
+@functools.cache
+def _ast_checker() -> Any:
+    """BFCL's ``ast_checker``, imported once (episodes score in many threads)."""
+    with _import_lock:
+        name = "bfcl_eval.constants.model_config"
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            sys.modules.pop(name, None)
+            module = types.ModuleType(name, "envhub-bfcl's stand-in for BFCL's model registry")
+            module.MODEL_CONFIG_MAPPING = _FcModels()  # type: ignore[attr-defined]
+            sys.modules[name] = module
+        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+
+        return ast_checker
+
+
+def _ast_verdict(category: str, entry: dict[str, Any], result: Any) -> Verdict:
+    """What BFCL's ``_evaluate_single_ast_entry`` / ``_evaluate_single_relevance_entry``
+    decide for an FC model's result."""
+    ast_checker = _ast_checker()
+    from bfcl_eval.constants.enums import Language
+    from bfcl_eval.utils import is_empty_output, is_function_calling_format_output
+
+    try:  # the FC handler's decode_ast
+        decoded = [{name: json.loads(args)} for call in result for name, args in call.items()]
+    except Exception as exc:  # BFCL catches everything its decoder raises
+        decoded, decode_error = None, str(exc)
+    if kind_of(category) == "irrelevance":
+        if decoded is not None and not is_empty_output(decoded):
+            return Verdict(
+                False,
+                "irrelevance_error:decoder_success",
+                "Valid syntax. Successfully decode AST when it should not.",
+            )
+        return Verdict(True)
+    if decoded is None:
+        return Verdict(
+            False,
+            "ast_decoder:decoder_failed",
+            f"Invalid syntax. Failed to decode AST. {decode_error}",
+        )
+    if not is_function_calling_format_output(decoded):
+        return Verdict(
+            False,
+            "ast_decoder:decoder_wrong_output_format",
+            "Did not output in the specified format.",
+        )
+    checked = ast_checker(
+        entry["function"],
+        decoded,
+        ground_truth(category)[entry["id"]],
+        Language.PYTHON,
+        category,
+        MODEL_NAME,
+    )
+    if checked["valid"]:
+        return Verdict(True)
+    return Verdict(False, checked["error_type"], "; ".join(map(str, checked["error"])))
+
+
+def execution_string(name: str, arguments: dict[str, Any], known: set[str]) -> str:
+    """The call string BFCL's FC decoder builds (``name(k=repr(v), ...)``), which its
+    checker evaluates. A call BFCL could not execute (an unknown name, a keyword that is
+    not an identifier) becomes a call that fails with a NameError, as it would in BFCL,
+    without handing model text to ``eval``."""
+    if name not in known or not all(_IDENTIFIER.fullmatch(k) for k in arguments):
+        return "envhub_bfcl_unknown_call()"
+    return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
+
+
+def _multi_turn_verdict(
+    category: str, entry: dict[str, Any], turns: list[list[dict[str, Any]]]
+) -> Verdict:
+    """What BFCL's ``_evaluate_single_multi_turn_entry`` decides for an FC model."""
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+    truth = ground_truth(category)[entry["id"]]
+    if len(turns) != len(truth):
+        return Verdict(
+            False,
+            "multi_turn:force_terminated",
+            f"Model was force-terminated during inference phase. The length of the model "
+            f"result turns ({len(turns)}) does not match the length of the ground truth "
+            f"turns ({len(truth)}).",
+        )
+    held_out = entry.get("missed_function", {}).values()
+    known = {doc["name"] for doc in entry["function"]}
+    known.update(doc["name"] for docs in held_out for doc in docs)
+    decoded: list[list[list[str]]] = []
+    for steps in turns:
+        turn: list[list[str]] = []
+        for step in steps:
+            try:
+                calls = [
+                    execution_string(name, json.loads(args), known)
+                    for call in step
+                    for name, args in call.items()
+                ]
+            except Exception:  # BFCL skips a step it cannot decode
+                continue
+            if calls:
+                turn.append(calls)
+        decoded.append(turn)
+    # BFCL keeps backend instances in the module's globals under the model's name: a
+    # fresh name per verdict keeps samples of one entry apart; dropped afterwards
+    model = f"envhub_{uuid.uuid4().hex}"
+    try:
+        with BACKEND_LOCK:
+            checked = multi_turn_checker(decoded, truth, dict(entry), category, model)
+    finally:
+        namespace = vars(multi_turn_utils)
+        for key in [k for k in namespace if k.startswith(model)]:
+            del namespace[key]
+    if checked["valid"]:
+        return Verdict(True)
+    return Verdict(False, checked.get("error_type", ""), str(checked.get("error_message", "")))
+
+
+def judge(category: str, entry_id: str, result: Any) -> Verdict:
+    """BFCL's verdict on ``result`` (FC result form) for one entry of ``category``."""
+    entry = entries(category)[entry_id]
+    if kind_of(category) == "multi_turn":
+        return _multi_turn_verdict(category, entry, result)
+    return _ast_verdict(category, entry, result)
