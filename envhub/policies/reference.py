@@ -1,9 +1,11 @@
 """Policies that need no model: gold-action replay and the do-nothing policy.
 
 ``reference`` replays a task's gold actions, one call per turn, then gives the task's
-answer as a final message if the episode is still running. It validates environments
-(``envhub check``), powers demos without a model server, and, with ``wrong_action_p``,
-produces a known mix of good and bad episodes for testing the harness.
+answer as a final message if the episode is still running. A gold action with an empty
+name is a final message (its ``content`` argument) in the middle of the replay: it answers
+one user turn of an environment with a scripted user, which then asks the next. It
+validates environments (``envhub check``), powers demos without a model server, and, with
+``wrong_action_p``, produces a known mix of good and bad episodes for testing the harness.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class ReferencePolicy:
             return Completion(content="", tool_calls=[], finish_reason="stop")
         if request.turn < len(task.gold_actions):
             gold = task.gold_actions[request.turn]
+            if not gold.name:  # a final answer mid-episode: ends a user turn (scripted users)
+                content = str(gold.arguments.get("content", ""))
+                return Completion(content=content, tool_calls=[], finish_reason="stop")
             call = ToolCall(id=f"ref-{request.turn}", name=gold.name, arguments=gold.arguments)
             return Completion(content=None, tool_calls=[call], finish_reason="tool_calls")
         answer = "" if task.answer is None else str(task.answer)

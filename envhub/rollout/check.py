@@ -1,4 +1,6 @@
-"""Environment contract check: the reference policy must score 1, a no-op policy 0.
+"""Environment contract check: the reference policy must score 1, a no-op policy 0
+(or, for a task where answering without acting is right, the reward its metadata names in
+``expected_noop_reward``: a benchmark's irrelevance rule).
 
 Runs through the same episode runner and dispatcher as real rollouts, so it checks the
 path training data takes. Failing either way means a reward function that would silently
@@ -59,16 +61,20 @@ async def check_tasks(
     ids = list(task_ids)
     version = (await env.info()).version
     failures: list[CheckFailure] = []
-    checks: list[tuple[str, Policy, float]] = [
-        ("reference", ReferencePolicy(), 1.0),
-        ("noop", NoopPolicy(), 0.0),
+    noop_expected = await _expected_noop_rewards(tasks_from or env, ids)
+    checks: list[tuple[str, Policy, dict[str, float]]] = [
+        ("reference", ReferencePolicy(), {}),
+        ("noop", NoopPolicy(), noop_expected),
     ]
-    for name, policy, expected in checks:
+    for name, policy, expected_by_task in checks:
         runner = EpisodeRunner(
             env, policy, env_version=version, max_env_attempts=1, tasks_from=tasks_from
         )
 
-        def judge(trajectory: Trajectory, name: str = name, expected: float = expected) -> None:
+        def judge(
+            trajectory: Trajectory, name: str = name, by_task: dict[str, float] = expected_by_task
+        ) -> None:
+            expected = by_task.get(trajectory.task_id, 1.0 if name == "reference" else 0.0)
             if on_result is not None:
                 on_result(trajectory)
             if trajectory.masked:
@@ -92,3 +98,18 @@ async def check_tasks(
         await dispatch(runner, plan_episodes(ids, 1), concurrency=concurrency, on_result=judge)
     failures.sort(key=lambda f: (f.task_id, f.policy))
     return CheckReport(env=env.name, checked=len(ids), failures=failures)
+
+
+async def _expected_noop_rewards(source: EnvironmentClient, ids: list[str]) -> dict[str, float]:
+    """The no-op reward each task expects where its metadata says (``expected_noop_reward``);
+    0 elsewhere, and for every task of a transport that does not publish tasks."""
+    expected: dict[str, float] = {}
+    for task_id in ids:
+        try:
+            task = await source.task(task_id)
+        except NotImplementedError:
+            return {}
+        value = task.metadata.get("expected_noop_reward")
+        if value is not None:
+            expected[task_id] = float(value)
+    return expected
