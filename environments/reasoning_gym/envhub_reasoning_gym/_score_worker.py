@@ -5,7 +5,9 @@ Several Reasoning Gym scorers ``eval`` the answer text (directly, or through sym
 is killed with this process, and under ``bwrap`` the process has no network and a
 read-only file system. Protocol on stdin/stdout: the parent sends a 4-byte big-endian
 length and a pickle of ``(dataset, config_json, entry, answer)``; the worker answers
-one JSON line, ``{"score": float}`` or ``{"error": "..."}``. Anything a scorer prints
+one JSON line, ``{"score": float}`` or ``{"error": "..."}``, after a
+``{"building": true}`` line when it first builds that dataset (data files, word lists:
+seconds under load, not counted against the score timeout). Anything a scorer prints
 goes to stderr.
 """
 
@@ -17,7 +19,9 @@ import pickle
 import struct
 import sys
 from functools import lru_cache
-from typing import Any
+from typing import Any, BinaryIO
+
+_built: set[tuple[str, str]] = set()
 
 
 @lru_cache(maxsize=256)
@@ -27,8 +31,12 @@ def _dataset(name: str, config_json: str) -> Any:
     return create_dataset(name, **json.loads(config_json))
 
 
-def _score(payload: bytes) -> dict[str, Any]:
+def _score(payload: bytes, replies: BinaryIO) -> dict[str, Any]:
     name, config_json, entry, answer = pickle.loads(payload)  # from the parent: trusted
+    if (name, config_json) not in _built:
+        replies.write(b'{"building": true}\n')  # the parent's score timeout starts after
+        replies.flush()
+        _built.add((name, config_json))
     try:
         return {"score": float(_dataset(name, config_json).score_answer(answer, entry))}
     except Exception as exc:  # the scorer's own failure on this answer
@@ -48,7 +56,7 @@ def main() -> None:
         if len(header) < 4:
             return
         (length,) = struct.unpack(">I", header)
-        reply = _score(requests.read(length))
+        reply = _score(requests.read(length), replies)
         replies.write(json.dumps(reply).encode() + b"\n")
         replies.flush()
 

@@ -215,6 +215,9 @@ class ScorerPool:
             worker.proc.stdin.write(struct.pack(">I", len(payload)) + payload)
             worker.proc.stdin.flush()
             line = worker.read_line(time.monotonic() + timeout_s)
+            if line == b'{"building": true}':
+                started = time.monotonic() + self.start_timeout_s
+                line = worker.read_line(started + timeout_s)
         except (BrokenPipeError, OSError):
             line = None
         if line is None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envhub import GoldCall, Task, TaskSet
+from envhub.errors import InvalidRequest
 
 __all__ = ["SYSTEM_PROMPT", "Generated", "TaskKey", "generate"]
 
@@ -64,16 +65,23 @@ def _build(key: TaskKey) -> Generated:
     tasks: list[Task] = []
     entries: list[dict[str, Any]] = []
     for name in names:
-        dataset = create_dataset(name, seed=seed, size=size, **config.get(name, {}))
-        for index in range(size):
-            entry = dataset[index]
+        try:
+            dataset = create_dataset(name, seed=seed, size=size, **config.get(name, {}))
+            generated = [dataset[index] for index in range(size)]
+        except Exception as exc:  # a generator that fails on this config
+            reason = str(exc) or type(exc).__name__
+            raise InvalidRequest(
+                f"Reasoning Gym dataset {name!r} could not generate tasks: {reason[:300]}"
+            ) from exc
+        for index, entry in enumerate(generated):
             tasks.append(_task(name, seed, index, len(entries), entry, python))
             entries.append(entry)
     return Generated(tasks, entries)
 
 
 def generate(key: TaskKey) -> Generated:
-    """The tasks and entries of ``key``; built on first use (seconds for the full set)."""
+    """The tasks and entries of ``key``; built on first use (seconds for the full set).
+    A dataset that cannot generate is an :class:`InvalidRequest` naming it."""
     with _LOCK:
         found = _CACHE.get(key)
     if found is not None:
