@@ -86,16 +86,22 @@ class RayCluster:
     temp_dir: Path
     nodes: dict[str, RayNode] = field(default_factory=dict)
 
-    def _start(self, name: str, args: list[str], manager_port: int) -> RayNode:
-        env = {**os.environ, **_CLUSTER_ENV}
+    def _start(
+        self, name: str, args: list[str], num_cpus: int, resources: dict[str, float]
+    ) -> RayNode:
+        """``ray start`` one node (``args`` say head or worker) and learn its node id."""
+        manager_port = free_port()
         done = subprocess.run(
-            [_RAY, "start", *args, "--node-ip-address", "127.0.0.1",
-             "--node-manager-port", str(manager_port), "--disable-usage-stats"],
-            env=env, capture_output=True, text=True, timeout=120,
+            [_RAY, "start", *args, "--node-ip-address", "127.0.0.1", "--disable-usage-stats",
+             "--num-cpus", str(num_cpus), "--resources", json.dumps(resources),
+             "--node-manager-port", str(manager_port),
+             "--dashboard-agent-listen-port", str(free_port())],
+            env={**os.environ, **_CLUSTER_ENV}, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"ray start ({name}) failed:\n{done.stdout}\n{done.stderr}")
-        node = RayNode(name, self._node_id(manager_port), manager_port)
+        node = RayNode(name, self._node_id(manager_port), manager_port,
+                       {"CPU": num_cpus, **resources})  # fmt: skip
         self.nodes[name] = node
         return node
 
@@ -113,13 +119,7 @@ class RayCluster:
     def add_worker(
         self, name: str, *, num_cpus: int = 2, resources: dict[str, float] | None = None
     ) -> RayNode:
-        port = free_port()
-        args = ["--address", self.address, "--num-cpus", str(num_cpus),
-                "--dashboard-agent-listen-port", str(free_port()),
-                "--resources", json.dumps(resources or {})]  # fmt: skip
-        node = self._start(name, args, port)
-        node.resources = {"CPU": num_cpus, **(resources or {})}
-        return node
+        return self._start(name, ["--address", self.address], num_cpus, resources or {})
 
     def alive_node_ids(self) -> set[str]:
         connect(self.address)
@@ -183,11 +183,9 @@ def ray_cluster() -> Iterator[RayCluster]:
     port = free_port()
     cluster = RayCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir)
     try:
-        cluster._start("head", [
-            "--head", "--port", str(port), "--include-dashboard=false", "--num-cpus", "2",
-            "--temp-dir", str(temp_dir),
-            "--dashboard-agent-listen-port", str(free_port()),
-        ], free_port()).resources = {"CPU": 2}  # fmt: skip
+        head = ["--head", "--port", str(port), "--include-dashboard=false",
+                "--temp-dir", str(temp_dir)]  # fmt: skip
+        cluster._start("head", head, num_cpus=2, resources={})
         cluster.add_worker("worker-1", num_cpus=4)
         cluster.add_worker("worker-2", num_cpus=4, resources={"sandbox_slots": 2})
         yield cluster
