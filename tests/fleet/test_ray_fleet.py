@@ -20,6 +20,7 @@ import psutil
 import pytest
 import ray
 
+from envhub.conformance import CHECKS, check_client_conformance
 from envhub.errors import FleetError, ReplicaLost, Unauthorized
 from envhub.fleet import FleetEnvironment
 from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
@@ -173,6 +174,16 @@ def test_a_killed_replica_restarts_under_its_id_at_a_new_url(
         if record.replica_id != victim.replica_id:
             assert (others[record.replica_id].url, others[record.replica_id].restarts) == (
                 record.url, 0)
+
+
+@pytest.mark.parametrize("env_name", ["calc", "sql"])
+async def test_fleet_environment_passes_the_client_conformance_suite(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord], env_name: str
+) -> None:
+    async with FleetEnvironment(ray_cluster.address, env_name, namespace="fleet-test",
+                                token=TOKEN) as env:  # fmt: skip
+        report = await check_client_conformance(env)
+    assert report.passed == list(CHECKS)
 
 
 async def test_a_restarted_replica_reaps_the_sandboxes_of_its_dead_process(
