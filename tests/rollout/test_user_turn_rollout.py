@@ -121,3 +121,45 @@ def _check_batch_masks_only_sampled_ids(trajectory: Trajectory) -> None:
     for start, ids in spans:
         assert row.input_ids[start : start + len(ids)] == ids
         assert row.loss_mask[start : start + len(ids)] == [0] * len(ids)
+
+
+@pytest.mark.parametrize("cap", ["runner", "session"])
+async def test_max_turns_caps_model_calls_over_all_user_turns(
+    scripted: Callable[..., ScriptedServer], cap: str
+) -> None:
+    server = scripted(ScriptConfig(turns=SCRIPT))
+    policy = openai_policy(server.base_url)
+    budgets = envhub.Budgets(max_turns=3 if cap == "session" else 20)
+    try:
+        result = await envhub.rollout.run(
+            envhub.make(ScriptedUserEnv, budgets=budgets),
+            policy,
+            ["chat-0"],
+            max_turns=3 if cap == "runner" else None,
+        )
+    finally:
+        await policy.aclose()
+    assert result.trajectories is not None
+    [trajectory] = result.trajectories
+    assert trajectory.stop_reason == "max_turns" and len(trajectory.turns) == 3
+    assert server.stats.requests == 3
+    assert [m["content"] for m in trajectory.messages if m["role"] == "user"] == list(
+        QUESTIONS[:2]
+    )
+    assert trajectory.reward == pytest.approx(1 / 3)
+
+
+def test_trajectories_written_before_turn_tools_still_load() -> None:
+    """A record without ``turns[].tools`` (schema_version 1 as first written) validates,
+    and its tools are the trajectory's at every turn."""
+    old = {
+        "schema_version": 1, "trajectory_id": "t", "group_id": "g", "task_id": "x",
+        "sample_index": 0, "env": {"name": "calc", "version": "0.1.0"}, "model": "m",
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "5"}],
+        "tools": [{"type": "function", "function": {"name": "add"}}],
+        "turns": [{"message_index": 1, "latency_s": 0.1, "prefix_ok": None}],
+        "reward": 1.0,
+    }
+    trajectory = Trajectory.model_validate(old)
+    assert trajectory.turns[0].tools is None
+    assert trajectory.turn_tools() == [old["tools"]]
