@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from envhub.budgets import Budgets
 from envhub.task import Task, TaskSet
 from envhub.tools import ToolSpec, collect_tools
-from envhub.types import Message, Reward, env_stop_reason
+from envhub.types import Message, Reward, ToolCall, env_stop_reason
 
 __all__ = ["Environment", "UserTurn"]
 
@@ -127,6 +127,13 @@ class Environment:
         """Start an episode on ``task``; returns the messages the model sees first."""
         self.task = task
         return [dict(m) for m in task.prompt]
+
+    async def on_assistant_message(self, tool_calls: list[ToolCall], content: str | None) -> None:
+        """Called with each assistant message as the model sent it, before its calls run:
+        every call as it came, malformed arguments and unknown tool names included (the
+        session turns those into error observations; they never reach a tool). An
+        environment whose reward judges the model's raw output, as a benchmark's own
+        evaluator does, records it here; by default nothing happens."""
 
     async def on_final_answer(self, content: str) -> None:
         """Called with the text of an assistant message that has no tool calls."""

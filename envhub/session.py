@@ -262,6 +262,7 @@ class Session:
         self.last_active = time.monotonic()
         self.metrics.turns += 1
         observations: list[Observation] = []
+        await self.env.on_assistant_message(list(calls), content)
         if not calls:
             await self.env.on_final_answer(content or "")
             self._end_if_env_asked()
