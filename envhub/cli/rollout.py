@@ -420,19 +420,24 @@ async def _check(
 @app.command("export")
 def export_command(
     file: Annotated[Path, typer.Argument(help="trajectory JSONL file written by envhub rollout")],
-    format: Annotated[str, typer.Option("--format", help="parquet | jsonl")] = "parquet",
+    format: Annotated[
+        str, typer.Option("--format", help="parquet | jsonl | a plugin's format (bfcl)")
+    ] = "parquet",
     output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
 ) -> None:
-    """Export trajectories for `datasets.load_dataset` (Parquet or clean JSONL).
+    """Export trajectories for `datasets.load_dataset` (Parquet or clean JSONL), or in a
+    benchmark's own result format that a plugin provides (`--format bfcl`: BFCL result
+    files under the output directory, for BFCL's evaluator).
 
     messages, tools, sampling and reward_components become JSON strings.
     """
     from envhub.trajectory import export_trajectories
 
-    if format not in ("parquet", "jsonl"):
-        raise _fail(f"--format must be parquet or jsonl, not {format!r}")
     if not file.is_file():
         raise _fail(f"{file} does not exist")
+    if format not in ("parquet", "jsonl"):
+        _export_with_plugin(file, format, output or file.with_suffix(f".{format}"))
+        return
     target = output or file.with_suffix(".parquet" if format == "parquet" else ".export.jsonl")
     try:
         rows = export_trajectories(file, target, format)  # type: ignore[arg-type]
@@ -440,4 +445,15 @@ def export_command(
         raise _fail(str(exc)) from None
     except ImportError:
         raise _fail("export needs `pip install 'envhub[rollout]'` (datasets)") from None
+    console.print(f"{rows} trajectories -> {target}")
+
+
+def _export_with_plugin(file: Path, format: str, target: Path) -> None:
+    from envhub.exporters import load_exporter
+    from envhub.trajectory import read_trajectories
+
+    try:
+        rows = load_exporter(format)(read_trajectories(file), target)
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
     console.print(f"{rows} trajectories -> {target}")
