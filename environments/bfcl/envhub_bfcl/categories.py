@@ -42,12 +42,8 @@ CATEGORIES: dict[str, Kind] = {
     "live_parallel_multiple": "ast",
     "live_irrelevance": "irrelevance",
 }
-#: entries left out (entry id -> why): no answer passes BFCL's own checker, or the only
-#: passing answer calls a function before BFCL gives it to the model
+#: entries left out: no answer passes BFCL's own checker (entry id -> why)
 LEFT_OUT: dict[str, str] = {
-    "multi_turn_miss_func_49": "the ground truth calls tail at turn 1, a function BFCL "
-    "holds back until turn 3 (BFCL still executes hidden functions; envhub offers a tool "
-    "only once it is given)",
     "live_simple_106-63-0": "a required parameter's possible answer accepts no value ([])",
     "live_simple_112-68-0": "a required parameter's possible answer accepts no value ([])",
     "live_multiple_862-181-3": "the possible answer sets journey_start_time, a parameter the "

@@ -5,7 +5,9 @@ trading bot, travel booking, ...) built from the entry's ``initial_config``; the
 user asks BFCL's next question after each final answer (``next_user_turn``), and in
 ``miss_func`` the held-out function joins the tools at the turn BFCL names. Single-turn
 categories record the calls (nothing is executed) until the model's first message
-without calls. The reward is BFCL's verdict on what was recorded (:mod:`envhub_bfcl.checker`).
+without calls. The reward is BFCL's verdict (:mod:`envhub_bfcl.checker`) on the messages
+as the model sent them (:meth:`BfclEnv.on_assistant_message`): calls the session refuses
+(an unknown name, arguments that are not JSON) count as BFCL counts them.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec, UserTurn
-from envhub.types import Message
+from envhub.types import Message, ToolCall
 from envhub_bfcl.categories import (
     LEFT_OUT,
     entries,
@@ -27,6 +29,7 @@ from envhub_bfcl.categories import (
     parse_categories,
 )
 from envhub_bfcl.checker import BACKEND_LOCK, judge
+from envhub_bfcl.export import bfcl_step
 from envhub_bfcl.gold import multi_turn_gold, valid_ast_gold
 from envhub_bfcl.tools import tools_for
 
@@ -137,15 +140,23 @@ class BfclEnv(Environment):
         """This entry's functions (none before a reset: every entry has its own)."""
         return self._tools
 
+    async def on_assistant_message(self, tool_calls: list[ToolCall], content: str | None) -> None:
+        """Record a message's calls as BFCL records an FC model's output (a step of
+        ``{name: arguments}``); a message without calls adds nothing to what is scored."""
+        if not tool_calls:
+            return
+        step = bfcl_step(tool_calls)
+        if kind_of(self.category) == "multi_turn":
+            self.turns[-1].append(step)
+        else:
+            self.calls.extend(step)
+
     def call_function(self, tool: str, arguments: dict[str, Any]) -> str:
-        """Record one call; in a multi-turn episode also run it on the live backends (a
-        backend that raises, or arguments its method does not take, is an error
-        observation, and the call is still recorded: BFCL's checker replays it)."""
-        record = {tool: json.dumps(arguments)}
+        """Run one call on the live backends (multi-turn; a backend that raises, or
+        arguments its method does not take, is an error observation); single-turn calls
+        are only recorded."""
         if kind_of(self.category) != "multi_turn":
-            self.calls.append(record)
             return RECORDED
-        self.turns[-1].append([record])
         with BACKEND_LOCK:
             return _render(self._methods[tool](**arguments))
 
