@@ -20,8 +20,9 @@ and remove what a test starts (``fleet_down``, one namespace per test or module)
 
 Teardown kills only this cluster's processes (those started under its temp dir, and
 their descendants), never ``ray stop``, which would stop every Ray process on the
-machine. The tests are skipped when Ray is not installed, unless ``ENVHUB_REQUIRE_RAY``
-is set (CI sets it), in which case they fail instead.
+machine. Test modules that need Ray skip themselves where it is not installed, unless
+``ENVHUB_REQUIRE_RAY`` is set (CI sets it), in which case they fail instead; using
+``ray_cluster`` without Ray fails.
 """
 
 from __future__ import annotations
@@ -38,17 +39,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import pytest
 
 try:
-    import psutil
     import ray
-except ImportError:
-    if os.environ.get("ENVHUB_REQUIRE_RAY"):
-        raise
-    pytest.skip("ray is not installed (pip install 'envhub[ray]')", allow_module_level=True)
-
-from envhub.fleet.ray_fleet import connect
+except ImportError:  # the Ray tests skip themselves (fail, with ENVHUB_REQUIRE_RAY set)
+    ray = None
 
 _RAY = str(Path(sys.executable).with_name("ray"))
 # Ray warms up worker processes for the first driver; on a 2-core machine that is seconds
@@ -107,7 +104,7 @@ class RayCluster:
 
     def _node_id(self, manager_port: int) -> str:
         """The id of the node whose raylet listens on ``manager_port`` (asks the GCS)."""
-        connect(self.address)
+        self.connect()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for node in ray.nodes():
@@ -121,8 +118,14 @@ class RayCluster:
     ) -> RayNode:
         return self._start(name, ["--address", self.address], num_cpus, resources or {})
 
-    def alive_node_ids(self) -> set[str]:
+    def connect(self) -> None:
+        """Make this process a driver of the cluster (``envhub.fleet.ray_fleet.connect``)."""
+        from envhub.fleet.ray_fleet import connect
+
         connect(self.address)
+
+    def alive_node_ids(self) -> set[str]:
+        self.connect()
         return {node["NodeID"] for node in ray.nodes() if node["Alive"]}
 
     def _raylet(self, node: RayNode) -> psutil.Process:
@@ -179,6 +182,8 @@ def _kill_tree(procs: list[psutil.Process]) -> None:
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[RayCluster]:
+    if ray is None:
+        raise RuntimeError("the ray_cluster fixture needs Ray: pip install 'envhub[ray]'")
     temp_dir = Path(tempfile.mkdtemp(prefix="envhub-ray-"))
     port = free_port()
     cluster = RayCluster(address=f"127.0.0.1:{port}", temp_dir=temp_dir)
