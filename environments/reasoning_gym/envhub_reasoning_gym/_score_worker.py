@@ -5,9 +5,9 @@ Several Reasoning Gym scorers ``eval`` the answer text (directly, or through sym
 is killed with this process, and under ``bwrap`` the process has no network and a
 read-only file system. Protocol on stdin/stdout: the parent sends a 4-byte big-endian
 length and a pickle of ``(dataset, config_json, entry, answer)``; the worker answers
-one JSON line, ``{"score": float}`` or ``{"error": "..."}``, after a
-``{"building": true}`` line when it first builds that dataset (data files, word lists:
-seconds under load, not counted against the score timeout). Anything a scorer prints
+``{"scoring": true}`` once it has built the dataset (data files, word lists: seconds
+under load, not counted against the score timeout), then ``{"score": float}`` or
+``{"error": "..."}``: one JSON line each. Anything a scorer prints
 goes to stderr.
 """
 
@@ -21,8 +21,6 @@ import sys
 from functools import lru_cache
 from typing import Any, BinaryIO
 
-_built: set[tuple[str, str]] = set()
-
 
 @lru_cache(maxsize=256)
 def _dataset(name: str, config_json: str) -> Any:
@@ -33,12 +31,14 @@ def _dataset(name: str, config_json: str) -> Any:
 
 def _score(payload: bytes, replies: BinaryIO) -> dict[str, Any]:
     name, config_json, entry, answer = pickle.loads(payload)  # from the parent: trusted
-    if (name, config_json) not in _built:
-        replies.write(b'{"building": true}\n')  # the parent's score timeout starts after
-        replies.flush()
-        _built.add((name, config_json))
     try:
-        return {"score": float(_dataset(name, config_json).score_answer(answer, entry))}
+        dataset = _dataset(name, config_json)
+    except Exception as exc:
+        return {"error": f"building {name}: {type(exc).__name__}: {exc}"[:500]}
+    replies.write(b'{"scoring": true}\n')  # the parent's score timeout starts now
+    replies.flush()
+    try:
+        return {"score": float(dataset.score_answer(answer, entry))}
     except Exception as exc:  # the scorer's own failure on this answer
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
 

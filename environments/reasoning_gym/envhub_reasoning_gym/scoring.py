@@ -214,10 +214,9 @@ class ScorerPool:
             assert worker.proc.stdin is not None
             worker.proc.stdin.write(struct.pack(">I", len(payload)) + payload)
             worker.proc.stdin.flush()
-            line = worker.read_line(time.monotonic() + timeout_s)
-            if line == b'{"building": true}':
-                started = time.monotonic() + self.start_timeout_s
-                line = worker.read_line(started + timeout_s)
+            line = worker.read_line(time.monotonic() + self.start_timeout_s)
+            if line == b'{"scoring": true}':
+                line = worker.read_line(time.monotonic() + timeout_s)
         except (BrokenPipeError, OSError):
             line = None
         if line is None:
