@@ -107,7 +107,7 @@ class ReasoningGymEnv(Environment):
         self.seed = seed
         self.config = parse_config(config, names)
         self.config_json = json.dumps(self.config, sort_keys=True)
-        self.python = bool(python)
+        self.offer_python = bool(python)
         self.backend = resolve_backend(sandbox)
         self.python_timeout_s = float(python_timeout_s)
         self.score_timeout_s = float(score_timeout_s)
@@ -118,14 +118,14 @@ class ReasoningGymEnv(Environment):
 
     @property
     def key(self) -> TaskKey:
-        return (tuple(self.datasets), self.seed, self.size, self.config_json, self.python)
+        return (tuple(self.datasets), self.seed, self.size, self.config_json, self.offer_python)
 
     def load_tasks(self) -> TaskSet:
         return task_set(self.key)
 
     def episode_tools(self) -> Mapping[str, ToolSpec]:
         specs = type(self).tool_specs()
-        if self.python:
+        if self.offer_python:
             return specs
         return {name: spec for name, spec in specs.items() if name != "python"}
 

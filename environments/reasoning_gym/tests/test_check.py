@@ -4,6 +4,7 @@ no-op 0, except exactly the datasets the plugin lists as not checkable."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from envhub_reasoning_gym import NOT_CHECKABLE, all_datasets, default_datasets
@@ -11,6 +12,8 @@ from envhub_reasoning_gym import NOT_CHECKABLE, all_datasets, default_datasets
 import envhub
 from envhub.errors import InvalidRequest
 from envhub.rollout.check import CheckReport, check_tasks
+from envhub.sandboxes.bwrap import bwrap_problem
+from envhub.testing import check_environment
 
 GENERATES_BY_DEFAULT = [name for name in all_datasets() if name != "composite"]
 
@@ -52,3 +55,13 @@ def test_composite_does_not_generate_without_its_config() -> None:
     with pytest.raises(InvalidRequest, match=r"composite.*Must specify at least one dataset"):
         asyncio.run(envhub.make("reasoning_gym", datasets="composite", size=1).task_ids())
     assert "needs a `datasets` config" in NOT_CHECKABLE["composite"]
+
+
+def test_scoring_workers_run_under_bwrap() -> None:
+    """With the bwrap backend the scoring workers run in bubblewrap: same verdicts."""
+    if problem := bwrap_problem():
+        if os.environ.get("ENVHUB_REQUIRE_BWRAP") == "1":
+            pytest.fail(f"bwrap required (ENVHUB_REQUIRE_BWRAP=1) but {problem}")
+        pytest.skip(problem)
+    report = check_environment("reasoning_gym", datasets="countdown,n_queens", sandbox="bwrap")
+    assert report.checked == 20
