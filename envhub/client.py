@@ -36,7 +36,7 @@ from envhub._remote_calls import (
 )
 from envhub.cleanup import record_cleanup_failure
 from envhub.errors import EnvhubError, SessionClosed
-from envhub.protocol import OpeningSession
+from envhub.protocol import ClosingOnExit, OpeningSession
 from envhub.task import Task
 from envhub.types import (
     CloseResult,
@@ -56,7 +56,7 @@ DEFAULT_TRANSPORT: SessionTransport = "ws"
 _TASK_PAGE = 10_000
 
 
-class RemoteSession:
+class RemoteSession(ClosingOnExit):
     """One episode on the server, a :class:`~envhub.protocol.SessionHandle`.
 
     It holds the :class:`~envhub._remote_calls.SessionCalls` its create handed back (HTTP
@@ -130,15 +130,6 @@ class RemoteSession:
         raises :class:`~envhub.errors.SessionClosed`."""
         self.closed = self._aborted = True
         await self._calls.release()
-
-    async def __aenter__(self) -> RemoteSession:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            await self.close()
-        else:
-            await self.abort()
 
 
 class RemoteEnvironment:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from envhub.task import Task
 from envhub.types import (
@@ -26,7 +26,7 @@ from envhub.types import (
     ToolCall,
 )
 
-__all__ = ["EnvironmentClient", "OpeningSession", "SessionHandle"]
+__all__ = ["ClosingOnExit", "EnvironmentClient", "OpeningSession", "SessionHandle"]
 
 
 @runtime_checkable
@@ -109,6 +109,30 @@ class EnvironmentClient(Protocol):
     ) -> OpeningSession: ...
 
     async def aclose(self) -> None: ...
+
+
+class _Closable(Protocol):
+    async def close(self) -> object: ...
+
+    async def abort(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_Closable)
+
+
+class ClosingOnExit:
+    """``async with session:`` as every :class:`SessionHandle` does it, for implementations
+    to inherit: entering gives the session, a clean exit closes (scores) it and an
+    exception aborts it."""
+
+    async def __aenter__(self: _S) -> _S:
+        return self
+
+    async def __aexit__(self: _Closable, *exc: object) -> None:  # (type, value, traceback)
+        if exc[0] is None:
+            await self.close()
+        else:
+            await self.abort()
 
 
 class OpeningSession:

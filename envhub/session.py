@@ -29,6 +29,7 @@ from envhub.errors import (
     ToolArgumentError,
     ToolTimeout,
 )
+from envhub.protocol import ClosingOnExit
 from envhub.task import Task
 from envhub.tools import ToolSpec
 from envhub.types import (
@@ -72,7 +73,7 @@ def _render_output(value: Any) -> str:
         return str(value)
 
 
-class Session:
+class Session(ClosingOnExit):
     """One episode, the in-process :class:`~envhub.protocol.SessionHandle`. Create with
     ``await envhub.make(...).open(task_id)`` (or ``async with``).
 
@@ -217,12 +218,6 @@ class Session:
     async def __aenter__(self) -> Session:
         await self.reset()
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            await self.close()
-        else:
-            await self.abort()
 
     # -- internals -----------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.mcp.http import McpEndpoints
-from envhub.protocol import OpeningSession
+from envhub.protocol import ClosingOnExit, OpeningSession
 from envhub.server.errors import STATUS_BY_CODE
 from envhub.server.metrics import ServerMetrics
 from envhub.server.store import SessionStore
@@ -38,7 +38,7 @@ from envhub.validation import check_session_id, invalid_request
 __all__ = ["McpDoor", "StoreEnvironment", "StoreSession", "mcp_endpoints"]
 
 
-class StoreSession:
+class StoreSession(ClosingOnExit):
     """One store session as a :class:`~envhub.protocol.SessionHandle`."""
 
     def __init__(self, store: SessionStore, start: SessionStart) -> None:
@@ -88,15 +88,6 @@ class StoreSession:
 
     async def info(self) -> SessionInfo:
         return self.store.info(self.session_id)
-
-    async def __aenter__(self) -> StoreSession:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            await self.close()
-        else:
-            await self.abort()
 
 
 class StoreEnvironment:

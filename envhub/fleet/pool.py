@@ -37,7 +37,7 @@ import httpx
 from envhub.client import RemoteEnvironment, RemoteSession, SessionTransport
 from envhub.errors import CapacityError, EnvhubError, FleetError, RemoteError, ReplicaLost
 from envhub.fleet.replicas import ReplicaAddress, ReplicaSource, StaticReplicas
-from envhub.protocol import OpeningSession, SessionHandle
+from envhub.protocol import ClosingOnExit, OpeningSession, SessionHandle
 from envhub.task import Task
 from envhub.types import (
     CloseResult,
@@ -109,7 +109,7 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc, RemoteError) and exc.code == "unreachable"
 
 
-class PinnedSession:
+class PinnedSession(ClosingOnExit):
     """A session on one replica of a pool: every call goes to that replica. A call that
     cannot reach it raises :class:`~envhub.errors.ReplicaLost` (and takes the replica out
     of rotation); the session's slot on the replica is released once, at close or abort."""
@@ -161,15 +161,6 @@ class PinnedSession:
 
     async def info(self) -> SessionInfo:
         return await self._guarded(self._inner.info())
-
-    async def __aenter__(self) -> PinnedSession:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if exc[0] is None:
-            await self.close()
-        else:
-            await self.abort()
 
     async def _guarded(self, call: Awaitable[T]) -> T:
         try:
