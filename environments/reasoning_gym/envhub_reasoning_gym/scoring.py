@@ -60,7 +60,7 @@ _PLAIN_NODES = (
 #: the functions a plain expression may call: what sympy answers (integrals) contain
 _CALLABLE = frozenset(
     "exp log ln sqrt sin cos tan cot sec csc asin acos atan acot sinh cosh tanh asinh acosh "
-    "atanh Abs abs factorial".split()
+    "atanh Abs abs factorial Integral".split()
 )
 _EXPONENT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.UAdd, ast.USub)
 _MAX_EXPONENT = 64

@@ -92,3 +92,29 @@ def test_reward_equals_score_answer_on_every_recorded_answer() -> None:
         partial += 0.0 < expected < 1.0
     assert partial >= 20  # partial credit is kept, not rounded
     assert raised >= 1  # some scorers raise on malformed answers: a 0, not a masked episode
+
+
+def test_gold_answers_of_evaluating_datasets_are_plain_expressions() -> None:
+    """The screen in front of eval-ing scorers lets every real answer shape through."""
+    for name in sorted(EVALUATING_DATASETS):
+        for seed in (0, 1):
+            dataset = create_dataset(name, seed=seed, size=30)
+            for index in range(30):
+                answer = dataset[index]["answer"]
+                assert plain_expression(answer), (name, seed, index, answer)
+
+
+def test_plain_expression_screen() -> None:
+    for plain in ["3*Integral(x**3*cos(3*x), x) + C", "-4*(-2*x - 8)**(3/2)/3 + C", "[['Q', '_']]"]:
+        assert plain_expression(plain)
+    for code in [
+        "__import__('os')",
+        "open('x', 'w')",
+        "exec(chr(95))",
+        "x.__class__",
+        "(lambda: 1)()",
+        "9**9**9",
+        "[c for c in 'ab']",
+        "'abc'",
+    ]:
+        assert not plain_expression(code), code
