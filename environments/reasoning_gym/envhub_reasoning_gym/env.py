@@ -44,7 +44,8 @@ def _pool(size: int, bwrap: bool) -> ScorerPool:
 def _extract_tagged_answer(text: str) -> str | None:
     from reasoning_gym.utils import extract_answer
 
-    return extract_answer(text)
+    answer: str | None = extract_answer(text)
+    return answer
 
 
 class ReasoningGymEnv(Environment):

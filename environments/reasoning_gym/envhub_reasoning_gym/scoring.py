@@ -66,7 +66,7 @@ _EXPONENT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.UAdd, ast.USub)
 _MAX_EXPONENT = 64
 
 
-def _small_exponent(node: ast.AST) -> bool:
+def _small_exponent(node: ast.expr) -> bool:
     """An exponent of numbers and + - * / only (no powers, no names), at most 64 in size."""
     for part in ast.walk(node):
         if isinstance(part, ast.BinOp | ast.UnaryOp) and isinstance(part.op, _EXPONENT_OPS):
@@ -80,7 +80,7 @@ def _small_exponent(node: ast.AST) -> bool:
         value = eval(compile(ast.Expression(node), "<exponent>", "eval"), {"__builtins__": {}})
     except (ArithmeticError, ValueError):
         return False
-    return abs(value) <= _MAX_EXPONENT
+    return bool(abs(value) <= _MAX_EXPONENT)
 
 
 def plain_expression(text: str) -> bool:

@@ -40,7 +40,9 @@ _CACHE_SIZE = 32  # option sets kept; a client's option set counts too
 _LOCK = threading.Lock()
 
 
-def _task(name: str, seed: int, index: int, position: int, entry: dict, python: bool) -> Task:
+def _task(
+    name: str, seed: int, index: int, position: int, entry: dict[str, Any], python: bool
+) -> Task:
     answer = entry.get("answer")
     system = SYSTEM_PROMPT + (PYTHON_HINT if python else "")
     return Task(
