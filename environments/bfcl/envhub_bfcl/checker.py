@@ -16,6 +16,7 @@ dots (yes, for every FC model).
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import json
@@ -30,7 +31,15 @@ from typing import Any
 
 from envhub_bfcl.categories import entries, ground_truth, kind_of
 
-__all__ = ["BACKEND_LOCK", "MODEL_NAME", "Verdict", "execution_string", "judge"]
+__all__ = [
+    "BACKEND_LOCK",
+    "MODEL_NAME",
+    "Verdict",
+    "argument_problem",
+    "execution_string",
+    "fresh_backend_defaults",
+    "judge",
+]
 
 #: the BFCL model name verdicts are computed for (an FC model with underscore_to_dot)
 MODEL_NAME = "gpt-4o-2024-11-20-FC"
@@ -38,6 +47,57 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: held while BFCL backend code runs: some of it sets process-wide state (MathAPI sets
 #: mpmath's global precision), so two episodes' calls must not interleave
 BACKEND_LOCK = threading.Lock()
+#: MathAPI arguments past which a call would run for minutes or exhaust memory (mpmath or
+#: decimal precision in digits, an integer power's exponent); far beyond any BFCL answer
+MAX_PRECISION = 10_000
+MAX_EXPONENT = 10_000
+_LIMITS = {
+    "logarithm": ("precision", MAX_PRECISION),
+    "square_root": ("precision", MAX_PRECISION),
+    "power": ("exponent", MAX_EXPONENT),
+}
+
+
+#: the backends of the multi-turn categories
+_BACKENDS = (
+    "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI", "TradingBot",
+    "TravelAPI", "VehicleControlAPI",
+)  # fmt: skip
+
+
+@functools.cache
+def _mutable_defaults() -> list[tuple[Any, tuple[Any, ...]]]:
+    """The backend methods whose default arguments are mutable, with pristine copies."""
+    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
+
+    found = []
+    for class_name in _BACKENDS:
+        cls = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
+        for fn in vars(cls).values():
+            defaults = getattr(fn, "__defaults__", None) or ()
+            if any(isinstance(d, list | dict | set) for d in defaults):
+                found.append((fn, copy.deepcopy(defaults)))
+    return found
+
+
+def fresh_backend_defaults() -> None:
+    """Give every backend method fresh copies of its mutable defaults. BFCL's backends
+    store them (``post_tweet(..., mentions=[])`` keeps the list in the tweet, and
+    ``mention`` extends it), so without this one episode's calls would change what a
+    later episode starts from. Call with :data:`BACKEND_LOCK` held."""
+    for fn, defaults in _mutable_defaults():
+        fn.__defaults__ = copy.deepcopy(defaults)
+
+
+def argument_problem(name: str, arguments: dict[str, Any]) -> str | None:
+    """Why a call must not reach BFCL's backends (a hostile argument that would hang or
+    exhaust the process: BFCL's own evaluation would never finish), or ``None``."""
+    if name in _LIMITS:
+        key, limit = _LIMITS[name]
+        value = arguments.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > limit:
+            return f"{key} {value} is out of range (at most {limit})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -133,8 +193,10 @@ def execution_string(name: str, arguments: dict[str, Any], known: set[str]) -> s
     """The call string BFCL's FC decoder builds (``name(k=repr(v), ...)``), which its
     checker evaluates. A call BFCL could not execute (an unknown name, a keyword that is
     not an identifier) becomes a call that fails with a NameError, as it would in BFCL,
-    without handing model text to ``eval``."""
-    if name not in known or not all(_IDENTIFIER.fullmatch(k) for k in arguments):
+    without handing model text to ``eval``; so does one :func:`argument_problem` refuses
+    (where BFCL's evaluation would not finish at all)."""
+    unsafe = not all(_IDENTIFIER.fullmatch(k) for k in arguments)
+    if name not in known or unsafe or argument_problem(name, arguments):
         return "envhub_bfcl_unknown_call()"
     return f"{name}({','.join(f'{k}={v!r}' for k, v in arguments.items())})"
 
@@ -178,6 +240,7 @@ def _multi_turn_verdict(
     model = f"envhub_{uuid.uuid4().hex}"
     try:
         with BACKEND_LOCK:
+            fresh_backend_defaults()
             checked = multi_turn_checker(decoded, truth, dict(entry), category, model)
     finally:
         namespace = vars(multi_turn_utils)

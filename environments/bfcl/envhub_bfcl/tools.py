@@ -60,7 +60,7 @@ def tools_for(docs: list[dict[str, Any]]) -> dict[str, BfclTool]:
             args_model=ForwardedCall,
             terminal=False,
             timeout=None,
-            is_async=False,
+            is_async=True,
             function=fn,
         )
         for fn in converted

@@ -147,3 +147,35 @@ async def test_the_same_entry_scores_independently_in_many_episodes() -> None:
     task = env.tasks.get("multi_turn_base_3")
     for _ in range(3):
         assert (await replay_calls(env, task.id, task.gold_actions)).reward == 1.0
+
+
+async def test_arguments_that_would_never_finish_are_refused_live_and_in_the_verdict() -> None:
+    """An integer power with a huge exponent, or a logarithm to a hundred million digits,
+    would hang the backend (and BFCL's own evaluation): an error observation, and the
+    verdict treats the call as one that failed."""
+    env = envhub.make("bfcl", categories="base")
+    task = env.tasks.get("multi_turn_base_15")
+    calls = [
+        GoldCall(name="power", arguments={"base": 10, "exponent": 10**12}),
+        GoldCall(name="logarithm", arguments={"value": 2, "base": 3, "precision": 10**8}),
+        *task.gold_actions,
+    ]
+    trajectory = await replay_calls(env, task.id, calls, max_env_attempts=1)
+    refused = [m["content"] for m in trajectory.messages[2:6] if m["role"] == "tool"]
+    assert len(refused) == 2 and all("out of range" in c for c in refused), refused
+    assert not trajectory.masked and trajectory.reward == 1.0
+
+
+async def test_episodes_never_change_the_task_or_later_episodes() -> None:
+    """BFCL's TwitterAPI keeps the mentions list a tweet is posted with, and ``mention``
+    extends it in place: the backends get copies of the arguments, so a task's gold
+    actions (which the reference policy sends as they are) and the next episode's
+    starting state stay as they were."""
+    env = envhub.make("bfcl", categories="base")
+    task = env.tasks.get("multi_turn_base_90")
+    gold = [g.model_dump() for g in task.gold_actions]
+    mention = GoldCall(name="mention", arguments={"tweet_id": 10, "mentioned_usernames": ["@x"]})
+    calls = [*task.gold_actions[:-1], mention, task.gold_actions[-1]]
+    assert (await replay_calls(env, task.id, calls)).reward == 0.0
+    assert [g.model_dump() for g in task.gold_actions] == gold
+    assert (await replay_calls(env, task.id, task.gold_actions)).reward == 1.0
