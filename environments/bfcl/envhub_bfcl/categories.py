@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Literal
 
-from envhub.errors import InvalidRequest
+from envhub.errors import InvalidRequest, RegistryError
 
 __all__ = [
     "CATEGORIES",
@@ -94,7 +94,14 @@ def entries(category: str) -> dict[str, dict[str, Any]]:
     """BFCL's prompt entries of a category by id, as its inference pipeline loads them
     (function docs filled in for multi-turn, held-out ones moved to ``missed_function``,
     the language hint added to the descriptions). Callers must not mutate them."""
-    from bfcl_eval.utils import load_dataset_entry
+    try:
+        from bfcl_eval.utils import load_dataset_entry
+    except ImportError as exc:  # declared apart: its dependency tree cannot install beside ours
+        raise RegistryError(
+            f"envhub-bfcl needs bfcl-eval ({exc.name} is missing): pip install --no-deps "
+            "bfcl-eval==2026.3.23 (its declared dependencies pin numpy 1.26, faiss and vendor "
+            "SDKs; the data, backends and checkers need none of them)"
+        ) from None
 
     return {e["id"]: e for e in load_dataset_entry(category, include_prereq=False)}
 
@@ -104,9 +111,9 @@ def ground_truth(category: str) -> dict[str, Any]:
     """BFCL's possible answers of a category by entry id (none for irrelevance)."""
     if kind_of(category) == "irrelevance":
         return {}
+    ids = list(entries(category))  # first: it says how to install a missing bfcl-eval
     from bfcl_eval.utils import load_ground_truth_entry
 
-    ids = list(entries(category))
     answers = load_ground_truth_entry(category)
     # BFCL aligns prompts and answers by position (some answer ids are spelled differently)
     return {entry_id: answer["ground_truth"] for entry_id, answer in zip(ids, answers, strict=True)}
