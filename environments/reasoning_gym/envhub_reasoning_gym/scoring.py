@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = ["EVALUATING_DATASETS", "Outcome", "ScorerPool", "plain_expression"]
@@ -152,14 +153,32 @@ class _Worker:
         self.proc.wait()
 
 
+def _code_under_tmp() -> list[str]:
+    """The worker's interpreter and code that live under ``/tmp`` (a venv or a checkout
+    there), outermost first: the sandbox's fresh ``/tmp`` must still show them."""
+    import reasoning_gym
+
+    import envhub
+
+    places = {sys.prefix, *sys.path}
+    places |= {str(Path(m.__file__).resolve().parents[1]) for m in (envhub, reasoning_gym)}
+    places.add(str(Path(__file__).resolve().parents[1]))
+    resolved = {Path(place).resolve() for place in places if place}
+    under = sorted(p for p in resolved if p.is_relative_to("/tmp") and p.exists())
+    outermost = [p for p in under if not any(p != q and p.is_relative_to(q) for q in under)]
+    return [str(p) for p in outermost]
+
+
 def _bwrap_prefix() -> list[str]:
     if shutil.which("bwrap") is None:
         from envhub.errors import SandboxError
 
         raise SandboxError("the bwrap backend needs bubblewrap (apt-get install bubblewrap)")
+    keep = [arg for path in _code_under_tmp() for arg in ("--ro-bind", path, path)]
     return [
         "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
+        *keep, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+        "--new-session",
     ]  # fmt: skip
 
 
@@ -178,16 +197,24 @@ class ScorerPool:
         self._lock = threading.Lock()
 
     def _acquire(self) -> _Worker:
-        with self._lock:
-            try:
-                return self._idle.get_nowait()
-            except queue.Empty:
-                pass
-            start = self._started < self.size
+        """An idle worker, or a new one while fewer than ``size`` run. Waiting for an idle
+        one polls: a worker that failed to start frees its slot without ever becoming
+        idle, and a waiter must then start one itself rather than wait for ever."""
+        while True:
+            with self._lock:
+                try:
+                    return self._idle.get_nowait()
+                except queue.Empty:
+                    pass
+                start = self._started < self.size
+                if start:
+                    self._started += 1
             if start:
-                self._started += 1
-        if not start:
-            return self._idle.get()
+                break
+            try:
+                return self._idle.get(timeout=0.25)
+            except queue.Empty:
+                continue
         try:
             worker = _Worker(self.argv)
             if worker.read_line(time.monotonic() + self.start_timeout_s) is None:
