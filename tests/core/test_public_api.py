@@ -34,6 +34,7 @@ PUBLIC_MODULES = (
     "envhub.sandboxes",
     "envhub.sandboxes.images",
     "envhub.testing",
+    "envhub.trajectory",  # the trajectory format: what exporters (envhub.exporters) read
     "envhub.types",
 )
 

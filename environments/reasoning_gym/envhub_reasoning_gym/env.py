@@ -10,11 +10,10 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field
 
-from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
+from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec, tool
 from envhub.errors import InvalidRequest
 from envhub.rewards import Rubric
 from envhub.sandboxes import Sandbox, SandboxSpec, make_sandbox, resolve_backend
-from envhub.tools import ToolSpec
 from envhub_reasoning_gym.catalog import check_client_config, parse_config, parse_datasets
 from envhub_reasoning_gym.scoring import (
     EVALUATING_DATASETS,
