@@ -40,8 +40,13 @@ from envhub.agents.proxy import CapturedCall, CaptureProxy, ChatUpstream
 from envhub.errors import ContextLengthExceeded, InvalidRequest
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient, SessionHandle
-from envhub.rollout.episode import EpisodeRunner, EpisodeSpec, _PolicyFailure, _Record
-from envhub.trajectory import Turn
+from envhub.rollout.episode import (
+    EpisodeRunner,
+    EpisodeSpec,
+    _PolicyFailure,
+    _Record,
+    record_turn,
+)
 
 __all__ = ["AgentEpisodeRunner"]
 
@@ -140,32 +145,10 @@ def _record_calls(record: _Record, calls: list[CapturedCall]) -> None:
     """The proxy's calls as turns, and the last call's chat as the episode's messages."""
     previous_ids: list[int] | None = None
     for call in calls:
-        completion = call.completion
-        prompt_ids = completion.prompt_token_ids
-        completion_ids = completion.completion_token_ids
-        prefix_ok = None
-        if previous_ids is not None and prompt_ids is not None:
-            prefix_ok = prompt_ids[: len(previous_ids)] == previous_ids
-        previous_ids = (
-            prompt_ids + completion_ids
-            if prompt_ids is not None and completion_ids is not None
-            else None
-        )
-        record.turns.append(
-            Turn(
-                message_index=len(call.messages),
-                finish_reason=completion.finish_reason,
-                latency_s=call.latency_s,
-                policy_version=call.policy_version,
-                prompt_token_ids=prompt_ids,
-                completion_token_ids=completion_ids,
-                completion_logprobs=completion.completion_logprobs,
-                prefix_ok=prefix_ok,
-            )
-        )
-        record.llm_s += call.latency_s
-        record.prompt_tokens += completion.prompt_tokens
-        record.completion_tokens += completion.completion_tokens
+        previous_ids = record_turn(
+            record, call.completion, previous_ids, message_index=len(call.messages),
+            latency_s=call.latency_s, policy_version=call.policy_version,
+        )  # fmt: skip
     if calls:
         last = calls[-1]
         record.messages = [*last.messages, last.completion.to_message()]

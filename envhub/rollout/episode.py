@@ -32,7 +32,7 @@ from typing import Any
 
 from envhub.cleanup import abort_quietly
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
-from envhub.policies.base import GenerateRequest, Policy, SamplingParams
+from envhub.policies.base import Completion, GenerateRequest, Policy, SamplingParams
 from envhub.policies.retry import RetryPolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.task import Task
@@ -47,7 +47,7 @@ from envhub.trajectory import (
 )
 from envhub.types import CloseResult, Message
 
-__all__ = ["EpisodeRunner", "EpisodeSpec"]
+__all__ = ["EpisodeRunner", "EpisodeSpec", "record_turn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,33 +236,11 @@ class EpisodeRunner:
                 raise _PolicyFailure(f"{type(exc).__name__}: {exc}") from exc
             except Exception as exc:
                 raise _PolicyFailure(f"policy bug: {type(exc).__name__}: {exc}") from exc
-            latency = time.perf_counter() - call_started
-            record.llm_s += latency
-            record.prompt_tokens += completion.prompt_tokens
-            record.completion_tokens += completion.completion_tokens
-            prompt_ids = completion.prompt_token_ids
-            prefix_ok = None
-            if previous_ids is not None and prompt_ids is not None:
-                prefix_ok = prompt_ids[: len(previous_ids)] == previous_ids
-            completion_ids = completion.completion_token_ids
-            previous_ids = (
-                prompt_ids + completion_ids
-                if prompt_ids is not None and completion_ids is not None
-                else None
-            )
-            record.turns.append(
-                Turn(
-                    message_index=len(record.messages),
-                    finish_reason=completion.finish_reason,
-                    latency_s=latency,
-                    policy_version=version,
-                    prompt_token_ids=prompt_ids,
-                    completion_token_ids=completion_ids,
-                    completion_logprobs=completion.completion_logprobs,
-                    prefix_ok=prefix_ok,
-                    tools=changed_tools,
-                )
-            )
+            previous_ids = record_turn(
+                record, completion, previous_ids, message_index=len(record.messages),
+                latency_s=time.perf_counter() - call_started, policy_version=version,
+                tools=changed_tools,
+            )  # fmt: skip
             changed_tools = None
             record.messages.append(completion.to_message())
             env_started = time.perf_counter()
@@ -326,6 +304,46 @@ class EpisodeRunner:
             ),
             **outcome,
         )
+
+
+def record_turn(
+    record: _Record,
+    completion: Completion,
+    previous_ids: list[int] | None,
+    *,
+    message_index: int,
+    latency_s: float,
+    policy_version: int | None,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int] | None:
+    """Record one model call as a turn of ``record``: the token ids and logprobs as the
+    server returned them, ``prefix_ok`` against ``previous_ids`` (the previous call's
+    prompt + completion ids), its time and tokens. Returns this call's prompt +
+    completion ids (the next call's ``previous_ids``), or ``None`` without ids."""
+    record.llm_s += latency_s
+    record.prompt_tokens += completion.prompt_tokens
+    record.completion_tokens += completion.completion_tokens
+    prompt_ids = completion.prompt_token_ids
+    completion_ids = completion.completion_token_ids
+    prefix_ok = None
+    if previous_ids is not None and prompt_ids is not None:
+        prefix_ok = prompt_ids[: len(previous_ids)] == previous_ids
+    record.turns.append(
+        Turn(
+            message_index=message_index,
+            finish_reason=completion.finish_reason,
+            latency_s=latency_s,
+            policy_version=policy_version,
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=completion_ids,
+            completion_logprobs=completion.completion_logprobs,
+            prefix_ok=prefix_ok,
+            tools=tools,
+        )
+    )
+    if prompt_ids is None or completion_ids is None:
+        return None
+    return prompt_ids + completion_ids
 
 
 def _timings(record: _Record, started: float) -> Timings:
