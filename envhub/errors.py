@@ -24,6 +24,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── ReplicaLost              a session's server replica died or became unreachable
     ├── FleetError               no fleet at that address, or no healthy replica of an env
     ├── RolloutFailed            a rollout stopped early or masked too many episodes
+    ├── StreamTimeout            no training batch completed within the trainer's timeout
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 
 ``code`` is the machine-readable error code of the HTTP API (DESIGN.md).
@@ -48,6 +49,7 @@ __all__ = [
     "SessionClosed",
     "SessionError",
     "SessionNotFound",
+    "StreamTimeout",
     "TaskNotFound",
     "ToolArgumentError",
     "ToolError",
@@ -172,6 +174,13 @@ class RolloutFailed(EnvhubError):
     def __init__(self, message: str, *, result: object) -> None:
         super().__init__(message)
         self.result = result
+
+
+class StreamTimeout(EnvhubError):
+    """``RolloutStream.next_batch(timeout=)`` ran out of time before the batch was whole.
+    The groups it had collected are kept and come first in the next batch."""
+
+    code = "stream_timeout"
 
 
 class Unauthorized(EnvhubError):

@@ -11,7 +11,8 @@ a few gold ``calc`` episodes (so that some episodes succeed and GRPO has a signa
 sampler runs it in the same process, taking a lock the update also takes.
 
 Per step it prints the envhub reward of the batch, the policy versions it was sampled
-with, the clipped-surrogate loss, and what the batch builder set aside.
+with, the clipped-surrogate loss (or that there was no update: a batch whose groups all
+had equal rewards teaches nothing), and what the batch builder set aside.
 """
 
 from __future__ import annotations
@@ -91,12 +92,15 @@ async def train(args: argparse.Namespace) -> None:
             if len(batch):
                 loss = await asyncio.to_thread(update, model, optimizer, batch, sampler.lock)
                 rollouts.policy_version += 1  # the stream may now start newer groups
+                outcome = f"loss {loss:.4f}"
             else:
-                loss = float("nan")  # every group had equal rewards: nothing to learn from
+                # Every group had equal rewards: no advantage, so no update and no new
+                # version; asking for the next batch ends the step all the same.
+                outcome = "no update (equal rewards in every group)"
             print(
                 f"step {step}: reward {statistics.fmean(rewards):.3f} over {len(trajectories)} "
                 f"episodes, sampled by versions {versions}, trainer now at "
-                f"v{rollouts.policy_version}, loss {loss:.4f}, rows {len(batch)}, "
+                f"v{rollouts.policy_version}, {outcome}, rows {len(batch)}, "
                 f"set aside {batch.dropped or '{}'}, {time.perf_counter() - started:.1f}s"
             )
 

@@ -10,9 +10,18 @@
 Each group is ``group_size`` episodes of one task (a sampling round), finished before it
 is handed over. Completed groups wait in a bounded queue; when the trainer falls behind
 the queue fills and no new group starts (back-pressure). ``policy_version`` is read at
-every model call and recorded on each turn. With ``max_staleness=k`` (AReaL), a group may
-start only while ``groups_started < (version - initial_version + k + 1) * batch_size +
-overprovision``: no episode starts while the consumer lags more than ``k`` versions behind.
+every model call and recorded on each turn.
+
+With ``max_staleness=k`` (AReaL), sampling runs at most ``k`` trainer steps ahead of the
+trainer. A trainer step ends when the trainer asks for its next batch or sets
+``policy_version`` (after a weight update; several sets in one step count once); ``done``
+is the number of groups handed over in finished steps, and a group may start only while
+``groups_started < done + (k + 1) * batch_size + overprovision``. A trainer that updates
+once per batch gets AReaL's bound (no group is trained on more than ``k`` versions after
+the version it started with); a trainer that skips an update (every group of a batch had
+equal rewards) still ends its step by asking for the next batch, so the stream never waits
+for a version that will not come. A consumer iterating group by group ends its steps by
+setting ``policy_version`` (the same value ends a step without an update).
 ``overprovision`` (APRIL) starts extra groups beyond the batch; the batch takes whichever
 groups complete first and the rest keep running for the next one, so one slow group does
 not stall a batch (their turns record the older version they were sampled with).
@@ -26,7 +35,7 @@ import itertools
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
-from envhub.errors import InvalidRequest
+from envhub.errors import InvalidRequest, StreamTimeout
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import group_id
@@ -82,6 +91,9 @@ class RolloutStream:
         self._version = policy_version
         self.groups_started = 0
         self.groups_in_flight = 0
+        self._handed_over = 0  # groups returned to the trainer
+        self._steps_done_groups = 0  # of those, the groups of finished trainer steps
+        self._partial: list[Group] = []  # collected by a next_batch that timed out
         self._max_groups_in_flight = max(1, concurrency // group_size) + self.overprovision
         self._episodes = asyncio.Semaphore(concurrency)
         self._queue: asyncio.Queue[Group | None] = asyncio.Queue(queue_size or 2 * batch_size)
@@ -100,25 +112,52 @@ class RolloutStream:
 
     @policy_version.setter
     def policy_version(self, version: int) -> None:
-        """Set after a weight update; releases groups held back by the staleness bound."""
+        """Set after a weight update; ends the trainer step, which releases groups held
+        back by the staleness bound."""
         self._version = version
-        self._notify()
+        self._end_step()
 
-    async def next_batch(self, size: int | None = None) -> list[Group]:
-        """The next ``size`` (default ``batch_size``) completed groups; fewer only at the end."""
-        batch: list[Group] = []
-        while len(batch) < (size or self.batch_size):
-            group = await self._next()
-            if group is None:
-                break
-            batch.append(group)
+    async def next_batch(
+        self, size: int | None = None, *, timeout: float | None = None
+    ) -> list[Group]:
+        """The next ``size`` (default ``batch_size``) completed groups; fewer only at the end.
+
+        Asking ends the trainer step of the previous batch (see the module docstring).
+        ``timeout`` (seconds) raises :class:`~envhub.errors.StreamTimeout` when the batch
+        is not whole by then; the groups collected so far are kept for the next call."""
+        want = size or self.batch_size
+        if self.max_staleness is not None and want > self._ahead():
+            raise InvalidRequest(f"a batch of {want} groups exceeds the staleness bound")
+        self._end_step()
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                while len(self._partial) < want:
+                    group = await self._next()
+                    if group is None:
+                        break
+                    self._partial.append(group)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # an episode's own error, surfaced by the stream
+            raise StreamTimeout(
+                f"{len(self._partial)} of {want} groups completed within {timeout}s "
+                f"({self.groups_in_flight} running, {self.groups_started} started); "
+                "the collected groups are kept for the next call"
+            ) from None
+        batch, self._partial = self._partial[:want], self._partial[want:]
+        self._handed_over += len(batch)
         return batch
 
     def __aiter__(self) -> AsyncIterator[Group]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Group]:
+        while self._partial:
+            self._handed_over += 1
+            yield self._partial.pop(0)
         while (group := await self._next()) is not None:
+            self._handed_over += 1
             yield group
 
     async def _next(self) -> Group | None:
@@ -147,8 +186,16 @@ class RolloutStream:
             return False
         if self.max_staleness is None:
             return True
-        lag_allowance = self._version - self.initial_version + self.max_staleness + 1
-        return self.groups_started < lag_allowance * self.batch_size + self.overprovision
+        return self.groups_started < self._steps_done_groups + self._ahead()
+
+    def _ahead(self) -> int:
+        """How many groups past the finished trainer steps may start."""
+        return ((self.max_staleness or 0) + 1) * self.batch_size + self.overprovision
+
+    def _end_step(self) -> None:
+        if self._steps_done_groups != self._handed_over:
+            self._steps_done_groups = self._handed_over
+            self._notify()
 
     def _ensure_started(self) -> None:
         if self._producer is None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from envhub.errors import InvalidRequest, StreamTimeout
 from envhub.local import LocalEnvironment
 from envhub.policies import OpenAIPolicy, ReferencePolicy
 from envhub.rollout import stream
@@ -99,3 +102,49 @@ async def test_finite_stream_ends(calc: LocalEnvironment) -> None:
         f"{t}#{r}" for t in task_ids for r in range(2)
     )
     assert all(t.reward == 1.0 for g in groups for t in g.trajectories)
+
+
+async def test_a_trainer_that_skips_updates_never_stalls_the_stream(
+    calc: LocalEnvironment,
+) -> None:
+    """A scripted trainer that updates only on every third batch (the others had equal
+    rewards): asking for the next batch ends its step, so the stream keeps going, and no
+    group is consumed more than ``max_staleness`` versions after the version it started at."""
+    task_ids = (await calc.task_ids(None))[:20]
+    async with stream(
+        calc, ReferencePolicy(), task_ids, group_size=2, batch_size=2, max_staleness=1
+    ) as rollouts:
+        for step in range(8):
+            batch = await rollouts.next_batch(timeout=30)
+            assert len(batch) == 2
+            assert all(rollouts.policy_version - g.start_version <= 1 for g in batch)
+            if step % 3 == 2:
+                rollouts.policy_version += 1
+        await settle()
+        # 7 finished steps (the eighth is still training) + (staleness + 1) batches
+        assert rollouts.groups_started == 7 * 2 + 2 * 2
+        with pytest.raises(InvalidRequest, match="staleness bound"):
+            await rollouts.next_batch(5)
+
+
+async def test_next_batch_timeout_keeps_the_groups_it_collected(
+    scripted, calc: LocalEnvironment
+) -> None:
+    server = scripted(ScriptConfig(latency_s=0.01))
+    policy = OpenAIPolicy("scripted", [server.base_url], retry=FAST_RETRY)
+    task_ids = (await calc.task_ids(None))[:4]
+    try:
+        async with stream(
+            calc, policy, task_ids, group_size=1, batch_size=2, max_staleness=0, epochs=1
+        ) as rollouts:
+            server.config.faults.extend(["hang"])  # the first group hangs past the timeout
+            server.config.hang_s = 1.0
+            with pytest.raises(StreamTimeout, match=r"of 2 groups completed within 0\.2s"):
+                await rollouts.next_batch(timeout=0.2)
+            first = await rollouts.next_batch(timeout=30)
+            rollouts.policy_version += 1
+            rest = [g async for g in rollouts]
+    finally:
+        await policy.aclose()
+    assert len(first) == 2
+    assert sorted(g.task_id for g in first + rest) == sorted(task_ids)  # nothing lost
