@@ -194,6 +194,10 @@ def rollout_command(
     ] = 0.0,
     sandbox: SandboxBackendOption = None,
     gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="serve Prometheus metrics on 127.0.0.1:PORT/metrics "
+                                 "while the rollout runs")
+    ] = None,
     agent: Annotated[
         str | None,
         typer.Option(help="an external agent framework plays each episode over MCP, its "
@@ -250,6 +254,7 @@ def rollout_command(
         "max_masked_fraction": max_masked_fraction,
         "max_consecutive_masked": max_consecutive_masked or None,
         "gc_threshold": gc_threshold,
+        "metrics_port": metrics_port,
     }
     try:
         if agent is not None:

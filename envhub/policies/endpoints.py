@@ -56,6 +56,7 @@ class EndpointPool:
         self.eject_after = eject_after
         self.probe_interval_s = probe_interval_s
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self.on_eject: Callable[[str], None] | None = None  # told each ejected URL
 
     async def acquire(self) -> Endpoint:
         """The endpoint for the next request, waiting while all are at their cap."""
@@ -102,6 +103,8 @@ class EndpointPool:
 
     def _eject(self, endpoint: Endpoint) -> None:
         endpoint.ejected = True
+        if self.on_eject is not None:
+            self.on_eject(endpoint.url)
         endpoint.probe_task = asyncio.get_running_loop().create_task(self._probe(endpoint))
         # waiters blocked on this endpoint's capacity re-check the others (or fail fast)
         while self._waiters:

@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from typing import Any, Literal
 
 import aiohttp
@@ -30,7 +31,8 @@ import orjson
 
 from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
-from envhub.policies.endpoints import EndpointPool
+from envhub.policies.endpoints import Endpoint, EndpointPool
+from envhub.policies.observer import RequestObserver
 from envhub.policies.retry import RetryPolicy
 from envhub.types import ToolCall
 
@@ -83,6 +85,13 @@ class OpenAIPolicy:
             probe_interval_s=probe_interval_s,
         )
         self._static_body = {"model": model, **self.sampling.to_request()}
+        self.observer: RequestObserver | None = None
+
+    def observe(self, observer: RequestObserver | None) -> None:
+        """Report every request and every ejected endpoint to ``observer`` (``None``: stop;
+        :class:`~envhub.policies.observer.ObservablePolicy`)."""
+        self.observer = observer
+        self.pool.on_eject = None if observer is None else observer.endpoint_ejected
 
     async def generate(self, request: GenerateRequest) -> Completion:
         body: dict[str, Any] = {**self._static_body, "messages": request.messages}
@@ -108,6 +117,22 @@ class OpenAIPolicy:
         send_token_fields = self.token_ids != "off"
         payload = orjson.dumps({**body, **_TOKEN_FIELDS} if send_token_fields else body)
         endpoint = await self.pool.acquire()
+        observer = self.observer
+        if observer is None:
+            return await self._exchange(endpoint, payload)
+        started = time.perf_counter()
+        try:
+            data, completion = await self._exchange(endpoint, payload)
+        except PolicyError as exc:
+            observer.request_failed(endpoint.url, time.perf_counter() - started, _kind(exc))
+            raise
+        observer.request_done(endpoint.url, time.perf_counter() - started, completion)
+        return data, completion
+
+    async def _exchange(
+        self, endpoint: Endpoint, payload: bytes
+    ) -> tuple[dict[str, Any], Completion]:
+        """One request to ``endpoint``, which the pool gave out and gets back here."""
         connection_failed = False
         try:
             session = self._session(endpoint.url)
@@ -174,6 +199,15 @@ class OpenAIPolicy:
 def is_context_overflow(error_text: str) -> bool:
     """Whether a model server's 400 says the prompt (plus ``max_tokens``) is too long."""
     return _CONTEXT_OVERFLOW.search(error_text) is not None
+
+
+def _kind(error: PolicyError) -> str:
+    """A failed request's kind for observers: the network's, else the error's code."""
+    if isinstance(error.__cause__, asyncio.TimeoutError):
+        return "timeout"
+    if isinstance(error.__cause__, aiohttp.ClientError):
+        return "connection"
+    return error.code
 
 
 def _mentions_token_fields(error_text: str) -> bool:

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envhub.cleanup import abort_quietly
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
@@ -46,6 +46,9 @@ from envhub.trajectory import (
     Usage,
 )
 from envhub.types import CloseResult, Message
+
+if TYPE_CHECKING:
+    from envhub.rollout.metrics import RolloutMetrics
 
 __all__ = ["EpisodeRunner", "EpisodeSpec", "record_turn"]
 
@@ -89,6 +92,7 @@ class EpisodeRunner:
     a server or fleet runs, whose transport publishes no tasks), and ``task_of`` replaces
     the lookup altogether (a test's scripted task). ``env_version`` is recorded
     on each trajectory; without it the environment's ``info()`` is asked once.
+    ``metrics`` (optional) counts episodes and times environment steps.
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class EpisodeRunner:
         policy_version: Callable[[], int | None] = lambda: None,
         task_of: Callable[[str], Task | None] | None = None,
         tasks_from: EnvironmentClient | None = None,
+        metrics: RolloutMetrics | None = None,
     ) -> None:
         self.env = env
         self.policy = policy
@@ -119,9 +124,22 @@ class EpisodeRunner:
         self.task_of = task_of
         self.tasks_from = tasks_from or env
         self._env_gives_tasks = True
+        self.metrics = metrics
 
     async def run(self, spec: EpisodeSpec) -> Trajectory:
         """Run the episode to completion; never raises for env or model failures."""
+        metrics = self.metrics
+        if metrics is None:
+            return await self._run(spec)
+        metrics.episode_started()
+        trajectory: Trajectory | None = None
+        try:
+            trajectory = await self._run(spec)
+            return trajectory
+        finally:  # cancelled (deadline, closed stream): ended without a trajectory
+            metrics.episode_ended(trajectory)
+
+    async def _run(self, spec: EpisodeSpec) -> Trajectory:
         if self.env_ref is None:
             await self._resolve_env_ref()
         started = time.perf_counter()
@@ -249,7 +267,10 @@ class EpisodeRunner:
                 content=completion.content,
                 request_id=f"{record.trajectory_id}-t{turn}",
             )
-            record.env_s += time.perf_counter() - env_started
+            step_s = time.perf_counter() - env_started
+            record.env_s += step_s
+            if self.metrics is not None:
+                self.metrics.env_step(step_s)
             record.messages.extend(o.to_message() for o in result.observations)
             record.messages.extend(result.user_messages)  # a user turn: the episode goes on
             if result.tools is not None:

@@ -18,6 +18,7 @@ judges the outcome: a run stopped by its circuit breaker, or with more than
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -38,6 +39,7 @@ from envhub.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from envhub.agents.base import AgentRunner
+    from envhub.rollout.metrics import RolloutMetrics
 
 __all__ = ["DEFAULT_MAX_MASKED_FRACTION", "RolloutResult", "run", "run_sync"]
 
@@ -78,6 +80,7 @@ async def run(
     on_plan: Callable[[int, int], None] | None = None,
     tasks_from: EnvironmentClient | None = None,
     agent: AgentRunner | None = None,
+    metrics_port: int | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -103,11 +106,20 @@ async def run(
 
     ``agent``: an external agent framework plays each episode instead of the policy loop
     (:mod:`envhub.agents`; ``policy`` is then the endpoints its capture proxy forwards to).
+
+    ``metrics_port``: serve the run's Prometheus metrics on ``127.0.0.1:PORT/metrics``
+    while it runs (:mod:`envhub.rollout.metrics`); the exposition stops when the call
+    returns.
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     task_ids = await select_task_ids(env, tasks)
+    metrics: RolloutMetrics | None = None
+    if metrics_port is not None:  # imported here: prometheus_client only when asked for
+        from envhub.rollout.metrics import RolloutMetrics
+
+        metrics = RolloutMetrics(metrics_port)
     make_runner: Callable[..., EpisodeRunner] = EpisodeRunner
     if agent is not None:
         from envhub.agents.episode import AgentEpisodeRunner
@@ -121,6 +133,7 @@ async def run(
         max_env_attempts=max_env_attempts,
         policy_version=lambda: policy_version,
         tasks_from=tasks_from,
+        metrics=metrics,
     )
     kept: list[Trajectory] | None = [] if output is None else None
 
@@ -130,7 +143,14 @@ async def run(
         if on_result is not None:
             on_result(trajectory)
 
-    with gc_tuned_for_throughput(gc_threshold):
+    def planned(total: int, done: int) -> None:
+        if metrics is not None:
+            metrics.episodes_queued(total - done)
+        if on_plan is not None:
+            on_plan(total, done)
+
+    served = contextlib.nullcontext() if metrics is None else metrics.serving(policy)
+    with gc_tuned_for_throughput(gc_threshold), served:
         summary = await run_rollout(
             runner,
             task_ids,
@@ -142,7 +162,7 @@ async def run(
             deadline=deadline,
             breaker=CircuitBreaker(max_consecutive_masked) if max_consecutive_masked else None,
             on_result=record,
-            on_plan=on_plan,
+            on_plan=planned,
         )
     result = RolloutResult(summary, kept, None if output is None else Path(output))
     failure = _failure(summary, max_masked_fraction)

@@ -103,6 +103,9 @@ class RolloutStream:
         self._producer: asyncio.Task[None] | None = None
         self._finished = False
         self._error: BaseException | None = None
+        self.metrics = runner.metrics
+        if self.metrics is not None:
+            self.metrics.watch_queue("groups", self._queue.qsize)
 
     # -- the trainer's side ----------------------------------------------------------
 
@@ -168,6 +171,8 @@ class RolloutStream:
             self._finished = True
             raise self._error
         group = await self._queue.get()
+        if group is not None and self.metrics is not None:
+            self.metrics.group_handed_over(group.start_version, self._version)
         if group is None:
             self._finished = True
             if self._error is not None:
@@ -199,6 +204,8 @@ class RolloutStream:
 
     def _ensure_started(self) -> None:
         if self._producer is None:
+            if self.metrics is not None:
+                self.metrics.start(self.runner.policy)
             self._producer = asyncio.get_running_loop().create_task(self._produce())
 
     def _notify(self) -> None:
@@ -238,6 +245,8 @@ class RolloutStream:
     async def _run_group(self, round_index: int, task_id: str) -> None:
         start_version = self._version
         gid = group_id(task_id, round_index)
+        if self.metrics is not None:
+            self.metrics.episodes_queued(self.group_size)
 
         async def one(index: int) -> Trajectory:
             async with self._episodes:
@@ -258,6 +267,8 @@ class RolloutStream:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._finished = True
+        if self.metrics is not None:
+            self.metrics.stop()
 
     async def __aenter__(self) -> RolloutStream:
         self._ensure_started()
@@ -285,13 +296,22 @@ def stream(
     max_env_attempts: int = 3,
     sampling: dict[str, object] | None = None,
     tasks_from: EnvironmentClient | None = None,
+    metrics_port: int | None = None,
 ) -> RolloutStream:
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
     times, or forever), delivered in completion order. Use as ``async with``.
     ``env_version`` (recorded on each trajectory) defaults to the environment's
     ``info()``. ``env`` may be any client, a pool or a Ray fleet included
     (:class:`envhub.fleet.FleetEnvironment`); ``tasks_from``: see
-    :func:`envhub.rollout.run`."""
+    :func:`envhub.rollout.run`. ``metrics_port``: Prometheus metrics on
+    ``127.0.0.1:PORT/metrics`` from the first group until the stream is closed
+    (:mod:`envhub.rollout.metrics`; ``group_staleness`` is measured when the trainer
+    takes a group off the completed queue)."""
+    metrics = None
+    if metrics_port is not None:  # imported here: prometheus_client only when asked for
+        from envhub.rollout.metrics import RolloutMetrics
+
+        metrics = RolloutMetrics(metrics_port)
     runner = EpisodeRunner(
         env,
         policy,
@@ -300,6 +320,7 @@ def stream(
         max_turns=max_turns,
         max_env_attempts=max_env_attempts,
         tasks_from=tasks_from,
+        metrics=metrics,
     )
     return RolloutStream(
         runner,
