@@ -14,6 +14,7 @@ from envhub.cli import (
     rollout,  # noqa: F401  (registers rollout/check/export)
     sandbox,  # noqa: F401  (registers sandbox build/gc)
     serve,  # noqa: F401  (registers serve)
+    view,  # noqa: F401  (registers view/report)
 )
 from envhub.cli._app import app
 

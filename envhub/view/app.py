@@ -1,0 +1,151 @@
+"""The ``envhub view`` web app: server-rendered pages over the catalog's indexes.
+
+Every page is HTML with inline CSS and SVG; the only script is the live poll of
+``/api/poll``, which answers from the indexes (each call reads only the bytes appended
+to the files since the last one). Errors are pages with a code and the HTTP status that
+fits it; ``/api/*`` errors are ``{"error": {"code", "message"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import ValidationError
+
+from envhub.errors import EnvhubError, InvalidRequest
+from envhub.view import pages
+from envhub.view.catalog import Catalog
+from envhub.view.filters import EpisodeFilter, EpisodeOrder
+from envhub.view.render import AppLinks, render
+from envhub.view.tokens import Decoder, decode_ids
+
+__all__ = ["create_app"]
+
+_STATUS = {
+    "unknown_run": 404, "unknown_episode": 404, "not_found": 404, "is_directory": 404,
+    "unreadable": 404, "invalid_request": 400, "file_changed": 409,
+}  # fmt: skip
+_LINKS = AppLinks()
+
+
+def _episode_query(request: Request) -> tuple[EpisodeFilter, EpisodeOrder, int]:
+    params = dict(request.query_params)
+    sort = params.pop("sort", "line") or "line"
+    if sort not in get_args(EpisodeOrder):
+        raise InvalidRequest(f"unknown sort {sort!r}: one of {', '.join(get_args(EpisodeOrder))}")
+    raw_page = params.pop("page", "1") or "1"
+    if not raw_page.isdigit():
+        raise InvalidRequest(f"page must be a positive number, got {raw_page!r}")
+    try:
+        where = EpisodeFilter.model_validate(params)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InvalidRequest(f"bad filter: {problems}") from None
+    return where, sort, int(raw_page)
+
+
+def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
+    """The app over ``catalog``; ``decoder`` turns token ids into text (default: ids)."""
+    app = FastAPI(title="envhub view", docs_url=None, redoc_url=None, openapi_url=None)
+    decoded = decoder is not None
+    decode = decoder or decode_ids
+
+    def page(template: str, context: dict[str, Any], live: bool = True) -> HTMLResponse:
+        if live:
+            context["poll_url"] = "/api/poll"
+            context["version"] = _version(catalog)
+        return HTMLResponse(render(template, links=_LINKS, **context))
+
+    @app.exception_handler(EnvhubError)
+    async def _envhub_error(request: Request, exc: EnvhubError) -> Response:
+        status = _STATUS.get(exc.code, 500)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": {"code": exc.code, "message": str(exc)}}, status)
+        html = render("error.html", links=_LINKS, title="error", code=exc.code, message=str(exc))
+        return HTMLResponse(html, status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(request: Request, exc: RequestValidationError) -> Response:
+        return await _envhub_error(request, InvalidRequest(f"bad request: {exc.errors()}"))
+
+    @app.get("/", response_class=HTMLResponse)
+    def runs() -> HTMLResponse:
+        return page("runs.html", pages.runs_context(catalog))
+
+    @app.get("/runs/{run}", response_class=HTMLResponse)
+    def run(request: Request, run: int, task_sort: pages.TaskSort = "success") -> HTMLResponse:
+        context = pages.run_context(catalog, run, task_sort)
+
+        def sort_link(key: str) -> str:
+            return f"/runs/{run}?task_sort={'-' if task_sort == key else ''}{key}"
+
+        context["sort_link"] = sort_link
+        return page("run.html", context)
+
+    @app.get("/runs/{run}/episodes", response_class=HTMLResponse)
+    def episodes(request: Request, run: int) -> HTMLResponse:
+        where, sort, number = _episode_query(request)
+        context = pages.episodes_context(catalog, run, where, sort, number)
+
+        def page_link(n: int) -> str:
+            return _LINKS.episodes(run, **where.query(), sort=sort, page=n)
+
+        context["page_link"] = page_link
+        return page("episodes.html", context)
+
+    @app.get("/runs/{run}/episodes/{episode_id}", response_class=HTMLResponse)
+    def episode(run: int, episode_id: int) -> HTMLResponse:
+        context = pages.episode_context(catalog, run, episode_id, decode, decoded)
+        return page("episode.html", context, live=False)
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare(a: int, b: int) -> HTMLResponse:
+        return page("compare.html", pages.compare_context(catalog, a, b))
+
+    @app.get("/compare/task", response_class=HTMLResponse)
+    def compare_task(a: int, b: int, task_id: str) -> HTMLResponse:
+        context = pages.compare_task_context(catalog, a, b, task_id, decode, decoded)
+        return page("compare_task.html", context, live=False)
+
+    @app.get("/api/poll")
+    def poll() -> dict[str, Any]:
+        """What changed since a page was drawn: the pages reload when ``version`` differs."""
+        return {"version": _version(catalog), "runs": _states(catalog)}
+
+    @app.get("/api/runs/{run}/episodes")
+    def episodes_json(request: Request, run: int) -> dict[str, Any]:
+        where, sort, number = _episode_query(request)
+        context = pages.episodes_context(catalog, run, where, sort, number)
+        return {
+            "total": context["total"],
+            "page": context["page"],
+            "pages": context["pages"],
+            "episodes": [vars(e) for e in context["episodes"]],
+        }
+
+    @app.get("/api/runs/{run}/summary")
+    def summary_json(run: int) -> dict[str, Any]:
+        return catalog.stats(run).summary.model_dump(mode="json")
+
+    return app
+
+
+def _states(catalog: Catalog) -> list[dict[str, Any]]:
+    states: list[dict[str, Any]] = []
+    for entry in catalog.runs:
+        try:
+            state = catalog.index(entry.number).state()
+        except EnvhubError as exc:
+            states.append(
+                {"path": str(entry.path), "error": {"code": exc.code, "message": str(exc)}}
+            )
+            continue
+        states.append({"path": str(entry.path), **vars(state), "version": state.version})
+    return states
+
+
+def _version(catalog: Catalog) -> str:
+    return ";".join(s.get("version") or s["error"]["code"] for s in _states(catalog))

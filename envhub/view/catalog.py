@@ -1,0 +1,80 @@
+"""The runs one viewer shows: each path given on the command line, its index (opened
+lazily, and retried while the file is missing or unreadable, so a run that has not
+started writing yet appears once it does) and its statistics (recomputed only when the
+index changed)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envhub.errors import EnvhubError, InvalidRequest
+from envhub.view.index import RunIndex
+from envhub.view.stats import RunStats, run_stats
+
+__all__ = ["Catalog", "RunEntry"]
+
+
+@dataclass(eq=False)
+class RunEntry:
+    number: int
+    path: Path
+    index: RunIndex | None = None
+    error: EnvhubError | None = None
+    _stats: tuple[str, RunStats] | None = field(default=None, repr=False)
+
+
+class Catalog:
+    def __init__(
+        self, paths: list[Path], cache_dir: Path, *, success_threshold: float = 1.0
+    ) -> None:
+        self.cache_dir = cache_dir
+        self.success_threshold = success_threshold
+        self.runs = [RunEntry(i, Path(p)) for i, p in enumerate(paths)]
+        self._lock = threading.Lock()
+        for entry in self.runs:
+            self._open(entry)
+
+    def _open(self, entry: RunEntry) -> None:
+        if entry.index is not None:
+            return
+        try:
+            entry.index = RunIndex(entry.path, self.cache_dir)
+            entry.error = None
+        except EnvhubError as exc:
+            entry.error = exc
+        except OSError as exc:
+            entry.error = InvalidRequest(f"{entry.path}: {exc.strerror}", code="unreadable")
+
+    def entry(self, number: int) -> RunEntry:
+        if not 0 <= number < len(self.runs):
+            raise InvalidRequest(f"no run {number}: the viewer shows {len(self.runs)}",
+                                 code="unknown_run")  # fmt: skip
+        entry = self.runs[number]
+        with self._lock:
+            self._open(entry)
+        return entry
+
+    def index(self, number: int) -> RunIndex:
+        """The run's index, refreshed with whatever was appended since the last call."""
+        entry = self.entry(number)
+        if entry.index is None:
+            assert entry.error is not None
+            raise entry.error
+        entry.index.refresh()
+        return entry.index
+
+    def stats(self, number: int) -> RunStats:
+        index = self.index(number)
+        entry = self.runs[number]
+        version = index.state().version
+        with self._lock:
+            if entry._stats is None or entry._stats[0] != version:
+                entry._stats = (version, run_stats(index, success_threshold=self.success_threshold))
+            return entry._stats[1]
+
+    def close(self) -> None:
+        for entry in self.runs:
+            if entry.index is not None:
+                entry.index.close()

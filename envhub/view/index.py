@@ -1,0 +1,533 @@
+"""An on-disk index of one trajectory JSONL file: byte offset plus the few columns the
+viewer filters, sorts and charts on, one row per record, in sqlite.
+
+The file is read once, line by line, without validating whole trajectories; afterwards
+every page is a query on the index, and an episode page reads one line by seeking to its
+offset. The index follows a file that is still being written: :meth:`RunIndex.refresh`
+reads only the bytes appended since the last call. A line counts once it ends in a
+newline, or when it is the last line and parses as a record (the rule of
+:mod:`envhub.trajectory`); the unfinished rest is left for the next refresh. A file
+that shrank or whose first bytes changed (``compact_trajectories`` replaced it) is
+indexed again from the start.
+
+Lines that are not trajectories (not JSON, not UTF-8, an unknown ``schema_version``,
+no ``task_id``) become :class:`Problem` rows with a code, and the rest of the file is
+indexed as usual. As in a resumed run's file, the latest record of a (task_id,
+sample_index) replaces the earlier ones (:func:`envhub.trajectory.latest_records`):
+earlier rows are kept but marked superseded and left out of every query.
+
+The index lives in ``cache_dir`` under a name derived from the file's absolute path;
+it is rebuilt when :data:`INDEX_FORMAT` changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from envhub.cache import locked
+from envhub.errors import InvalidRequest
+from envhub.trajectory import SCHEMA_VERSION
+from envhub.view.filters import EpisodeFilter, EpisodeOrder
+
+__all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "Problem", "RunIndex"]
+
+INDEX_FORMAT: Final = 1
+_HEAD_BYTES: Final = 4096  # how much of the file's start identifies it
+_BATCH: Final = 2000
+
+_COLUMNS: Final = (
+    "offset", "length", "line", "task_id", "sample_index", "trajectory_id", "reward", "masked",
+    "stop_reason", "error_kind", "error_kinds", "tools_used", "turns", "tool_calls",
+    "tool_errors", "prompt_tokens", "completion_tokens", "llm_s", "env_s", "total_s",
+    "policy_version", "served_by", "has_tokens", "model", "env_name", "env_version", "retried",
+)  # fmt: skip
+
+_SCHEMA: Final = f"""
+CREATE TABLE episodes (
+    id INTEGER PRIMARY KEY, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+    line INTEGER NOT NULL, task_id TEXT NOT NULL, sample_index INTEGER NOT NULL,
+    trajectory_id TEXT, reward REAL, masked INTEGER NOT NULL, stop_reason TEXT,
+    error_kind TEXT, error_kinds TEXT NOT NULL, tools_used TEXT NOT NULL, turns INTEGER,
+    tool_calls INTEGER, tool_errors INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER,
+    llm_s REAL, env_s REAL, total_s REAL, policy_version INTEGER, served_by TEXT,
+    has_tokens INTEGER NOT NULL, model TEXT, env_name TEXT, env_version TEXT, retried TEXT,
+    superseded INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX episodes_pair ON episodes (task_id, sample_index);
+CREATE INDEX episodes_reward ON episodes (superseded, reward);
+CREATE INDEX episodes_turns ON episodes (superseded, turns);
+CREATE TABLE problems (line INTEGER, offset INTEGER, code TEXT, message TEXT);
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
+INSERT INTO meta VALUES ('format', '{INDEX_FORMAT}');
+"""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A line of the file that is not a trajectory the viewer can show."""
+
+    line: int
+    offset: int
+    code: str  # not_json | not_utf8 | unknown_schema_version | not_a_trajectory
+    message: str
+
+
+@dataclass(frozen=True)
+class IndexState:
+    """How far the index has read: ``version`` changes whenever its content does."""
+
+    episodes: int
+    problems: int
+    indexed_bytes: int
+    pending_bytes: int  # an unfinished last line: torn, or still being written
+    generation: int  # bumped when the file was replaced and indexed again
+
+    @property
+    def version(self) -> str:
+        return f"{self.generation}:{self.indexed_bytes}:{self.pending_bytes}:{self.problems}"
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    """One indexed trajectory (the table columns, not the conversation)."""
+
+    id: int
+    line: int
+    task_id: str
+    sample_index: int
+    reward: float | None
+    masked: bool
+    stop_reason: str | None
+    error_kind: str | None
+    tools_used: list[str]
+    turns: int
+    tool_calls: int
+    tool_errors: int
+    tokens: int
+    total_s: float
+    policy_version: int | None
+
+
+class RunIndex:
+    """The index of one trajectory file (thread-safe: one connection behind a lock)."""
+
+    def __init__(self, path: str | Path, cache_dir: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise InvalidRequest(f"{self.path}: no such file", code="not_found")
+        if self.path.is_dir():
+            jsonl = sorted(p.name for p in self.path.glob("*.jsonl"))
+            hint = f" (it holds {', '.join(jsonl[:5])})" if jsonl else ""
+            raise InvalidRequest(
+                f"{self.path} is a directory: give trajectory files, e.g. {self.path}/*.jsonl"
+                f"{hint}",
+                code="is_directory",
+            )
+        key = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:20]
+        self.index_path = Path(cache_dir) / f"{self.path.stem[:40]}-{key}.sqlite"
+        self.index_path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = self._connect()
+        self.refresh()
+
+    # -- building -------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.index_path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")
+        fmt = None
+        try:
+            fmt = db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        except sqlite3.DatabaseError:
+            pass
+        if fmt is None or fmt[0] != str(INDEX_FORMAT):
+            db.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.index_path}{suffix}").unlink(missing_ok=True)
+            db = sqlite3.connect(self.index_path, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=OFF")
+            db.executescript(_SCHEMA)
+        return db
+
+    def _meta(self, key: str, default: str = "") -> str:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return str(row[0]) if row else default
+
+    def _set_meta(self, **values: object) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()]
+        )
+
+    def refresh(self) -> bool:
+        """Index what was appended since the last call; True when anything changed."""
+        with self._lock, locked(self.index_path):
+            try:
+                with open(self.path, "rb") as fh:
+                    return self._follow(fh, os.fstat(fh.fileno()))
+            except FileNotFoundError:
+                return False  # replaced right now (compaction): the next refresh sees it
+
+    def _follow(self, fh: Any, stat: os.stat_result) -> bool:
+        start = int(self._meta("indexed_bytes", "0"))
+        head_len = int(self._meta("head_len", "0"))
+        head = fh.read(head_len) if head_len else b""
+        same_file = (
+            self._meta("inode") == str(stat.st_ino)
+            and stat.st_size >= start
+            and hashlib.sha1(head).hexdigest()
+            == self._meta("head_sha1", hashlib.sha1().hexdigest())
+        )
+        if not same_file and (start or self._meta("inode")):
+            generation = int(self._meta("generation", "0")) + 1
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM episodes")
+            self._db.execute("DELETE FROM problems")
+            self._db.execute("DELETE FROM meta WHERE key != 'format'")
+            self._set_meta(generation=generation)
+            self._db.execute("COMMIT")
+            start = 0
+        if start == stat.st_size and head_len >= min(stat.st_size, _HEAD_BYTES) and same_file:
+            return False
+        fh.seek(start)
+        line = int(self._meta("lines", "0"))
+        self._db.execute("BEGIN")
+        rows: list[tuple[Any, ...]] = []
+        offset = start
+        pending = 0
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                if _parse(raw)[0] is None:
+                    pending = len(raw)  # torn, or a line still being written
+                    break
+            line += 1
+            self._index_line(raw, offset, line, rows)
+            offset += len(raw)
+            if len(rows) >= _BATCH:
+                self._insert(rows)
+        self._insert(rows)
+        head_len = min(offset + pending, _HEAD_BYTES)
+        fh.seek(0)
+        self._set_meta(
+            indexed_bytes=offset, pending_bytes=pending, lines=line, inode=stat.st_ino,
+            head_len=head_len, head_sha1=hashlib.sha1(fh.read(head_len)).hexdigest(),
+        )  # fmt: skip
+        self._db.execute("COMMIT")
+        return True
+
+    def _index_line(self, raw: bytes, offset: int, line: int, rows: list[tuple[Any, ...]]) -> None:
+        if not raw.strip():
+            return
+        record, problem = _parse(raw)
+        if record is None:
+            self._db.execute("INSERT INTO problems VALUES (?, ?, ?, ?)", (line, offset, *problem))
+            return
+        try:
+            rows.append(_columns(record, offset, len(raw), line))
+        except _NotATrajectory as exc:
+            self._db.execute(
+                "INSERT INTO problems VALUES (?, ?, ?, ?)", (line, offset, exc.code, str(exc))
+            )
+
+    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+        if not rows:
+            return
+        self._db.executemany(
+            "UPDATE episodes SET superseded=1 WHERE task_id=? AND sample_index=? AND superseded=0",
+            [(row[3], row[4]) for row in rows],
+        )
+        placeholders = ", ".join("?" * len(_COLUMNS))
+        self._db.executemany(
+            f"INSERT INTO episodes ({', '.join(_COLUMNS)}) VALUES ({placeholders})", rows
+        )
+        rows.clear()
+
+    # -- queries --------------------------------------------------------------------------
+
+    def state(self) -> IndexState:
+        with self._lock:
+            episodes = self._db.execute(
+                "SELECT count(*) FROM episodes WHERE superseded=0"
+            ).fetchone()[0]
+            problems = self._db.execute("SELECT count(*) FROM problems").fetchone()[0]
+            return IndexState(
+                episodes=episodes,
+                problems=problems,
+                indexed_bytes=int(self._meta("indexed_bytes", "0")),
+                pending_bytes=int(self._meta("pending_bytes", "0")),
+                generation=int(self._meta("generation", "0")),
+            )
+
+    def problems(self, limit: int = 50) -> list[Problem]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT line, offset, code, message FROM problems ORDER BY line LIMIT ?", (limit,)
+            ).fetchall()
+        return [Problem(*row) for row in rows]
+
+    def count(self, where: EpisodeFilter | None = None) -> int:
+        clause, params = (where or EpisodeFilter()).sql()
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT count(*) FROM episodes WHERE superseded=0{clause}", params
+            ).fetchone()
+        return int(row[0])
+
+    def page(
+        self,
+        where: EpisodeFilter | None = None,
+        order: EpisodeOrder = "line",
+        offset: int = 0,
+        limit: int = 50,
+    ) -> list[EpisodeRow]:
+        clause, params = (where or EpisodeFilter()).sql()
+        order_by = {
+            "line": "line",
+            "reward": "masked, reward, line",
+            "-reward": "masked, reward DESC, line",
+            "turns": "turns, line",
+            "-turns": "turns DESC, line",
+            "task": "task_id, sample_index",
+            "-time": "total_s DESC, line",
+        }[order]
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, line, task_id, sample_index, reward, masked, stop_reason, error_kind,"
+                " tools_used, turns, tool_calls, tool_errors,"
+                " prompt_tokens + completion_tokens, total_s, policy_version"
+                f" FROM episodes WHERE superseded=0{clause} ORDER BY {order_by} LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def episode(self, episode_id: int) -> EpisodeRow | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id, line, task_id, sample_index, reward, masked, stop_reason, error_kind,"
+                " tools_used, turns, tool_calls, tool_errors,"
+                " prompt_tokens + completion_tokens, total_s, policy_version"
+                " FROM episodes WHERE id=?",
+                (episode_id,),
+            ).fetchone()
+        return None if row is None else _row(row)
+
+    def record(self, episode_id: int) -> dict[str, Any]:
+        """The raw record of one episode, read from its offset in the file."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT offset, length FROM episodes WHERE id=?", (episode_id,)
+            ).fetchone()
+        if row is None:
+            raise InvalidRequest(f"no episode {episode_id} in {self.path}", code="unknown_episode")
+        with open(self.path, "rb") as fh:
+            fh.seek(row[0])
+            raw = fh.read(row[1])
+        record, problem = _parse(raw)
+        if record is None:
+            raise InvalidRequest(
+                f"{self.path} changed under the viewer: {problem[1]}", code="file_changed"
+            )
+        return record
+
+    def column(self, expression: str) -> list[Any]:
+        """One value per current episode (for charts); ``expression`` is a column name."""
+        if expression not in _COLUMNS:
+            raise ValueError(f"unknown column {expression!r}")
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {expression} FROM episodes WHERE superseded=0 ORDER BY line"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def grouped(self, key: str, value: str = "count(*)") -> list[tuple[Any, ...]]:
+        """``SELECT key, value ... GROUP BY key`` over current episodes (for charts)."""
+        if key not in _COLUMNS:
+            raise ValueError(f"unknown column {key!r}")
+        with self._lock:
+            return self._db.execute(
+                f"SELECT {key}, {value} FROM episodes WHERE superseded=0 GROUP BY {key} "
+                f"ORDER BY {key}"
+            ).fetchall()
+
+    def by_task(self, success_threshold: float) -> list[tuple[str, int, int, float | None, float]]:
+        """(task_id, episodes, scored, mean reward, success rate) per task."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT task_id, count(*), sum(1 - masked), avg(reward),"
+                " coalesce(avg(CASE WHEN masked THEN NULL ELSE reward >= ? END), 0)"
+                " FROM episodes WHERE superseded=0 GROUP BY task_id ORDER BY task_id",
+                (success_threshold,),
+            ).fetchall()
+
+    def distinct(self, column: str) -> list[str]:
+        """Values seen in a column; for the ``|a|b|`` list columns, the single names."""
+        if column not in _COLUMNS:
+            raise ValueError(f"unknown column {column!r}")
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT DISTINCT {column} FROM episodes WHERE superseded=0"
+            ).fetchall()
+        values = set()
+        for (value,) in rows:
+            if value is None:
+                continue
+            if isinstance(value, str) and value.startswith("|"):
+                values.update(v for v in value.split("|") if v)
+            else:
+                values.add(str(value))
+        return sorted(values)
+
+    def summary_records(self) -> Iterator[dict[str, Any]]:
+        """The records as :func:`envhub.rollout.summary.summarize` reads them, rebuilt from
+        the index columns (so a summary needs no pass over the file)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT task_id, reward, masked, stop_reason, error_kind, turns, tool_errors,"
+                " retried, prompt_tokens, completion_tokens, served_by"
+                " FROM episodes WHERE superseded=0 ORDER BY line"
+            ).fetchall()
+        for r in rows:
+            yield {
+                "task_id": r[0],
+                "reward": r[1],
+                "masked": bool(r[2]),
+                "stop_reason": r[3],
+                "error": {"kind": r[4]} if r[4] else None,
+                "metrics": {
+                    "turns": r[5] or 0,
+                    "tool_errors": r[6] or 0,
+                    "retried_errors": orjson.loads(r[7]) if r[7] else {},
+                },
+                "usage": {"prompt_tokens": r[8] or 0, "completion_tokens": r[9] or 0},
+                "served_by": r[10],
+            }
+
+    def first_values(self) -> dict[str, Any]:
+        """env, version and model of the first episode (what a runs row names)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT env_name, env_version, model FROM episodes WHERE superseded=0 "
+                "ORDER BY line LIMIT 1"
+            ).fetchone()
+        return dict(zip(("env", "env_version", "model"), row or (None, None, None), strict=True))
+
+    def find(self, task_id: str) -> list[EpisodeRow]:
+        """The current episodes of one task, by sample index."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, line, task_id, sample_index, reward, masked, stop_reason, error_kind,"
+                " tools_used, turns, tool_calls, tool_errors,"
+                " prompt_tokens + completion_tokens, total_s, policy_version"
+                " FROM episodes WHERE superseded=0 AND task_id=? ORDER BY sample_index",
+                (task_id,),
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _row(r: tuple[Any, ...]) -> EpisodeRow:
+    return EpisodeRow(
+        id=r[0], line=r[1], task_id=r[2], sample_index=r[3], reward=r[4], masked=bool(r[5]),
+        stop_reason=r[6], error_kind=r[7], tools_used=[t for t in r[8].split("|") if t],
+        turns=r[9] or 0, tool_calls=r[10] or 0, tool_errors=r[11] or 0, tokens=r[12] or 0,
+        total_s=r[13] or 0.0, policy_version=r[14],
+    )  # fmt: skip
+
+
+def _parse(raw: bytes) -> tuple[dict[str, Any] | None, tuple[str, str]]:
+    """The record on a line, or None and (code, message) saying why there is none."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return None, ("not_utf8", f"not valid UTF-8 (byte {bad.start} of the line)")
+        return None, ("not_json", f"not a JSON record: {exc}")
+    if not isinstance(record, dict):
+        return None, ("not_json", f"a JSON {type(record).__name__}, not a record")
+    return record, ("", "")
+
+
+class _NotATrajectory(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _columns(record: dict[str, Any], offset: int, length: int, line: int) -> tuple[Any, ...]:
+    """The index row of a record (raises :class:`_NotATrajectory` for other records)."""
+    version = record.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise _NotATrajectory(
+            "unknown_schema_version",
+            f"schema_version {version!r}: this envhub reads version {SCHEMA_VERSION} "
+            "(a newer envhub wrote it: upgrade to view it)",
+        )
+    task_id, sample = record.get("task_id"), record.get("sample_index", 0)
+    if not isinstance(task_id, str) or not isinstance(sample, int):
+        raise _NotATrajectory("not_a_trajectory", "a JSON record without a task_id")
+    metrics = _dict(record.get("metrics"))
+    usage = _dict(record.get("usage"))
+    timings = _dict(record.get("timings"))
+    env = _dict(record.get("env"))
+    error = _dict(record.get("error"))
+    turns = [t for t in record.get("turns") or [] if isinstance(t, dict)]
+    versions = [t["policy_version"] for t in turns if isinstance(t.get("policy_version"), int)]
+    kinds = set(_dict(metrics.get("errors_by_kind")))
+    if error.get("kind"):
+        kinds.add(str(error["kind"]))
+    retried = _dict(metrics.get("retried_errors"))
+    return (
+        offset, length, line, task_id, sample, record.get("trajectory_id"),
+        _number(record.get("reward")), 1 if record.get("masked") else 0,
+        record.get("stop_reason"), error.get("kind"), _bars(kinds), _bars(_tool_names(record)),
+        _number(metrics.get("turns")), _number(metrics.get("tool_calls")),
+        _number(metrics.get("tool_errors")), _number(usage.get("prompt_tokens")),
+        _number(usage.get("completion_tokens")), _number(timings.get("llm_s")),
+        _number(timings.get("env_s")), _number(timings.get("total_s")),
+        max(versions) if versions else None, record.get("served_by"),
+        1 if any(t.get("completion_token_ids") for t in turns) else 0,
+        record.get("model"), env.get("name"), env.get("version"),
+        orjson.dumps(retried).decode() if retried else None,
+    )  # fmt: skip
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | int | None:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _bars(names: Any) -> str:
+    """``{"a", "b"}`` -> ``"|a|b|"``: a list a LIKE '%|a|%' filter can match."""
+    return "|" + "|".join(sorted(names)) + "|" if names else ""
+
+
+def _tool_names(record: dict[str, Any]) -> set[str]:
+    names = set()
+    for message in record.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict):
+                function = call.get("function")
+                name = function.get("name") if isinstance(function, dict) else call.get("name")
+                if isinstance(name, str):
+                    names.add(name.replace("|", "/"))
+    return names

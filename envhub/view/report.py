@@ -1,0 +1,73 @@
+"""``envhub report``: one self-contained HTML file with a run's page and its worst and
+best episodes, for sharing or keeping as a CI artifact.
+
+It renders the app's own templates (the run section and the episode section) with
+:class:`~envhub.view.render.ReportLinks`, so links stay inside the file; the CSS and the
+SVG charts are inline and the page has no script, so it opens offline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from envhub.view import pages
+from envhub.view.catalog import Catalog
+from envhub.view.filters import EpisodeFilter
+from envhub.view.render import ReportLinks, render
+from envhub.view.tokens import Decoder, decode_ids
+
+__all__ = ["write_report"]
+
+
+def write_report(
+    run_path: Path,
+    output: Path,
+    *,
+    cache_dir: Path,
+    episodes: int = 5,
+    decoder: Decoder | None = None,
+    success_threshold: float = 1.0,
+) -> int:
+    """Write the report of ``run_path`` to ``output``; returns its size in bytes.
+
+    ``episodes``: how many of the lowest- and of the highest-reward scored episodes it
+    includes in full (plus as many masked ones, when there are any).
+    """
+    catalog = Catalog([run_path], cache_dir, success_threshold=success_threshold)
+    try:
+        index = catalog.index(0)
+        context = pages.run_context(catalog, 0)
+        decode = decoder or decode_ids
+        scored = EpisodeFilter(masked=False)
+        groups = []
+        for heading, rows in (
+            (f"Worst {episodes} episodes", index.page(scored, "reward", 0, episodes)),
+            (f"Best {episodes} episodes", index.page(scored, "-reward", 0, episodes)),
+            (
+                f"Masked episodes (first {episodes})",
+                index.page(EpisodeFilter(masked=True), "line", 0, episodes),
+            ),
+        ):
+            items = [
+                (r, pages.episode_context(catalog, 0, r.id, decode, decoder is not None)["conv"])
+                for r in rows
+            ]
+            if items:
+                groups.append((heading, items))
+        html = render(
+            "report.html",
+            links=ReportLinks(),
+            episode_groups=groups,
+            generated=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            decoded=decoder is not None,
+            threshold=success_threshold,
+            sort_link=None,
+            show_versions=bool(index.distinct("policy_version")),
+            **context,
+        )
+    finally:
+        catalog.close()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(html, "utf-8")
+    return len(html.encode())

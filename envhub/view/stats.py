@@ -1,0 +1,116 @@
+"""What the runs and run pages show about one run, computed from its index.
+
+The summary is :func:`envhub.rollout.summary.summarize` over records rebuilt from the
+index columns (so pass@k and every count mean exactly what ``envhub rollout`` prints).
+``envhub rollout`` also writes ``RUN.jsonl.summary.json``; its wall time and plan
+(planned, missing, why it stopped) are shown from there, since the trajectories alone
+do not hold them, and only while it covers the same number of episodes as the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from markupsafe import Markup
+from pydantic import ValidationError
+
+from envhub.rollout.dispatcher import summary_path
+from envhub.rollout.summary import RunSummary, summarize
+from envhub.view import charts
+from envhub.view.index import IndexState, RunIndex
+
+__all__ = ["RunStats", "TaskStats", "read_sidecar", "run_stats"]
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    task_id: str
+    episodes: int
+    scored: int
+    mean_reward: float | None
+    success: float
+
+
+@dataclass(frozen=True)
+class RunStats:
+    summary: RunSummary
+    sidecar: RunSummary | None
+    env: str | None
+    env_version: str | None
+    model: str | None
+    policy_versions: list[str]
+    tasks: list[TaskStats]
+    charts: dict[str, Markup] = field(default_factory=dict)
+
+    @property
+    def wall_s(self) -> float | None:
+        return self.sidecar.elapsed_s if self.sidecar else None
+
+
+def read_sidecar(path: Path, episodes: int) -> RunSummary | None:
+    """The summary ``envhub rollout`` wrote next to ``path``, when it matches the file."""
+    try:
+        sidecar = RunSummary.model_validate_json(summary_path(path).read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return None
+    return sidecar if sidecar.episodes == episodes else None
+
+
+def run_stats(
+    index: RunIndex, *, success_threshold: float = 1.0, with_charts: bool = True
+) -> RunStats:
+    state: IndexState = index.state()
+    summary = summarize(index.summary_records(), success_threshold=success_threshold)
+    first = index.first_values()
+    tasks = [TaskStats(*row) for row in index.by_task(success_threshold)]
+    drawn: dict[str, Markup] = {}
+    if with_charts:
+        drawn = _charts(index, summary, tasks)
+    return RunStats(
+        summary=summary,
+        sidecar=read_sidecar(index.path, state.episodes),
+        env=first["env"],
+        env_version=first["env_version"],
+        model=first["model"],
+        policy_versions=index.distinct("policy_version"),
+        tasks=tasks,
+        charts=drawn,
+    )
+
+
+def _charts(index: RunIndex, summary: RunSummary, tasks: list[TaskStats]) -> dict[str, Markup]:
+    drawn = {
+        "reward": charts.histogram(index.column("reward"), "reward distribution"),
+        "turns": charts.histogram(index.column("turns"), "turns per episode"),
+        "stop_reasons": charts.bars(
+            sorted(summary.stop_reasons.items(), key=lambda kv: -kv[1]), "stop reasons"
+        ),
+        "masked": charts.bars(
+            sorted(summary.errors.items(), key=lambda kv: -kv[1]), "masked by cause"
+        ),
+        "llm_s": charts.histogram(index.column("llm_s"), "LLM time per episode", "s"),
+        "env_s": charts.histogram(index.column("env_s"), "env time per episode", "s"),
+        "tokens": charts.histogram(
+            [
+                (p or 0) + (c or 0)
+                for p, c in zip(
+                    index.column("prompt_tokens"), index.column("completion_tokens"), strict=True
+                )
+            ],
+            "tokens per episode",
+        ),
+        "task_success": charts.bars(
+            [(t.task_id, t.success) for t in sorted(tasks, key=lambda t: t.success)],
+            "success by task (lowest first)",
+            "{:.2f}",
+        ),
+    }
+    by_version = [
+        (f"v{version}", mean)
+        for version, mean in index.grouped("policy_version", "avg(reward)")
+        if version is not None and mean is not None
+    ]
+    if by_version:
+        drawn["policy_version"] = charts.bars(by_version, "mean reward by policy version", "{:.3f}")
+    return drawn

@@ -1,0 +1,88 @@
+"""Token ids to text for the token view: a transformers tokenizer (a local folder or a
+GGUF file) when the user gives one with ``--tokenizer``, else the ids themselves.
+
+Loading is explicit and up front (:func:`load_decoder`), so a bad path is a CLI error,
+not a broken page; transformers is imported only then.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envhub.errors import InvalidRequest
+
+__all__ = ["Decoder", "TokenCell", "decode_ids", "load_decoder", "token_cells"]
+
+Decoder = Callable[[Sequence[int]], list[str]]
+"""Turns token ids into one display string per id."""
+
+
+def decode_ids(ids: Sequence[int]) -> list[str]:
+    """The decoder without a tokenizer: each id as its number."""
+    return [str(i) for i in ids]
+
+
+def load_decoder(path: str | Path) -> Decoder:
+    """A decoder from a tokenizer folder (``tokenizer.json`` & co) or a ``.gguf`` file."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidRequest(f"--tokenizer {path}: no such file or folder", code="not_found")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:
+        raise InvalidRequest(
+            "--tokenizer needs transformers: pip install 'envhub[train]'", code="missing_extra"
+        ) from exc
+    try:
+        if path.is_file() and path.suffix == ".gguf":
+            tokenizer: Any = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # transformers raises many kinds for an unreadable tokenizer
+        raise InvalidRequest(
+            f"--tokenizer {path}: cannot load a tokenizer: {type(exc).__name__}: {exc}",
+            code="bad_tokenizer",
+        ) from exc
+
+    def decode(ids: Sequence[int]) -> list[str]:
+        return [str(tokenizer.decode([i])) for i in ids]
+
+    return decode
+
+
+@dataclass(frozen=True)
+class TokenCell:
+    """One sampled token: its text, id, logprob and a background colour for its probability."""
+
+    text: str
+    token_id: int
+    logprob: float
+
+    @property
+    def probability(self) -> float:
+        return math.exp(self.logprob)
+
+    @property
+    def colour(self) -> str:
+        """Red for unlikely, green for likely (hue 0 to 120)."""
+        return f"hsl({120 * min(max(self.probability, 0.0), 1.0):.0f}, 70%, 82%)"
+
+    @property
+    def title(self) -> str:
+        return f"p={self.probability:.3f} logprob={self.logprob:.3f} id={self.token_id}"
+
+
+def token_cells(
+    ids: Sequence[int] | None, logprobs: Sequence[float] | None, decoder: Decoder
+) -> list[TokenCell]:
+    """The cells of one turn's completion, or none when ids or logprobs are missing."""
+    if not ids or not logprobs or len(ids) != len(logprobs):
+        return []
+    return [
+        TokenCell(text, token_id, logprob)
+        for text, token_id, logprob in zip(decoder(ids), ids, logprobs, strict=True)
+    ]
