@@ -55,7 +55,9 @@ __all__ = ["RolloutMetrics"]
 
 _STEP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600)
-_REWARD_BUCKETS = (-1.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# no negative bound: prometheus_client then drops the histogram's _sum (OpenMetrics);
+# negative rewards count in le="0.0"
+_REWARD_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 _STALENESS_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 16, 32)
 _TOKEN_WINDOW_S = 10.0
 

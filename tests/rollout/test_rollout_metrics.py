@@ -45,7 +45,7 @@ def scrape(port: int) -> Samples:
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((f"envhub_rollout_{name}", frozenset(labels.items())), 0.0)
+    return samples[(f"envhub_rollout_{name}", frozenset(labels.items()))]
 
 
 def labelled(samples: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
