@@ -47,6 +47,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.exposition import generate_latest
 
+from envhub.errors import InvalidRequest
 from envhub.policies.base import Completion, Policy
 from envhub.policies.observer import ObservablePolicy
 from envhub.trajectory import Trajectory
@@ -249,12 +250,19 @@ class RolloutMetrics:
     def start(self, policy: Policy | None = None) -> None:
         """Serve ``/metrics`` from a background thread (again: nothing), and have
         ``policy`` report its requests here when it can
-        (:class:`~envhub.policies.observer.ObservablePolicy`)."""
+        (:class:`~envhub.policies.observer.ObservablePolicy`). A port that cannot be
+        bound (in use, privileged) raises :class:`~envhub.errors.InvalidRequest`."""
         if self._server is not None:
             return
-        self._server, self._thread = start_http_server(
-            self.requested_port, addr=self.host, registry=self.registry
-        )
+        try:
+            self._server, self._thread = start_http_server(
+                self.requested_port, addr=self.host, registry=self.registry
+            )
+        except OSError as exc:
+            raise InvalidRequest(
+                f"cannot serve metrics on {self.host}:{self.requested_port}: {exc.strerror or exc}"
+                " (pick another --metrics-port)"
+            ) from None
         if isinstance(policy, ObservablePolicy):
             policy.observe(self)
             self._policy = policy

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import socket
 from collections import Counter, deque
+from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
 import envhub
+import envhub.cli.rollout
+from envhub.cli._app import app
 from envhub.local import LocalEnvironment
 from envhub.policies import ReferencePolicy
 from envhub.rollout import stream
@@ -162,3 +166,22 @@ async def test_stream_metrics_count_the_staleness_of_every_group_handed_over(
     assert value(m, "reward_count") == episodes
     assert value(m, "queue_depth", queue="groups") <= 1  # only the end-of-stream marker left
     assert value(m, "queue_depth", queue="episodes") == 0
+
+
+def test_the_cli_flag_serves_while_running_and_names_a_port_it_cannot_bind(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    args = ["rollout", "calc", "--policy", "reference", "--tasks", "0:2"]
+    done = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "a.jsonl"), "--metrics-port",
+                                    str(port)])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert port_is_closed(port)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        refused = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "b.jsonl"),
+                                           "--metrics-port", str(taken)])  # fmt: skip
+    assert refused.exit_code == 2
+    assert f"cannot serve metrics on 127.0.0.1:{taken}" in " ".join(refused.output.split())
