@@ -32,8 +32,9 @@ User turns (an environment answering a final answer with the next user message,
 that step's tool results; like tool results they are never the model's tokens (in token
 data they belong to the next turn's prompt). ``tools`` are the tools offered at the start;
 a turn whose tools a user turn changed records the new full list (:attr:`Turn.tools`),
-and :meth:`Trajectory.turn_tools` gives the list in force at each turn. Files written
-before these fields existed load unchanged (both are optional, ``schema_version`` 1).
+and :meth:`Trajectory.turn_tools` gives the list in force at each turn. ``Turn.endpoint``
+is the model server that served the call (sticky routing keeps an episode on one). Files
+written before these fields existed load unchanged (all are optional, ``schema_version`` 1).
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ class Turn(BaseModel):
         None,
         description="the tools offered from this model call on, when a user turn changed "
         "them; None: those of the previous turn (the first turn's: the trajectory's tools)",
+    )
+    endpoint: str | None = Field(
+        None, description="the model server's base URL that served this call (None: not known)"
     )
 
 
@@ -356,6 +360,7 @@ def _export_features() -> Any:
         "completion_logprobs": Sequence(Value("float64")),
         "prefix_ok": Value("bool"),
         "tools": Value("string"),
+        "endpoint": Value("string"),
     }
     return Features(
         {

@@ -184,6 +184,19 @@ def rollout_command(
         int | None, typer.Option(help="cap on requests in flight per base URL")
     ] = None,
     request_timeout: Annotated[float, typer.Option(help="seconds per model request")] = 600.0,
+    routing: Annotated[
+        str, typer.Option(help="which --base-url serves a request: least-outstanding | "
+                          "episode (all turns of an episode on one) | group (all samples of "
+                          "a GRPO group on one)")
+    ] = "least-outstanding",
+    sticky_max_outstanding: Annotated[
+        int | None, typer.Option(help="episode/group routing: a busy endpoint with this many "
+                                 "requests in flight sends more least-outstanding")
+    ] = None,
+    session_header: Annotated[
+        str, typer.Option(help="HTTP header carrying the episode's (group's) session id to "
+                          "the model server or router; '' sends none")
+    ] = "X-Session-ID",
     max_env_attempts: Annotated[
         int, typer.Option(help="tries of an episode whose environment fails, then masked")
     ] = 3,
@@ -236,6 +249,9 @@ def rollout_command(
             "token_ids": token_ids,
             "request_timeout_s": request_timeout,
             "endpoint_concurrency": endpoint_concurrency,
+            "routing": routing,
+            "sticky_max_outstanding": sticky_max_outstanding,
+            "session_header": session_header or None,
         }
     elif policy == "litellm":
         options = {"api_key": api_key, "request_timeout_s": request_timeout}

@@ -38,6 +38,8 @@ class GenerateRequest:
 
     ``task`` is set when the environment is in-process (the reference policy needs its
     gold actions); ``turn`` counts the assistant messages already in ``messages``.
+    ``episode_id`` (the trajectory id) and ``group_id`` (its GRPO group) name the
+    session: endpoint pools route by them and servers or routers receive them.
     """
 
     messages: list[Message]
@@ -46,6 +48,8 @@ class GenerateRequest:
     task_id: str
     sample_index: int
     task: Task | None = None
+    episode_id: str | None = None
+    group_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -64,6 +68,7 @@ class Completion:
     completion_logprobs: list[float] | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    endpoint: str | None = None  # the base URL that served it (None: the policy does not say)
 
     def to_message(self) -> Message:
         """The assistant message as it goes into the chat history.

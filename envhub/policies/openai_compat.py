@@ -31,7 +31,7 @@ import orjson
 
 from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
-from envhub.policies.endpoints import Endpoint, EndpointPool
+from envhub.policies.endpoints import Endpoint, EndpointPool, RoutingMode
 from envhub.policies.observer import RequestObserver
 from envhub.policies.retry import RetryPolicy
 from envhub.types import ToolCall
@@ -48,7 +48,14 @@ _CONTEXT_OVERFLOW = re.compile(
 
 
 class OpenAIPolicy:
-    """Chat completions against one or more base URLs, load-balanced (:class:`EndpointPool`)."""
+    """Chat completions against one or more base URLs, load-balanced (:class:`EndpointPool`).
+
+    ``routing`` and ``sticky_max_outstanding`` are the pool's (episode- or group-sticky
+    routing keeps a session's turns on the server that caches its prefix). Every request
+    of an episode carries its session id (:meth:`EndpointPool.session_key`) in the
+    ``session_header`` (``None``: no header), so that a router in front of several
+    servers can keep the session on one server too.
+    """
 
     def __init__(
         self,
@@ -63,6 +70,9 @@ class OpenAIPolicy:
         endpoint_concurrency: int | None = None,
         eject_after: int = 3,
         probe_interval_s: float = 2.0,
+        routing: RoutingMode = "least-outstanding",
+        sticky_max_outstanding: int | None = None,
+        session_header: str | None = "X-Session-ID",
     ) -> None:
         self.model = model
         self.sampling = sampling or SamplingParams()
@@ -83,7 +93,10 @@ class OpenAIPolicy:
             cap=endpoint_concurrency,
             eject_after=eject_after,
             probe_interval_s=probe_interval_s,
+            routing=routing,
+            sticky_max_outstanding=sticky_max_outstanding,
         )
+        self.session_header = session_header or None
         self._static_body = {"model": model, **self.sampling.to_request()}
         self.observer: RequestObserver | None = None
 
@@ -100,29 +113,39 @@ class OpenAIPolicy:
             # tool calls when it is sent explicitly
             body["tools"] = request.tools
             body["tool_choice"] = "auto"
-        _, completion = await self.chat(body)
+        _, completion = await self.chat(
+            body, episode_id=request.episode_id, group_id=request.group_id
+        )
         for index, call in enumerate(completion.tool_calls):
             if not call.id:  # some servers omit ids; the chat history needs unique ones
                 call.id = f"call_{request.turn}_{index}"
         return completion
 
-    async def chat(self, body: dict[str, Any]) -> tuple[dict[str, Any], Completion]:
+    async def chat(
+        self, body: dict[str, Any], *, episode_id: str | None = None, group_id: str | None = None
+    ) -> tuple[dict[str, Any], Completion]:
         """POST a chat-completions ``body`` the caller built (the agents' capture proxy
-        forwards an agent's request) with :meth:`generate`'s balancing, retries and token-id
+        forwards an agent's request) with :meth:`generate`'s routing, retries and token-id
         fields; returns the server's reply both as it came (parsed JSON) and as a
         :class:`Completion`. Raises as :meth:`generate` does."""
-        return await self.retry.call(lambda: self._post(body))
+        session_id = self.pool.session_key(episode_id, group_id)
+        return await self.retry.call(lambda: self._post(body, session_id))
 
-    async def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any], Completion]:
+    async def _post(
+        self, body: dict[str, Any], session_id: str | None
+    ) -> tuple[dict[str, Any], Completion]:
         send_token_fields = self.token_ids != "off"
         payload = orjson.dumps({**body, **_TOKEN_FIELDS} if send_token_fields else body)
-        endpoint = await self.pool.acquire()
+        headers = None
+        if self.session_header is not None and session_id is not None:
+            headers = {self.session_header: session_id}
+        endpoint = await self.pool.acquire(session_id)
         observer = self.observer
         if observer is None:
-            return await self._exchange(endpoint, payload)
+            return await self._exchange(endpoint, payload, headers)
         started = time.perf_counter()
         try:
-            data, completion = await self._exchange(endpoint, payload)
+            data, completion = await self._exchange(endpoint, payload, headers)
         except PolicyError as exc:
             observer.request_failed(endpoint.url, time.perf_counter() - started, _kind(exc))
             raise
@@ -130,13 +153,15 @@ class OpenAIPolicy:
         return data, completion
 
     async def _exchange(
-        self, endpoint: Endpoint, payload: bytes
+        self, endpoint: Endpoint, payload: bytes, headers: dict[str, str] | None
     ) -> tuple[dict[str, Any], Completion]:
         """One request to ``endpoint``, which the pool gave out and gets back here."""
         connection_failed = False
         try:
             session = self._session(endpoint.url)
-            async with session.post(f"{endpoint.url}/chat/completions", data=payload) as response:
+            async with session.post(
+                f"{endpoint.url}/chat/completions", data=payload, headers=headers
+            ) as response:
                 status = response.status
                 content = await response.read()
         except asyncio.TimeoutError as exc:
@@ -164,6 +189,7 @@ class OpenAIPolicy:
         except orjson.JSONDecodeError as exc:
             raise TransientPolicyError(f"{endpoint.url}: reply is not JSON: {exc}") from exc
         completion = parse_chat_response(data)
+        completion.endpoint = endpoint.url
         if self.token_ids == "auto" and completion.completion_token_ids is not None:
             self.token_ids = "on"  # the server supports them: a later 400 is about something else
         return data, completion

@@ -241,6 +241,8 @@ class EpisodeRunner:
                 task_id=spec.task_id,
                 sample_index=spec.sample_index,
                 task=task,
+                episode_id=record.trajectory_id,
+                group_id=spec.group_id,
             )
             version = self.policy_version()
             call_started = time.perf_counter()
@@ -339,7 +341,7 @@ def record_turn(
 ) -> list[int] | None:
     """Record one model call as a turn of ``record``: the token ids and logprobs as the
     server returned them, ``prefix_ok`` against ``previous_ids`` (the previous call's
-    prompt + completion ids), its time and tokens. Returns this call's prompt +
+    prompt + completion ids), its time, tokens and endpoint. Returns this call's prompt +
     completion ids (the next call's ``previous_ids``), or ``None`` without ids."""
     record.llm_s += latency_s
     record.prompt_tokens += completion.prompt_tokens
@@ -360,6 +362,7 @@ def record_turn(
             completion_logprobs=completion.completion_logprobs,
             prefix_ok=prefix_ok,
             tools=tools,
+            endpoint=completion.endpoint,
         )
     )
     if prompt_ids is None or completion_ids is None:

@@ -5,8 +5,12 @@ indexed by the turn (the number of assistant messages in the request), with opti
 vLLM-style token ids and logprobs, injected latency (with a slow tail), and injected
 faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang_s``),
 ``"malformed"`` (a tool call whose arguments are not JSON). It counts requests and those
-in flight (``GET /stats``, which the saturation benchmark samples), and with
-``record_bodies`` keeps each request body (what the policy sent: messages, tools).
+in flight (``GET /stats``, which the saturation benchmark samples), counts requests per
+session id header (``X-Session-ID``), and with ``record_bodies`` keeps each request body
+(what the policy sent: messages, tools). With a :class:`PrefixCache` it models a server's
+automatic prefix cache: prompt tokens it has not cached add latency (``us_per_token``
+each) and are counted as recomputed (the prefix-affinity benchmark and sticky-routing
+tests compare routings by them).
 
 In-process: ``with ScriptedServer(ScriptConfig(...)) as server: server.base_url``.
 As a process (benchmarks): ``python tests/rollout/scripted_server.py --port 8123``.
@@ -20,7 +24,7 @@ import random
 import socket
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -51,6 +55,8 @@ class ScriptConfig:
     hang_s: float = 30.0
     reject_token_fields: bool = False  # answer 400 to vLLM's fields, as OpenAI's API does
     record_bodies: bool = False  # keep every request body in ServerStats.bodies
+    prefix_cache: PrefixCache | None = None
+    session_header: str = "x-session-id"
     seed: int = 0
 
 
@@ -63,6 +69,7 @@ class ServerStats:
     models: Counter[str] = field(default_factory=Counter)
     token_fields_requested: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    sessions: Counter[str] = field(default_factory=Counter)  # requests per session header
 
     def enter(self) -> None:
         self.requests += 1
@@ -80,6 +87,67 @@ class ServerStats:
             "faults": dict(self.faults),
             "models": dict(self.models),
             "token_fields_requested": self.token_fields_requested,
+            "sessions": len(self.sessions),
+        }
+
+
+class PrefixCache:
+    """A model server's automatic prefix cache (vLLM's block hashes, SGLang's radix tree)
+    in ``block_size``-token blocks: the leading full blocks of a prompt whose chained hash
+    is cached are not recomputed. A served request caches its prompt's and completion's
+    blocks (the next turn's prompt starts with both); the least recently used blocks are
+    evicted beyond ``capacity_tokens``. Each recomputed prompt token costs ``us_per_token``
+    microseconds of latency."""
+
+    def __init__(
+        self, *, us_per_token: float = 0.0, block_size: int = 16, capacity_tokens: int = 1 << 22
+    ) -> None:
+        self.us_per_token = us_per_token
+        self.block_size = block_size
+        self.capacity_blocks = capacity_tokens // block_size
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self.requests = self.hits = self.prompt_tokens = self.cached_tokens = 0
+
+    def _hashes(self, ids: list[int]) -> list[int]:
+        chained, hashes = 0, []
+        for start in range(0, len(ids) - self.block_size + 1, self.block_size):
+            chained = hash((chained, *ids[start : start + self.block_size]))
+            hashes.append(chained)
+        return hashes
+
+    def lookup(self, prompt_ids: list[int]) -> float:
+        """Count the prompt's cached and recomputed tokens; the seconds the recomputation
+        costs."""
+        cached = 0
+        for block in self._hashes(prompt_ids):
+            if block not in self._blocks:
+                break
+            self._blocks.move_to_end(block)
+            cached += self.block_size
+        self.requests += 1
+        self.hits += cached > 0
+        self.prompt_tokens += len(prompt_ids)
+        self.cached_tokens += cached
+        return (len(prompt_ids) - cached) * self.us_per_token / 1e6
+
+    def insert(self, ids: list[int]) -> None:
+        for block in self._hashes(ids):
+            self._blocks[block] = None
+            self._blocks.move_to_end(block)
+        while len(self._blocks) > self.capacity_blocks:
+            self._blocks.popitem(last=False)
+
+    def clear(self) -> None:
+        self._blocks.clear()
+        self.requests = self.hits = self.prompt_tokens = self.cached_tokens = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return {
+            "requests": self.requests,
+            "hits": self.hits,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "recomputed_tokens": self.prompt_tokens - self.cached_tokens,
         }
 
 
@@ -101,6 +169,9 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
 
     async def chat(request: Request) -> Response:
         stats.enter()
+        session = request.headers.get(config.session_header)
+        if session is not None:
+            stats.sessions[session] += 1
         try:
             return await _reply(orjson.loads(await request.body()))
         except ClientDisconnect:  # the client gave up (timeout, killed): nobody to answer
@@ -134,14 +205,18 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
             message = ("This model's maximum context length is 2048 tokens. However, you "
                        "requested 2100 tokens (2000 in the messages, 100 in the completion).")
             return Response(orjson.dumps({"error": {"message": message}}), status_code=400)
+        messages = body.get("messages") or []
         delay = config.latency_s
         if config.tail_fraction and rng.random() < config.tail_fraction:
             delay = config.tail_latency_s
         if fault == "hang":
             delay = config.hang_s
+        cache = config.prefix_cache
+        if cache is not None:
+            prompt_ids = [token for m in messages for token in tokenize(m)]
+            delay += cache.lookup(prompt_ids)
         if delay:
             await asyncio.sleep(delay)
-        messages = body.get("messages") or []
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
         calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
@@ -151,6 +226,8 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
                 {"id": f"call_{turn}_{i}", "type": "function", "function": dict(c)}
                 for i, c in enumerate(calls)
             ]
+        if cache is not None:
+            cache.insert(prompt_ids + tokenize(message))
         choice: dict[str, Any] = {
             "index": 0,
             "message": message,
@@ -185,7 +262,10 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
 
     @app.get("/stats")
     async def get_stats() -> dict[str, Any]:
-        return stats.snapshot()
+        snapshot = stats.snapshot()
+        if config.prefix_cache is not None:
+            snapshot["prefix_cache"] = config.prefix_cache.snapshot()
+        return snapshot
 
     return app
 
@@ -251,12 +331,21 @@ def main() -> None:
     parser.add_argument("--tail-latency", type=float, default=0.0)
     parser.add_argument("--tail-fraction", type=float, default=0.0)
     parser.add_argument("--token-ids", action="store_true")
+    parser.add_argument(
+        "--prefix-cache-us-per-token",
+        type=float,
+        default=None,
+        help="model a prefix cache; each recomputed prompt token costs this many microseconds",
+    )
     args = parser.parse_args()
     config = ScriptConfig(
         latency_s=args.latency,
         tail_latency_s=args.tail_latency,
         tail_fraction=args.tail_fraction,
         token_ids=args.token_ids,
+        prefix_cache=None
+        if args.prefix_cache_us_per_token is None
+        else PrefixCache(us_per_token=args.prefix_cache_us_per_token),
     )
     uvicorn.run(
         create_app(config, ServerStats()),
