@@ -8,7 +8,7 @@ fits it; ``/api/*`` errors are ``{"error": {"code", "message"}}``.
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -36,6 +36,7 @@ def _episode_query(request: Request) -> tuple[EpisodeFilter, EpisodeOrder, int]:
     sort = params.pop("sort", "line") or "line"
     if sort not in get_args(EpisodeOrder):
         raise InvalidRequest(f"unknown sort {sort!r}: one of {', '.join(get_args(EpisodeOrder))}")
+    order = cast("EpisodeOrder", sort)
     raw_page = params.pop("page", "1") or "1"
     if not raw_page.isdigit():
         raise InvalidRequest(f"page must be a positive number, got {raw_page!r}")
@@ -44,7 +45,7 @@ def _episode_query(request: Request) -> tuple[EpisodeFilter, EpisodeOrder, int]:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise InvalidRequest(f"bad filter: {problems}") from None
-    return where, sort, int(raw_page)
+    return where, order, int(raw_page)
 
 
 def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:

@@ -22,7 +22,7 @@ class RunEntry:
     path: Path
     index: RunIndex | None = None
     error: EnvhubError | None = None
-    _stats: tuple[str, RunStats] | None = field(default=None, repr=False)
+    _stats: dict[bool, tuple[str, RunStats]] = field(default_factory=dict, repr=False)
 
 
 class Catalog:
@@ -65,14 +65,17 @@ class Catalog:
         entry.index.refresh()
         return entry.index
 
-    def stats(self, number: int) -> RunStats:
+    def stats(self, number: int, *, detail: bool = True) -> RunStats:
+        """See :func:`~envhub.view.stats.run_stats`; recomputed when the index changed."""
         index = self.index(number)
         entry = self.runs[number]
         version = index.state().version
         with self._lock:
-            if entry._stats is None or entry._stats[0] != version:
-                entry._stats = (version, run_stats(index, success_threshold=self.success_threshold))
-            return entry._stats[1]
+            cached = entry._stats.get(detail)
+            if cached is None or cached[0] != version:
+                stats = run_stats(index, success_threshold=self.success_threshold, detail=detail)
+                cached = entry._stats[detail] = (version, stats)
+            return cached[1]
 
     def close(self) -> None:
         for entry in self.runs:

@@ -79,8 +79,9 @@ def _text(content: Any) -> str:
 
 
 def _call(raw: Any) -> ToolCallView:
-    call = raw if isinstance(raw, dict) else {}
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    call: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    nested = call.get("function")
+    function: dict[str, Any] = nested if isinstance(nested, dict) else call
     arguments = function.get("arguments", "")
     try:
         parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
@@ -98,7 +99,8 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
         trajectory, invalid = None, str(exc)
     turns = trajectory.turns if trajectory else []
     turn_of = {t.message_index: i for i, t in enumerate(turns)}
-    messages = record.get("messages") if isinstance(record.get("messages"), list) else []
+    listed = record.get("messages")
+    messages: list[Any] = listed if isinstance(listed, list) else []
     names: dict[str, str] = {}
     entries = []
     for index, message in enumerate(messages):

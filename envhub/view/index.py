@@ -26,7 +26,7 @@ import hashlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -43,6 +43,7 @@ __all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "Problem", "RunIndex"]
 INDEX_FORMAT: Final = 1
 _HEAD_BYTES: Final = 4096  # how much of the file's start identifies it
 _BATCH: Final = 2000
+_NUMERIC: Final = (int, float)
 
 _COLUMNS: Final = (
     "offset", "length", "line", "task_id", "sample_index", "trajectory_id", "reward", "masked",
@@ -202,6 +203,7 @@ class RunIndex:
         fh.seek(start)
         line = int(self._meta("lines", "0"))
         self._db.execute("BEGIN")
+        (last_id,) = self._db.execute("SELECT coalesce(max(id), 0) FROM episodes").fetchone()
         rows: list[tuple[Any, ...]] = []
         offset = start
         pending = 0
@@ -216,6 +218,7 @@ class RunIndex:
             if len(rows) >= _BATCH:
                 self._insert(rows)
         self._insert(rows)
+        self._supersede(last_id)
         head_len = min(offset + pending, _HEAD_BYTES)
         fh.seek(0)
         self._set_meta(
@@ -242,15 +245,23 @@ class RunIndex:
     def _insert(self, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return
-        self._db.executemany(
-            "UPDATE episodes SET superseded=1 WHERE task_id=? AND sample_index=? AND superseded=0",
-            [(row[3], row[4]) for row in rows],
-        )
         placeholders = ", ".join("?" * len(_COLUMNS))
         self._db.executemany(
             f"INSERT INTO episodes ({', '.join(_COLUMNS)}) VALUES ({placeholders})", rows
         )
         rows.clear()
+
+    def _supersede(self, last_id: int) -> None:
+        """Mark superseded the earlier records of every pair that got a record after
+        ``last_id`` (one statement, answered from the pair index)."""
+        self._db.execute(
+            "UPDATE episodes SET superseded=1 WHERE superseded=0"
+            " AND (task_id, sample_index) IN"
+            "  (SELECT task_id, sample_index FROM episodes WHERE id > ?)"
+            " AND id < (SELECT max(id) FROM episodes later WHERE later.task_id=episodes.task_id"
+            "  AND later.sample_index=episodes.sample_index)",
+            (last_id,),
+        )
 
     # -- queries --------------------------------------------------------------------------
 
@@ -267,6 +278,18 @@ class RunIndex:
                 pending_bytes=int(self._meta("pending_bytes", "0")),
                 generation=int(self._meta("generation", "0")),
             )
+
+    def memo(self, key: str, compute: Callable[[], str]) -> str:
+        """``compute()``, kept in the index until its content changes (for summaries that
+        take a pass over every row, such as pass@k)."""
+        version = self.state().version
+        stored = self._meta(f"memo:{key}")
+        if stored.startswith(version + "\n"):
+            return stored[len(version) + 1 :]
+        value = compute()
+        with self._lock:
+            self._set_meta(**{f"memo:{key}": f"{version}\n{value}"})
+        return value
 
     def problems(self, limit: int = 50) -> list[Problem]:
         with self._lock:
@@ -377,7 +400,7 @@ class RunIndex:
             rows = self._db.execute(
                 f"SELECT DISTINCT {column} FROM episodes WHERE superseded=0"
             ).fetchall()
-        values = set()
+        values: set[str] = set()
         for (value,) in rows:
             if value is None:
                 continue
@@ -511,7 +534,7 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _number(value: Any) -> float | int | None:
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return value if type(value) in _NUMERIC else None  # bool is not a number here
 
 
 def _bars(names: Any) -> str:

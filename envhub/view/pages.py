@@ -45,7 +45,7 @@ def runs_context(catalog: Catalog) -> dict[str, Any]:
         catalog.entry(entry.number)  # retries a file that was missing
         row: dict[str, Any] = {"number": entry.number, "path": entry.path, "error": entry.error}
         if entry.index is not None:
-            row["stats"] = catalog.stats(entry.number)
+            row["stats"] = catalog.stats(entry.number, detail=False)
             row["state"] = entry.index.state()
         rows.append(row)
     ok = [e for e in catalog.runs if e.index is not None]

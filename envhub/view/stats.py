@@ -57,15 +57,23 @@ def read_sidecar(path: Path, episodes: int) -> RunSummary | None:
     return sidecar if sidecar.episodes == episodes else None
 
 
-def run_stats(
-    index: RunIndex, *, success_threshold: float = 1.0, with_charts: bool = True
-) -> RunStats:
+def run_stats(index: RunIndex, *, success_threshold: float = 1.0, detail: bool = True) -> RunStats:
+    """The run's summary (kept in the index), and with ``detail`` its per-task rows and
+    charts (without: empty, for the runs page, which shows only the summary)."""
     state: IndexState = index.state()
-    summary = summarize(index.summary_records(), success_threshold=success_threshold)
+    summary = RunSummary.model_validate_json(
+        index.memo(
+            f"summary:{success_threshold!r}",
+            lambda: summarize(
+                index.summary_records(), success_threshold=success_threshold
+            ).model_dump_json(),
+        )
+    )
     first = index.first_values()
-    tasks = [TaskStats(*row) for row in index.by_task(success_threshold)]
+    tasks: list[TaskStats] = []
     drawn: dict[str, Markup] = {}
-    if with_charts:
+    if detail:
+        tasks = [TaskStats(*row) for row in index.by_task(success_threshold)]
         drawn = _charts(index, summary, tasks)
     return RunStats(
         summary=summary,

@@ -1,0 +1,153 @@
+"""The run index: a 100,000-trajectory file is read once, then pages and filters are
+answered from sqlite without reading trajectories; a file that grows is followed by
+offset, a replaced one is indexed again; bad lines are named and the rest indexed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+import pytest
+
+from envhub.errors import InvalidRequest
+from envhub.rollout.summary import summarize
+from envhub.trajectory import latest_records
+from envhub.view import index as index_module
+from envhub.view.filters import EpisodeFilter
+from envhub.view.index import RunIndex
+from tests.view.conftest import BROKEN_LINES, Viewer
+from tests.view.runs import big_run, minimal_record
+
+BIG = 100_000
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("big")
+    big_run(root / "big.jsonl", BIG)
+    return root / "big.jsonl", root / "cache"
+
+
+def test_a_big_file_pages_and_filters_from_the_index_alone(
+    big: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, cache = big
+    index = RunIndex(path, cache)
+    assert index.state().episodes == BIG and index.state().problems == 0
+
+    parsed: list[int] = []
+    original = index_module._parse
+
+    def counting(raw: bytes) -> object:
+        parsed.append(len(raw))
+        return original(raw)
+
+    monkeypatch.setattr(index_module, "_parse", counting)
+    again = RunIndex(path, cache)  # a second viewer: the index on disk, nothing re-read
+    assert again.state().episodes == BIG and parsed == []
+
+    first = again.page(limit=50)
+    assert [r.line for r in first] == list(range(1, 51))
+    late = again.page(order="line", offset=99_950, limit=50)
+    assert [r.line for r in late] == list(range(99_951, 100_001))
+    where = EpisodeFilter(tool="answer", reward_min=0.5, turns_max=2, stop_reason="max_turns")
+    expected = [
+        i for i in range(BIG)
+        if i % 3 == 0 and i % 50 != 7 and (i % 10) / 10 >= 0.5 and 1 + i % 5 <= 2 and i % 4 == 0
+    ]  # fmt: skip
+    assert again.count(where) == len(expected) > 0
+    assert [r.line - 1 for r in again.page(where, limit=20)] == expected[:20]
+    assert again.count(EpisodeFilter(masked=True)) == len([i for i in range(BIG) if i % 50 == 7])
+    assert parsed == []  # paging and filtering read no line of the file
+
+    record = again.record(late[-1].id)  # an episode page reads its one line
+    assert record["trajectory_id"] == f"t{BIG - 1}" and len(parsed) == 1
+    summary = summarize(again.summary_records())
+    assert summary.episodes == BIG and summary.tasks == 1000
+    assert summary.pass_at_k.keys() >= {"pass@1", "pass@100"}
+    again.close()
+    index.close()
+
+
+def test_growing_replaced_and_repeated_records(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    lines = [minimal_record(i, tasks=3) for i in range(4)]  # i=3 repeats task 0, sample 1
+    import orjson
+
+    encoded = [orjson.dumps(r) + b"\n" for r in lines]
+    path.write_bytes(encoded[0])
+    index = RunIndex(path, tmp_path / "cache")
+    assert index.state().episodes == 1
+    with open(path, "ab") as fh:
+        fh.write(encoded[1][:10])
+    assert index.refresh() and index.state().pending_bytes == 10
+    assert index.state().episodes == 1
+    with open(path, "ab") as fh:
+        fh.write(encoded[1][10:] + encoded[2])
+    index.refresh()
+    assert index.state().episodes == 3 and index.state().pending_bytes == 0
+    assert not index.refresh()  # nothing new: nothing read
+
+    again = dict(lines[0], trajectory_id="rerun", reward=0.9)  # a resumed run re-ran it
+    with open(path, "ab") as fh:
+        fh.write(orjson.dumps(again))  # a complete last record without its newline
+    index.refresh()
+    assert index.state().episodes == 3  # the latest record of the pair replaced the first
+    rows = index.find(lines[0]["task_id"])  # type: ignore[arg-type]
+    assert [index.record(r.id)["trajectory_id"] for r in rows] == ["rerun"]
+    assert index.summary_records() and summarize(index.summary_records()).episodes == len(
+        list(latest_records(path))
+    )
+
+    generation = index.state().generation
+    replacement = tmp_path / "new.jsonl"
+    replacement.write_bytes(encoded[2])
+    os.replace(replacement, path)  # what compact_trajectories does
+    index.refresh()
+    assert index.state().episodes == 1 and index.state().generation == generation + 1
+    index.close()
+
+
+def test_bad_lines_are_named_and_the_rest_is_indexed(viewer: Viewer) -> None:
+    index = viewer.catalog.index(2)
+    state = index.state()
+    assert state.episodes == BROKEN_LINES
+    assert state.pending_bytes > 0  # the torn last line
+    codes = [(p.line, p.code) for p in index.problems()]
+    assert codes == [(2, "not_json"), (3, "not_utf8"), (4, "unknown_schema_version")]
+
+    page = httpx.get(f"{viewer.url}/runs/2").text
+    assert "not_utf8" in page and "unknown_schema_version" in page and "unfinished" in page
+    assert 'id="episodes">2<' in page
+    episodes = httpx.get(f"{viewer.url}/api/runs/2/episodes").json()
+    assert episodes["total"] == 2 and [e["line"] for e in episodes["episodes"]] == [1, 5]
+    one = httpx.get(f"{viewer.url}/runs/2/episodes/{episodes['episodes'][1]['id']}")
+    assert one.status_code == 200 and "Conversation" in one.text
+
+
+def test_missing_files_directories_and_bad_requests_answer_with_codes(viewer: Viewer) -> None:
+    runs = httpx.get(f"{viewer.url}/").text
+    assert "not_found" in runs and "is_directory" in runs and "a-directory/*.jsonl" in runs
+    for url, status, code in [
+        ("/runs/4", 404, "not_found"),
+        ("/runs/5", 404, "is_directory"),
+        ("/runs/99", 404, "unknown_run"),
+        ("/runs/0/episodes/999999", 404, "unknown_episode"),
+        ("/runs/0/episodes?reward_min=high", 400, "invalid_request"),
+        ("/runs/0/episodes?colour=red", 400, "invalid_request"),
+        ("/runs/0/episodes?sort=random", 400, "invalid_request"),
+    ]:
+        reply = httpx.get(viewer.url + url)
+        assert (reply.status_code, code in reply.text) == (status, True), url
+    api = httpx.get(f"{viewer.url}/api/runs/99/episodes")
+    assert api.status_code == 404 and api.json()["error"]["code"] == "unknown_run"
+
+
+def test_a_missing_file_or_a_directory_is_refused_with_a_code(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest) as missing:
+        RunIndex(tmp_path / "nope.jsonl", tmp_path / "cache")
+    assert missing.value.code == "not_found"
+    with pytest.raises(InvalidRequest) as folder:
+        RunIndex(tmp_path, tmp_path / "cache")
+    assert folder.value.code == "is_directory"
