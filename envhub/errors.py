@@ -25,6 +25,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── FleetError               no fleet at that address, or no healthy replica of an env
     ├── RolloutFailed            a rollout stopped early or masked too many episodes
     ├── StreamTimeout            no training batch completed within the trainer's timeout
+    ├── WeightUpdateFailed       model servers did not take new weights    (weight_update_failed)
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 
 ``code`` is the machine-readable error code of the HTTP API (DESIGN.md).
@@ -56,6 +57,7 @@ __all__ = [
     "ToolTimeout",
     "TransientPolicyError",
     "Unauthorized",
+    "WeightUpdateFailed",
 ]
 
 
@@ -185,6 +187,14 @@ class StreamTimeout(EnvhubError):
 
 class Unauthorized(EnvhubError):
     code = "unauthorized"
+
+
+class WeightUpdateFailed(EnvhubError):
+    """``RolloutStream.update_weights`` could not pause, load or resume the inference
+    servers. The stream stays usable: generation resumed on the weights the servers hold,
+    and ``policy_version`` is unchanged."""
+
+    code = "weight_update_failed"
 
 
 class EnvironmentFailure(EnvhubError):

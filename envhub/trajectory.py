@@ -33,7 +33,10 @@ that step's tool results; like tool results they are never the model's tokens (i
 data they belong to the next turn's prompt). ``tools`` are the tools offered at the start;
 a turn whose tools a user turn changed records the new full list (:attr:`Turn.tools`),
 and :meth:`Trajectory.turn_tools` gives the list in force at each turn. ``Turn.endpoint``
-is the model server that served the call (sticky routing keeps an episode on one). Files
+is the model server that served the call (sticky routing keeps an episode on one).
+``Turn.policy_version`` is the weight version that sampled the turn (the server's report
+where it gives one, else the trainer's), and ``Turn.completion_versions`` one version per
+completion id when a weight update split the call (:meth:`Turn.token_versions`). Files
 written before these fields existed load unchanged (all are optional, ``schema_version`` 1).
 """
 
@@ -101,6 +104,18 @@ class Turn(BaseModel):
     endpoint: str | None = Field(
         None, description="the model server's base URL that served this call (None: not known)"
     )
+    completion_versions: list[int] | None = Field(
+        None,
+        description="the weight version that sampled each completion id, set only when a "
+        "weight update split the call (policy_version is then the first token's)",
+    )
+
+    def token_versions(self) -> list[int | None]:
+        """The weight version of each completion id: ``completion_versions`` where an
+        update split the call, else ``policy_version`` for every id."""
+        if self.completion_versions is not None:
+            return list(self.completion_versions)
+        return [self.policy_version] * len(self.completion_token_ids or [])
 
 
 class TrajectoryMetrics(BaseModel):
@@ -358,6 +373,7 @@ def _export_features() -> Any:
         "prompt_token_ids": Sequence(Value("int64")),
         "completion_token_ids": Sequence(Value("int64")),
         "completion_logprobs": Sequence(Value("float64")),
+        "completion_versions": Sequence(Value("int64")),
         "prefix_ok": Value("bool"),
         "tools": Value("string"),
         "endpoint": Value("string"),

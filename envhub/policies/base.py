@@ -69,6 +69,8 @@ class Completion:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     endpoint: str | None = None  # the base URL that served it (None: the policy does not say)
+    weight_version: int | None = None  # the version that sampled it (None: not known)
+    completion_versions: list[int] | None = None  # per completion id, when versions differ
 
     def to_message(self) -> Message:
         """The assistant message as it goes into the chat history.

@@ -15,6 +15,16 @@ A 400 saying the prompt does not fit the model's context (each server words it i
 way; :func:`is_context_overflow` knows vLLM's, SGLang's, llama.cpp's and OpenAI's) raises
 :class:`~envhub.errors.ContextLengthExceeded`, which the rollout treats as the end of the
 episode rather than a failure.
+
+Weight versions and updates (:mod:`envhub.policies.gate`): with ``weight_version_header``
+(e.g. ``X-Weight-Version``) the version a server reports in that response header is
+recorded on the turn instead of the client's ``policy_version``. A stream that updates
+weights attaches its gate (:meth:`OpenAIPolicy.attach_gate`); a request an
+``abort-and-resume`` update ends early is sent again with the partial assistant message
+last and vLLM's ``continue_final_message`` (``add_generation_prompt`` off), so the model
+continues it on the new weights (:mod:`envhub.policies.partial`). The server parses tool
+calls only from the continuation's text: a tool call the abort cut in two may come back
+as text (the token-in policy, which parses the whole completion itself, has no such gap).
 """
 
 from __future__ import annotations
@@ -32,7 +42,9 @@ import orjson
 from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.endpoints import Endpoint, EndpointPool, RoutingMode
+from envhub.policies.gate import GenerationGate
 from envhub.policies.observer import RequestObserver
+from envhub.policies.partial import until_complete
 from envhub.policies.retry import RetryPolicy
 from envhub.types import ToolCall
 
@@ -73,6 +85,7 @@ class OpenAIPolicy:
         routing: RoutingMode = "least-outstanding",
         sticky_max_outstanding: int | None = None,
         session_header: str | None = "X-Session-ID",
+        weight_version_header: str | None = None,
     ) -> None:
         self.model = model
         self.sampling = sampling or SamplingParams()
@@ -97,6 +110,8 @@ class OpenAIPolicy:
             sticky_max_outstanding=sticky_max_outstanding,
         )
         self.session_header = session_header or None
+        self.weight_version_header = weight_version_header or None
+        self.gate: GenerationGate | None = None
         self._static_body = {"model": model, **self.sampling.to_request()}
         self.observer: RequestObserver | None = None
 
@@ -129,7 +144,19 @@ class OpenAIPolicy:
         fields; returns the server's reply both as it came (parsed JSON) and as a
         :class:`Completion`. Raises as :meth:`generate` does."""
         session_id = self.pool.session_key(episode_id, group_id)
-        return await self.retry.call(lambda: self._post(body, session_id))
+
+        async def request(partial: list[Completion]) -> tuple[dict[str, Any], Completion]:
+            sent = _continuation(body, partial) if partial else body
+            return await self.retry.call(lambda: self._post(sent, session_id))
+
+        data, completion = await until_complete(self.gate, request)
+        if data.get("choices"):  # the joined text, when an update split the call
+            data["choices"][0].setdefault("message", {})["content"] = completion.content
+        return data, completion
+
+    def attach_gate(self, gate: GenerationGate | None) -> None:
+        """Send every request through ``gate`` (a stream's, during weight updates)."""
+        self.gate = gate
 
     async def _post(
         self, body: dict[str, Any], session_id: str | None
@@ -164,6 +191,7 @@ class OpenAIPolicy:
             ) as response:
                 status = response.status
                 content = await response.read()
+                version = _header_version(response.headers, self.weight_version_header)
         except asyncio.TimeoutError as exc:
             connection_failed = True
             raise TransientPolicyError(f"{endpoint.url}: timed out") from exc
@@ -190,6 +218,7 @@ class OpenAIPolicy:
             raise TransientPolicyError(f"{endpoint.url}: reply is not JSON: {exc}") from exc
         completion = parse_chat_response(data)
         completion.endpoint = endpoint.url
+        completion.weight_version = version
         if self.token_ids == "auto" and completion.completion_token_ids is not None:
             self.token_ids = "on"  # the server supports them: a later 400 is about something else
         return data, completion
@@ -234,6 +263,27 @@ def _kind(error: PolicyError) -> str:
     if isinstance(error.__cause__, aiohttp.ClientError):
         return "connection"
     return error.code
+
+
+def _header_version(headers: Any, name: str | None) -> int | None:
+    """The integer weight version in response header ``name``; ``None`` when absent or
+    not an integer (SGLang's labels are free text; envhub's versions are integers)."""
+    value = headers.get(name) if name is not None else None
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _continuation(body: dict[str, Any], partial: list[Completion]) -> dict[str, Any]:
+    """``body`` asking the model to continue the partial assistant message ``partial``."""
+    text = "".join(segment.content or "" for segment in partial)
+    return {
+        **body,
+        "messages": [*body["messages"], {"role": "assistant", "content": text}],
+        "continue_final_message": True,
+        "add_generation_prompt": False,
+    }
 
 
 def _mentions_token_fields(error_text: str) -> bool:

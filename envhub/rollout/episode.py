@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from envhub.cleanup import abort_quietly
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
 from envhub.policies.base import Completion, GenerateRequest, Policy, SamplingParams
+from envhub.policies.gate import GenerationDropped, GenerationGate
 from envhub.policies.retry import RetryPolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.task import Task
@@ -93,6 +94,9 @@ class EpisodeRunner:
     the lookup altogether (a test's scripted task). ``env_version`` is recorded
     on each trajectory; without it the environment's ``info()`` is asked once.
     ``metrics`` (optional) counts episodes and times environment steps.
+    ``gate`` (set by a stream that updates weights) holds every model call while an
+    update runs; an episode whose call an ``abort-and-drop`` update ended raises
+    :class:`~envhub.policies.gate.GenerationDropped` out of :meth:`run`.
     """
 
     def __init__(
@@ -125,6 +129,7 @@ class EpisodeRunner:
         self.tasks_from = tasks_from or env
         self._env_gives_tasks = True
         self.metrics = metrics
+        self.gate: GenerationGate | None = None
 
     async def run(self, spec: EpisodeSpec) -> Trajectory:
         """Run the episode to completion; never raises for env or model failures."""
@@ -151,6 +156,8 @@ class EpisodeRunner:
             record = _Record(trajectory_id, retried)
             try:
                 return await self._attempt(spec, record, attempt, started)
+            except GenerationDropped:
+                raise  # not a failure: the stream discards the episode and counts it
             except _PolicyFailure as failure:
                 cause = failure.__cause__
                 kind = cause.code if isinstance(cause, EnvhubError) else "internal"
@@ -244,6 +251,8 @@ class EpisodeRunner:
                 episode_id=record.trajectory_id,
                 group_id=spec.group_id,
             )
+            if self.gate is not None:
+                await self.gate.wait_open()  # no new generation during a weight update
             version = self.policy_version()
             call_started = time.perf_counter()
             try:
@@ -254,6 +263,8 @@ class EpisodeRunner:
                 return "context_length"
             except PolicyError as exc:
                 raise _PolicyFailure(f"{type(exc).__name__}: {exc}") from exc
+            except GenerationDropped:
+                raise
             except Exception as exc:
                 raise _PolicyFailure(f"policy bug: {type(exc).__name__}: {exc}") from exc
             previous_ids = record_turn(
@@ -341,7 +352,8 @@ def record_turn(
 ) -> list[int] | None:
     """Record one model call as a turn of ``record``: the token ids and logprobs as the
     server returned them, ``prefix_ok`` against ``previous_ids`` (the previous call's
-    prompt + completion ids), its time, tokens and endpoint. Returns this call's prompt +
+    prompt + completion ids), its time, tokens and endpoint, and its weight version (the
+    server's, where it reported one, else ``policy_version``). Returns this call's prompt +
     completion ids (the next call's ``previous_ids``), or ``None`` without ids."""
     record.llm_s += latency_s
     record.prompt_tokens += completion.prompt_tokens
@@ -356,7 +368,11 @@ def record_turn(
             message_index=message_index,
             finish_reason=completion.finish_reason,
             latency_s=latency_s,
-            policy_version=policy_version,
+            policy_version=(
+                completion.weight_version if completion.weight_version is not None
+                else policy_version
+            ),
+            completion_versions=completion.completion_versions,
             prompt_token_ids=prompt_ids,
             completion_token_ids=completion_ids,
             completion_logprobs=completion.completion_logprobs,

@@ -25,6 +25,14 @@ setting ``policy_version`` (the same value ends a step without an update).
 ``overprovision`` (APRIL) starts extra groups beyond the batch; the batch takes whichever
 groups complete first and the rest keep running for the next one, so one slow group does
 not stall a batch (their turns record the older version they were sampled with).
+
+Weight updates in flight: ``await rollouts.update_weights(version, sync=..., policy=...)``
+holds new model calls, ends or aborts the ones in flight per ``policy`` (``finish``,
+``abort-and-resume``, ``abort-and-drop``; :mod:`envhub.rollout.weights`), has ``sync`` (a
+:class:`~envhub.policies.weight_sync.WeightSync`) load the version on the servers, then
+sets ``policy_version`` and lets generation go on. The stream's
+:class:`~envhub.policies.gate.GenerationGate` reaches the policy's requests when the
+policy supports it (:class:`~envhub.policies.gate.GateAware`: the OpenAI policy does).
 """
 
 from __future__ import annotations
@@ -37,9 +45,12 @@ from dataclasses import dataclass
 
 from envhub.errors import InvalidRequest, StreamTimeout
 from envhub.policies.base import Policy
+from envhub.policies.gate import GateAware, GenerationDropped, GenerationGate
+from envhub.policies.weight_sync import NoopSync, WeightSync
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import group_id
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+from envhub.rollout.weights import UpdatePolicy, WeightUpdate, apply_update
 from envhub.trajectory import Trajectory
 
 __all__ = ["Group", "RolloutStream", "stream"]
@@ -106,6 +117,12 @@ class RolloutStream:
         self.metrics = runner.metrics
         if self.metrics is not None:
             self.metrics.watch_queue("groups", self._queue.qsize)
+        self.gate = GenerationGate(lambda: self._version)
+        runner.gate = self.gate
+        if isinstance(runner.policy, GateAware):
+            runner.policy.attach_gate(self.gate)
+        self._updating = asyncio.Lock()
+        self.episodes_dropped = 0  # discarded by abort-and-drop updates (and run again)
 
     # -- the trainer's side ----------------------------------------------------------
 
@@ -151,6 +168,30 @@ class RolloutStream:
         batch, self._partial = self._partial[:want], self._partial[want:]
         self._handed_over += len(batch)
         return batch
+
+    async def update_weights(
+        self,
+        version: int,
+        *,
+        sync: WeightSync | None = None,
+        policy: UpdatePolicy = "finish",
+        abort_grace_s: float = 10.0,
+    ) -> WeightUpdate:
+        """Put weight ``version`` on the inference servers while the stream runs (see the
+        module docstring; ``sync`` defaults to :class:`NoopSync`: the trainer updated the
+        servers itself). No model call starts until it returns; on success
+        ``policy_version`` is ``version``. Raises
+        :class:`~envhub.errors.WeightUpdateFailed` when the servers did not take it: the
+        stream goes on with the old version. Updates do not overlap (a second waits)."""
+        async with self._updating:
+            return await apply_update(
+                self.gate,
+                sync or NoopSync(),
+                version,
+                policy,
+                abort_grace_s=abort_grace_s,
+                loaded=lambda v: setattr(self, "policy_version", v),
+            )
 
     def __aiter__(self) -> AsyncIterator[Group]:
         return self._iterate()
@@ -249,8 +290,12 @@ class RolloutStream:
             self.metrics.episodes_queued(self.group_size)
 
         async def one(index: int) -> Trajectory:
-            async with self._episodes:
-                return await self.runner.run(EpisodeSpec(task_id, index, gid))
+            while True:
+                async with self._episodes:
+                    try:
+                        return await self.runner.run(EpisodeSpec(task_id, index, gid))
+                    except GenerationDropped:  # an abort-and-drop update: run it again
+                        self.episodes_dropped += 1
 
         trajectories = await asyncio.gather(*(one(i) for i in range(self.group_size)))
         await self._queue.put(Group(gid, task_id, round_index, start_version, list(trajectories)))
@@ -267,6 +312,8 @@ class RolloutStream:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._finished = True
+        if isinstance(self.runner.policy, GateAware):
+            self.runner.policy.attach_gate(None)
         if self.metrics is not None:
             self.metrics.stop()
 

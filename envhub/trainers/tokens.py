@@ -61,8 +61,10 @@ class TokenRow:
 
     ``old_logprobs[i]`` is the server's logprob of ``input_ids[i]`` where ``loss_mask`` is
     1 (NaN when retokenized) and 0.0 elsewhere; ``policy_versions[i]`` is the version that
-    sampled the token, or ``-1`` for tokens the policy did not sample or whose version was
-    not recorded. ``prompt_length`` counts the tokens before the first sampled one.
+    sampled the token (per token where a weight update split a turn:
+    :meth:`~envhub.trajectory.Turn.token_versions`), or ``-1`` for tokens the policy did not
+    sample or whose version was not recorded. ``prompt_length`` counts the tokens before
+    the first sampled one.
     """
 
     trajectory_id: str
@@ -164,8 +166,7 @@ def _run_row(trajectory: Trajectory, segment: int, run: list[Turn]) -> TokenRow:
         loss_mask[start:end] = [1] * length
         logprobs = turn.completion_logprobs
         old_logprobs[start:end] = logprobs if logprobs is not None else [math.nan] * length
-        version = turn.policy_version if turn.policy_version is not None else NOT_SAMPLED
-        versions[start:end] = [version] * length
+        versions[start:end] = [NOT_SAMPLED if v is None else v for v in turn.token_versions()]
     prompt_length = len(run[0].prompt_token_ids or [])
     return _row(trajectory, segment, input_ids, loss_mask, old_logprobs, versions, prompt_length)
 

@@ -1,0 +1,207 @@
+"""Weight updates while rollouts are in flight: finish, abort-and-resume, abort-and-drop.
+
+A versioned scripted server (real uvicorn) samples each turn a token at a time and
+encodes the version that sampled each token in its logprob, so every check below
+compares what the trajectory records with what the server actually did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from envhub.errors import WeightUpdateFailed
+from envhub.local import LocalEnvironment
+from envhub.policies.weight_sync import NoopSync, SGLangSync, VLLMSync, WeightSync
+from envhub.rollout import Group, stream
+from envhub.rollout.weights import UpdatePolicy, WeightUpdate
+from envhub.trainers.tokens import NOT_SAMPLED, trajectory_rows
+from envhub.trajectory import Trajectory, Turn
+from tests.rollout.helpers import openai_policy
+from tests.rollout.scripted_server import CALC_SCRIPT
+from tests.rollout.versioned_server import (
+    HEADER,
+    VersionConfig,
+    VersionedServer,
+    render_calls,
+    thinking,
+)
+
+TASKS = 8
+MAX_STALENESS = 1
+
+
+@pytest.fixture
+def server() -> Iterator[VersionedServer]:
+    with VersionedServer(VersionConfig(token_latency_s=0.002, slow_fraction=0.3)) as running:
+        yield running
+
+
+def sampled_by(turn: Turn) -> list[int]:
+    """The version that sampled each completion token, as the server encoded it."""
+    return [round(-lp * 10) - 1 for lp in turn.completion_logprobs or []]
+
+
+async def until_in_flight(server: VersionedServer) -> None:
+    for _ in range(2000):
+        if server.stats.inflight:
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError("no request in flight to update under")
+
+
+async def rollout_with_updates(
+    calc: LocalEnvironment,
+    server: VersionedServer,
+    policy: UpdatePolicy,
+    sync: WeightSync,
+    *,
+    updates: int = 2,
+    header: bool = True,
+) -> tuple[list[Group], list[WeightUpdate], int]:
+    """Stream every task once, updating to versions 1..updates between batches, each
+    time while requests are in flight; checks the stream's staleness bound (no more than
+    ``(k + 1) * batch_size`` groups started beyond those handed over before the batch)
+    at every hand-over. Returns the groups, the update reports and the dropped count."""
+    model = openai_policy(server.base_url, weight_version_header=HEADER if header else None)
+    task_ids = (await calc.task_ids(None))[:TASKS]
+    groups: list[Group] = []
+    reports = []
+
+    def received(batch: list[Group], started: int) -> None:
+        assert started <= len(groups) + (MAX_STALENESS + 1) * 2
+        groups.extend(batch)
+
+    try:
+        async with stream(
+            calc,
+            model,
+            task_ids,
+            group_size=2,
+            batch_size=2,
+            concurrency=8,
+            max_staleness=MAX_STALENESS,
+            epochs=1,
+        ) as rollouts:
+            for version in range(1, updates + 1):
+                received(await rollouts.next_batch(), rollouts.groups_started)
+                await until_in_flight(server)
+                reports.append(await rollouts.update_weights(version, sync=sync, policy=policy))
+                assert rollouts.policy_version == version
+            while batch := await rollouts.next_batch():
+                received(batch, rollouts.groups_started)
+            dropped = rollouts.episodes_dropped
+    finally:
+        await model.aclose()
+    assert sorted(g.task_id for g in groups) == sorted(task_ids)  # nothing lost or repeated
+    trajectories = [t for g in groups for t in g.trajectories]
+    assert len({(t.task_id, t.sample_index) for t in trajectories}) == 2 * TASKS
+    assert not any(t.masked for t in trajectories)
+    assert server.stats.mixed == 0  # no request ran across an update
+    for group in groups:
+        for trajectory in group.trajectories:
+            check_turns(trajectory, group.start_version)
+    return groups, reports, dropped
+
+
+def check_turns(trajectory: Trajectory, start_version: int) -> None:
+    """Each turn holds exactly the turn's text, and every token the version that sampled it."""
+    assert len(trajectory.turns) == len(CALC_SCRIPT)
+    for index, turn in enumerate(trajectory.turns):
+        expected = thinking(index) + render_calls(CALC_SCRIPT[index]["tool_calls"])
+        assert bytes(turn.completion_token_ids or []).decode() == expected
+        assert trajectory.messages[turn.message_index]["content"] == thinking(index)
+        assert turn.token_versions() == sampled_by(turn)
+        assert turn.policy_version == sampled_by(turn)[0] >= start_version
+        if turn.completion_versions is not None:
+            assert len(set(turn.completion_versions)) > 1  # set only when versions differ
+
+
+def all_turns(groups: list[Group]) -> list[Turn]:
+    return [turn for g in groups for t in g.trajectories for turn in t.turns]
+
+
+async def test_finish_lets_requests_end_on_the_old_weights(calc, server) -> None:
+    groups, reports, dropped = await rollout_with_updates(
+        calc, server, "finish", SGLangSync([server.url], "/ckpt/step-{version}")
+    )
+    assert [r.aborted for r in reports] == [0, 0] and dropped == 0
+    assert server.stats.aborted == 0 and server.stats.updates == [1, 2]
+    assert all(turn.completion_versions is None for turn in all_turns(groups))
+    delivered = sum(len(turn.completion_token_ids or []) for turn in all_turns(groups))
+    assert delivered == sum(server.stats.tokens_by_version.values())
+    assert {turn.policy_version for turn in all_turns(groups)} == {0, 1, 2}
+
+
+async def test_abort_and_resume_continues_partial_completions(calc, server) -> None:
+    groups, reports, dropped = await rollout_with_updates(
+        calc, server, "abort-and-resume", SGLangSync([server.base_url], "/ckpt/{version}")
+    )
+    assert dropped == 0 and sum(r.aborted for r in reports) == server.stats.aborted > 0
+    assert server.stats.continuations == server.stats.aborted
+    # every token the server sampled reached a trajectory, once
+    delivered = sum(len(turn.completion_token_ids or []) for turn in all_turns(groups))
+    assert delivered == sum(server.stats.tokens_by_version.values())
+    split = [turn for turn in all_turns(groups) if turn.completion_versions is not None]
+    assert split, "an update in flight splits some turns across versions"
+    # the trainer rows carry the per-token versions for importance weights
+    trajectory = next(
+        t for g in groups for t in g.trajectories if any(u.completion_versions for u in t.turns)
+    )
+    (row,) = trajectory_rows(trajectory)
+    sampled = [v for v, m in zip(row.policy_versions, row.loss_mask, strict=True) if m]
+    assert sampled == [v for turn in trajectory.turns for v in sampled_by(turn)]
+    assert len(set(sampled)) > 1 and NOT_SAMPLED not in sampled
+
+
+async def test_abort_and_drop_discards_and_counts_partial_episodes(calc, server) -> None:
+    groups, reports, dropped = await rollout_with_updates(
+        calc, server, "abort-and-drop", VLLMSync([server.url])
+    )
+    assert dropped == sum(r.aborted for r in reports) == server.stats.aborted > 0
+    assert server.stats.continuations == 0  # dropped episodes ran again from the start
+    assert all(turn.completion_versions is None for turn in all_turns(groups))
+    assert server.stats.updates == [1, 2]
+
+
+async def test_client_side_abort_when_the_trainer_updates_the_server(calc, server) -> None:
+    """NoopSync: the server cannot abort; the gate cancels requests in flight, which run
+    again on the new weights. No version header: the stream's version is recorded."""
+
+    async def trainer_loads(version: int) -> None:
+        server.config.version = version
+
+    groups, reports, dropped = await rollout_with_updates(
+        calc, server, "abort-and-resume", NoopSync(trainer_loads), header=False
+    )
+    assert sum(r.aborted for r in reports) > 0 and dropped == 0
+    assert server.stats.aborted == 0  # cancelled by the client, not aborted by the server
+
+
+async def test_a_failed_update_leaves_the_stream_usable(calc, server) -> None:
+    server.config.fail_updates = 1
+    sync = SGLangSync([server.url], "/ckpt/{version}")
+    model = openai_policy(server.base_url, weight_version_header=HEADER)
+    task_ids = (await calc.task_ids(None))[:4]
+    try:
+        async with stream(
+            calc, model, task_ids, group_size=2, batch_size=2, concurrency=8, epochs=1
+        ) as rollouts:
+            await until_in_flight(server)
+            with pytest.raises(WeightUpdateFailed, match="checkpoint not found"):
+                await rollouts.update_weights(1, sync=sync, policy="abort-and-resume")
+            assert rollouts.policy_version == 0 and rollouts.gate.is_open
+            groups = await rollouts.next_batch()
+            await until_in_flight(server)
+            report = await rollouts.update_weights(1, sync=sync, policy="abort-and-resume")
+            groups += await rollouts.next_batch()
+    finally:
+        await model.aclose()
+    assert report.version == 1 and server.stats.updates == [1]
+    assert sorted(g.task_id for g in groups) == sorted(task_ids)
+    assert server.stats.mixed == 0
+    for group in groups:
+        for trajectory in group.trajectories:
+            check_turns(trajectory, group.start_version)
