@@ -197,6 +197,10 @@ def rollout_command(
         str, typer.Option(help="HTTP header carrying the episode's (group's) session id to "
                           "the model server or router; '' sends none")
     ] = "X-Session-ID",
+    weight_version_header: Annotated[
+        str, typer.Option(help="response header in which the model server reports the weight "
+                          "version it serves, recorded on each turn ('': none)")
+    ] = "",
     max_env_attempts: Annotated[
         int, typer.Option(help="tries of an episode whose environment fails, then masked")
     ] = 3,
@@ -247,6 +251,7 @@ def rollout_command(
         options = {
             "api_key": api_key,
             "token_ids": token_ids,
+            "weight_version_header": weight_version_header or None,
             "request_timeout_s": request_timeout,
             "endpoint_concurrency": endpoint_concurrency,
             "routing": routing,
