@@ -40,6 +40,16 @@ CALC_SCRIPT: list[dict[str, Any]] = [
 ]
 """Three turns on ``calc``: two calculations, then a (usually wrong) terminal answer."""
 
+
+def calc_script(turns: int) -> list[dict[str, Any]]:
+    """``turns`` turns on ``calc``: calculations, then a terminal answer."""
+    calls = [
+        {"tool_calls": [{"name": "calculate", "arguments": f'{{"expression": "{i} * 7"}}'}]}
+        for i in range(1, turns)
+    ]
+    return [*calls, {"tool_calls": [{"name": "answer", "arguments": '{"value": "7"}'}]}]
+
+
 MALFORMED_CALL = {"name": "calculate", "arguments": '{"expression": "2 +'}
 
 
@@ -56,6 +66,7 @@ class ScriptConfig:
     reject_token_fields: bool = False  # answer 400 to vLLM's fields, as OpenAI's API does
     record_bodies: bool = False  # keep every request body in ServerStats.bodies
     prefix_cache: PrefixCache | None = None
+    distinct_samples: bool = False  # a random note in each reply, as sampling would differ
     session_header: str = "x-session-id"
     seed: int = 0
 
@@ -220,7 +231,10 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
         calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
-        message: dict[str, Any] = {"role": "assistant", "content": step.get("content")}
+        content = step.get("content")
+        if config.distinct_samples:
+            content = f"{content or ''}(note {rng.getrandbits(48):012x})"
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [
                 {"id": f"call_{turn}_{i}", "type": "function", "function": dict(c)}
@@ -331,6 +345,8 @@ def main() -> None:
     parser.add_argument("--tail-latency", type=float, default=0.0)
     parser.add_argument("--tail-fraction", type=float, default=0.0)
     parser.add_argument("--token-ids", action="store_true")
+    parser.add_argument("--calc-turns", type=int, help="calc_script(N) (default: CALC_SCRIPT)")
+    parser.add_argument("--distinct-samples", action="store_true")
     parser.add_argument(
         "--prefix-cache-us-per-token",
         type=float,
@@ -343,6 +359,8 @@ def main() -> None:
         tail_latency_s=args.tail_latency,
         tail_fraction=args.tail_fraction,
         token_ids=args.token_ids,
+        turns=list(CALC_SCRIPT) if args.calc_turns is None else calc_script(args.calc_turns),
+        distinct_samples=args.distinct_samples,
         prefix_cache=None
         if args.prefix_cache_us_per_token is None
         else PrefixCache(us_per_token=args.prefix_cache_us_per_token),
