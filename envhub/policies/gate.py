@@ -29,7 +29,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-__all__ = ["AbortMode", "GateAware", "GenerationAborted", "GenerationDropped", "GenerationGate"]
+__all__ = [
+    "AbortMode",
+    "GateAware",
+    "GenerationAborted",
+    "GenerationDropped",
+    "GenerationGate",
+    "gated",
+]
 
 T = TypeVar("T")
 AbortMode = Literal["resume", "drop"]
@@ -144,6 +151,11 @@ class GenerationGate:
             self._cancelled.add(task)
             task.cancel()
         return len(tasks)
+
+
+async def gated(gate: GenerationGate | None, call: Callable[[], Awaitable[T]]) -> T:
+    """``call()`` through ``gate`` (:meth:`GenerationGate.request`), or directly without one."""
+    return await (call() if gate is None else gate.request(call))
 
 
 @runtime_checkable

@@ -42,7 +42,7 @@ import orjson
 from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.endpoints import Endpoint, EndpointPool, RoutingMode
-from envhub.policies.gate import GenerationGate
+from envhub.policies.gate import GenerationGate, gated
 from envhub.policies.observer import RequestObserver
 from envhub.policies.partial import until_complete
 from envhub.policies.retry import RetryPolicy
@@ -147,7 +147,9 @@ class OpenAIPolicy:
 
         async def request(partial: list[Completion]) -> tuple[dict[str, Any], Completion]:
             sent = _continuation(body, partial) if partial else body
-            return await self.retry.call(lambda: self._post(sent, session_id))
+            return await self.retry.call(
+                lambda: gated(self.gate, lambda: self._post(sent, session_id))
+            )
 
         data, completion = await until_complete(self.gate, request)
         if data.get("choices"):  # the joined text, when an update split the call

@@ -33,21 +33,21 @@ async def until_complete(
 ) -> Reply:
     """Call ``request(partial_segments)`` until a segment is not aborted; returns the last
     reply (as the server sent it) and the joined completion. ``request`` gets the segments
-    sampled so far (empty at first) and must continue them. Each segment records the
-    weight version its server reported or, failing that, the gate's version when it
-    started. Without a gate this is one plain request."""
+    sampled so far (empty at first), must continue them, and sends each attempt through
+    the gate (:meth:`GenerationGate.request`, so that a retry waits out an update too).
+    Each segment records the weight version its server reported or, failing that, the
+    gate's: no update completes while a request is in flight, so the version when the
+    request returns is the one that served it. Without a gate this is one plain request."""
     if gate is None:
         return await request([])
     segments: list[Completion] = []
     while True:
-        await gate.wait_open()
-        version = gate.version
         try:
-            reply, segment = await gate.request(lambda: request(list(segments)))
+            reply, segment = await request(list(segments))
         except GenerationAborted:  # cancelled on the client side: nothing came back
             reply, segment = {}, Completion(content=None, tool_calls=[], finish_reason=ABORTED)
         if segment.weight_version is None:
-            segment.weight_version = version
+            segment.weight_version = gate.version
         segments.append(segment)
         if segment.finish_reason != ABORTED:
             return reply, join_segments(segments)
