@@ -77,7 +77,12 @@ class AgentEpisodeRunner(EpisodeRunner):
 
         start = await session.reset()
         crash: Exception | None = None
-        async with CaptureProxy(self.upstream, policy_version=self.policy_version) as proxy:
+        async with CaptureProxy(
+            self.upstream,
+            policy_version=self.policy_version,
+            episode_id=record.trajectory_id,
+            group_id=spec.group_id,
+        ) as proxy:
             async with serve_session_mcp(session, start, env_name=self.env.name) as mcp_url:
                 episode = AgentEpisode(
                     task_id=spec.task_id,

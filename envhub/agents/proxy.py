@@ -51,12 +51,15 @@ MAX_REQUEST_BYTES = 64 << 20
 @runtime_checkable
 class ChatUpstream(Protocol):
     """What the proxy forwards to: :class:`~envhub.policies.OpenAIPolicy` (``--policy
-    openai``), whose ``chat`` posts a caller-built body with its balancing and retries."""
+    openai``), whose ``chat`` posts a caller-built body with its routing and retries
+    (the episode and group ids place it, as the rollout loop's calls)."""
 
     model: str
     sampling: SamplingParams
 
-    async def chat(self, body: dict[str, Any]) -> tuple[dict[str, Any], Completion]: ...
+    async def chat(
+        self, body: dict[str, Any], *, episode_id: str | None = None, group_id: str | None = None
+    ) -> tuple[dict[str, Any], Completion]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,8 @@ class CaptureProxy:
 
     ``calls`` holds the captured calls in the order their replies were sent;
     ``failure`` the upstream error that ended the episode, if any. ``policy_version`` is
-    read at each call and recorded with it, as the rollout loop does.
+    read at each call and recorded with it, as the rollout loop does; ``episode_id`` and
+    ``group_id`` go with every call to the upstream (sticky routing, the session header).
     """
 
     def __init__(
@@ -83,9 +87,13 @@ class CaptureProxy:
         upstream: ChatUpstream,
         *,
         policy_version: Callable[[], int | None] = lambda: None,
+        episode_id: str | None = None,
+        group_id: str | None = None,
     ) -> None:
         self.upstream = upstream
         self.policy_version = policy_version
+        self.episode_id = episode_id
+        self.group_id = group_id
         self.api_key = secrets.token_urlsafe(24)
         self.calls: list[CapturedCall] = []
         self.failure: PolicyError | None = None
@@ -165,7 +173,9 @@ class CaptureProxy:
         assert handler is not None
         self._in_flight.add(handler)
         try:
-            data, completion = await self.upstream.chat(forwarded)
+            data, completion = await self.upstream.chat(
+                forwarded, episode_id=self.episode_id, group_id=self.group_id
+            )
         except ContextLengthExceeded as exc:
             self.failure = exc
             return _error(400, "context_length_exceeded", str(exc))

@@ -175,7 +175,7 @@ async def test_messages_reach_the_server_in_plain_form(
         {"role": "tool", "tool_call_id": "c1", "content": "5"},
     ]
     try:
-        async with CaptureProxy(policy) as proxy, httpx.AsyncClient() as http:
+        async with CaptureProxy(policy, episode_id="ep-1") as proxy, httpx.AsyncClient() as http:
             response = await http.post(
                 f"{proxy.base_url}/chat/completions",
                 headers={"authorization": f"Bearer {proxy.api_key}"},
@@ -186,4 +186,6 @@ async def test_messages_reach_the_server_in_plain_form(
     assert response.status_code == 200, response.text
     [captured] = proxy.calls
     assert captured.messages == plain
+    assert server.stats.sessions == {"ep-1": 1}  # the episode's id in X-Session-ID
+    assert captured.completion.endpoint == server.base_url
     assert captured.completion.prompt_token_ids == [t for m in plain for t in tokenize(m)]
