@@ -283,7 +283,8 @@ class RunIndex:
         """``compute()``, kept in the index until its content changes (for summaries that
         take a pass over every row, such as pass@k)."""
         version = self.state().version
-        stored = self._meta(f"memo:{key}")
+        with self._lock:
+            stored = self._meta(f"memo:{key}")
         if stored.startswith(version + "\n"):
             return stored[len(version) + 1 :]
         value = compute()

@@ -3,6 +3,7 @@ and the report renders once (one builder per page, so the two cannot drift)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -11,7 +12,7 @@ from envhub.errors import InvalidRequest
 from envhub.view.catalog import Catalog
 from envhub.view.conversation import Conversation, conversation
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
-from envhub.view.index import EpisodeRow
+from envhub.view.index import EpisodeRow, RunIndex
 from envhub.view.stats import RunStats, TaskStats
 from envhub.view.tokens import Decoder
 
@@ -98,13 +99,27 @@ def episodes_context(
         "page": page,
         "pages": pages,
         "episodes": index.page(where, sort, (page - 1) * PAGE_SIZE, PAGE_SIZE),
-        "show_versions": bool(index.distinct("policy_version")),
-        "facets": {
-            "stop_reason": sorted({r or "none" for r in index.distinct("stop_reason")}),
-            "error_kind": index.distinct("error_kinds"),
-            "tool": index.distinct("tools_used"),
-        },
+        **_facets(index),
     }
+
+
+def _facets(index: RunIndex) -> dict[str, Any]:
+    """The values the filter menus offer (kept in the index until it changes)."""
+
+    def compute() -> str:
+        return json.dumps(
+            {
+                "show_versions": bool(index.distinct("policy_version")),
+                "facets": {
+                    "stop_reason": sorted({r or "none" for r in index.distinct("stop_reason")}),
+                    "error_kind": index.distinct("error_kinds"),
+                    "tool": index.distinct("tools_used"),
+                },
+            }
+        )
+
+    facets: dict[str, Any] = json.loads(index.memo("facets", compute))
+    return facets
 
 
 def _episode(

@@ -9,6 +9,7 @@ do not hold them, and only while it covers the same number of episodes as the fi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +75,15 @@ def run_stats(index: RunIndex, *, success_threshold: float = 1.0, detail: bool =
     drawn: dict[str, Markup] = {}
     if detail:
         tasks = [TaskStats(*row) for row in index.by_task(success_threshold)]
-        drawn = _charts(index, summary, tasks)
+        drawn = {
+            name: Markup(svg)
+            for name, svg in json.loads(
+                index.memo(
+                    f"charts:{success_threshold!r}",
+                    lambda: json.dumps(_charts(index, summary, tasks)),
+                )
+            ).items()
+        }
     return RunStats(
         summary=summary,
         sidecar=read_sidecar(index.path, state.episodes),
