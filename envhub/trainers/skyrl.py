@@ -38,7 +38,7 @@ from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.sync import run_sync
 from envhub.trainers.environments import resolve_environment, start_messages
-from envhub.trainers.toolcalls import ToolParser, parse_hermes
+from envhub.toolcalls import ToolParser, parse_hermes
 from envhub.types import Message
 
 __all__ = ["SKYRL_ENV_ID", "EnvhubSkyRLEnv", "close_environments", "register"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from envhub.policies.base import Completion, GenerateRequest
 from envhub.trainers.tokens import template_message
-from envhub.trainers.toolcalls import ToolParser, parse_hermes
+from envhub.toolcalls import ToolParser, parse_hermes
 
 __all__ = ["Sample", "Sampler", "TokenPolicy"]
 
