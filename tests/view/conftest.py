@@ -4,6 +4,7 @@ uses it) for the whole session."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from collections.abc import Iterator
@@ -28,6 +29,9 @@ CHROMIUM_ARGS = [
 
 
 def find_chromium() -> str | None:
+    """Chromium and Playwright's Python package (the web plugin's dependency), or None."""
+    if importlib.util.find_spec("playwright") is None:
+        return None
     return os.environ.get("ENVHUB_CHROMIUM") or shutil.which("chromium")
 
 
@@ -40,7 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return
     if os.environ.get("ENVHUB_REQUIRE_CHROMIUM") == "1":
         raise pytest.UsageError("ENVHUB_REQUIRE_CHROMIUM=1 but no Chromium was found")
-    skip = pytest.mark.skip(reason="needs Chromium (apt-get install -y chromium)")
+    skip = pytest.mark.skip(reason="needs Chromium (apt-get install -y chromium) and playwright")
     for item in items:
         if "chromium" in item.keywords:
             item.add_marker(skip)

@@ -15,6 +15,7 @@ from tests.rollout.helpers import openai_policy
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
 TASKS = "0:6"
+POLICY_VERSION = 7  # the weights version the scripted run records on each turn
 GROUP = 2
 
 
@@ -27,8 +28,10 @@ def scripted_run(path: Path) -> None:
     async def go(base_url: str) -> None:
         policy = openai_policy(base_url, token_ids=True)
         try:
-            await run(envhub.make("calc"), policy, TASKS, group_size=GROUP, concurrency=1,
-                      output=path, max_masked_fraction=None)  # fmt: skip
+            await run(
+                envhub.make("calc"), policy, TASKS, group_size=GROUP, concurrency=1,
+                output=path, max_masked_fraction=None, policy_version=POLICY_VERSION,
+            )  # fmt: skip
         finally:
             await policy.aclose()
 

@@ -18,6 +18,7 @@ from envhub.rollout.dispatcher import summary_path
 from envhub.trajectory import read_records
 from envhub.view.report import write_report
 from tests.view.conftest import Viewer
+from tests.view.runs import POLICY_VERSION
 
 pytestmark = pytest.mark.chromium
 
@@ -63,6 +64,8 @@ def test_runs_run_episodes_episode_and_compare_pages(
     table = _text(page, "#runs")
     assert "scripted.jsonl" in table and "reference.jsonl" in table
     assert "not_found" in table and "is_directory" in table  # the bad arguments, named
+    scripted_row = page.locator("#runs tbody tr").first.inner_text()
+    assert str(POLICY_VERSION) in scripted_row.split("\t")[-2]  # policy versions column
     page.screenshot(path=screenshots / "runs.png", full_page=True)
 
     page.click("text=scripted.jsonl")
@@ -72,7 +75,8 @@ def test_runs_run_episodes_episode_and_compare_pages(
     assert _text(page, "#mean-reward") == f"{summary['mean_reward']:.3f}"
     assert _text(page, "#pass-at-2") == f"{summary['pass_at_k']['pass@2']:.3f}"
     assert _text(page, "#tasks") == str(summary["tasks"])
-    assert page.locator("svg.chart").count() >= 8
+    assert page.locator("svg.chart").count() == 9
+    assert f"v{POLICY_VERSION}" in _text(page, "#chart-policy_version")
     assert page.locator("#tasks-table tbody tr").count() == summary["tasks"]
     page.screenshot(path=screenshots / "run.png", full_page=True)
 
