@@ -29,7 +29,7 @@ def invoke(*args: str) -> tuple[int, str]:
 def test_rollout_against_a_scripted_server_writes_trajectories_and_summary(
     scripted, tmp_path: Path
 ) -> None:
-    server = scripted(ScriptConfig(token_ids=True))
+    server = scripted(ScriptConfig(token_ids=True, session_header="x-group"))
     out = tmp_path / "calc.jsonl"
     code, output = invoke(
         "rollout",
@@ -50,6 +50,10 @@ def test_rollout_against_a_scripted_server_writes_trajectories_and_summary(
         "64",
         "--policy-version",
         "3",
+        "--routing",
+        "group",
+        "--session-header",
+        "X-Group",
         "--output",
         str(out),
         "--env-arg",
@@ -58,6 +62,9 @@ def test_rollout_against_a_scripted_server_writes_trajectories_and_summary(
     assert code == 0, output
     records = list(read_records(out))
     assert len(records) == 15
+    # group routing: each request carried its group's id in the named header
+    assert server.stats.sessions == {r["group_id"]: 9 for r in records}  # 3 samples x 3 turns
+    assert {t["endpoint"] for r in records for t in r["turns"]} == {server.base_url}
     assert {(r["task_id"], r["sample_index"]) for r in records} == {
         (f"calc-0-{i:05d}", s) for i in (4, 9, 14, 19, 24) for s in range(3)
     }
