@@ -155,3 +155,27 @@ def test_a_missing_file_or_a_directory_is_refused_with_a_code(tmp_path: Path) ->
     with pytest.raises(InvalidRequest) as folder:
         RunIndex(tmp_path, tmp_path / "cache")
     assert folder.value.code == "is_directory"
+
+
+def test_truncation_markers_and_non_json_arguments_are_marked(
+    viewer: Viewer, tmp_path: Path
+) -> None:
+    import orjson
+
+    from envhub.view.app import create_app
+    from envhub.view.catalog import Catalog
+    from tests.rollout.scripted_server import ThreadedUvicorn
+
+    record = orjson.loads(viewer.runs.reference.read_bytes().splitlines()[0])
+    tool = next(m for m in record["messages"] if m["role"] == "tool")
+    tool["content"] = "head\n[truncated 5000 chars]\ntail"
+    assistant = next(m for m in record["messages"] if m.get("tool_calls"))
+    assistant["tool_calls"][0]["function"]["arguments"] = "{not json"
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(orjson.dumps(record) + b"\n")
+    catalog = Catalog([path], tmp_path / "cache")
+    with ThreadedUvicorn(create_app(catalog)) as server:
+        html = httpx.get(f"{server.url}/runs/0/episodes/1").text
+    catalog.close()
+    assert '<mark class="trunc">[truncated 5000 chars]</mark>' in html
+    assert "arguments are not JSON" in html and "{not json" in html
