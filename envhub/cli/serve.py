@@ -87,18 +87,32 @@ def serve(
     envs: Annotated[list[str], typer.Argument(help="environments (plugin name or module:Class)")],
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
-    max_sessions: Annotated[int, typer.Option(help="open sessions before 429")] = 4096,
-    session_ttl: Annotated[float, typer.Option(help="idle seconds before abort")] = 600.0,
-    max_body_bytes: Annotated[int, typer.Option(help="request size limit")] = 4_194_304,
+    max_sessions: Annotated[
+        int, typer.Option(envvar="ENVHUB_MAX_SESSIONS", help="open sessions before 429")
+    ] = 4096,
+    session_ttl: Annotated[
+        float, typer.Option(envvar="ENVHUB_SESSION_TTL", help="idle seconds before abort")
+    ] = 600.0,
+    max_body_bytes: Annotated[
+        int, typer.Option(envvar="ENVHUB_MAX_BODY_BYTES", help="request size limit")
+    ] = 4_194_304,
     token: Annotated[
         str | None,
         typer.Option(envvar="ENVHUB_TOKEN", help="require this bearer token"),
     ] = None,
     env_arg: EnvArgOption = None,
-    max_turns: Annotated[int | None, typer.Option(help="max turns per episode")] = None,
-    tool_timeout: Annotated[float | None, typer.Option(help="tool-call timeout (s)")] = None,
-    episode_timeout: Annotated[float | None, typer.Option(help="episode timeout (s)")] = None,
-    max_output_chars: Annotated[int | None, typer.Option(help="tool output cut-off")] = None,
+    max_turns: Annotated[
+        int | None, typer.Option(envvar="ENVHUB_MAX_TURNS", help="max turns per episode")
+    ] = None,
+    tool_timeout: Annotated[
+        float | None, typer.Option(envvar="ENVHUB_TOOL_TIMEOUT", help="tool-call timeout (s)")
+    ] = None,
+    episode_timeout: Annotated[
+        float | None, typer.Option(envvar="ENVHUB_EPISODE_TIMEOUT", help="episode timeout (s)")
+    ] = None,
+    max_output_chars: Annotated[
+        int | None, typer.Option(envvar="ENVHUB_MAX_OUTPUT_CHARS", help="tool output cut-off")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     access_log: Annotated[bool, typer.Option(help="log every request")] = False,
     sandbox: SandboxBackendOption = None,
@@ -110,8 +124,9 @@ def serve(
     """Serve ENVs at http://HOST:PORT (API under /v1, OpenAPI at /openapi.json) until Ctrl-C.
 
     --env-arg options apply to every hosted environment, --sandbox to those with a
-    `sandbox` option; budget flags override theirs. --mcp adds a Streamable HTTP MCP
-    endpoint per environment (one MCP session = one episode).
+    `sandbox` option; budget flags override theirs. The token and the limits can also come
+    from ENVHUB_* environment variables (how an image's container is configured). --mcp
+    adds a Streamable HTTP MCP endpoint per environment (one MCP session = one episode).
     """
     try:
         import uvicorn

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Prebuild the environment images the tests in tests/images/ and tests/fleet use
+# (run as root after .ci/sandbox_setup.sh, which starts dockerd and builds the `python`
+# sandbox image). Idempotent: `envhub image build` is a no-op when the content tag exists.
+# The wheels of the images' Python dependencies come from PyPI on the host, once, and are
+# kept in $ENVHUB_CACHE/images/wheels; `docker build` itself runs without network.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ENVHUB="${ENVHUB_BIN:-$REPO/.venv/bin/envhub}"
+IMAGES="${ENVHUB_ENV_IMAGES:-calc sql search}"
+
+for env in $IMAGES; do
+  start=$(date +%s)
+  tag=$("$ENVHUB" image build "$env")
+  echo "$tag ($(($(date +%s) - start)) s)"
+done

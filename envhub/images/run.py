@@ -1,0 +1,185 @@
+"""Start, watch and stop environment containers (``envhub image run``, the fleet's
+``--containers`` mode, the tests).
+
+Network policy: every container joins the user-defined bridge :data:`NETWORK`, created
+with IP masquerading and inter-container traffic off and its port bindings on 127.0.0.1,
+and publishes only the API port, on 127.0.0.1. Without masquerading nothing a container
+sends leaves this machine with a routable source address; on an engine running with
+iptables (a normal docker host) ``enable_icc=false`` also keeps the containers apart.
+Containers also run read-only where the image's recipe allows (tmpfs for what they must
+write), with every capability dropped, ``no-new-privileges`` and a pids limit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+
+from envhub.errors import EnvhubError
+from envhub.images.build import CONTAINER_PORT, LABEL
+
+__all__ = [
+    "CONTAINER_LABEL",
+    "NETWORK",
+    "Container",
+    "ensure_network",
+    "health",
+    "list_images",
+    "remove_images",
+    "start_container",
+    "stop_container",
+    "wait_healthy",
+]
+
+NETWORK = "envhub-images"
+CONTAINER_LABEL = "envhub.image.container"  # on every container started here
+_NETWORK_OPTIONS = {
+    "com.docker.network.bridge.enable_ip_masquerade": "false",
+    "com.docker.network.bridge.enable_icc": "false",
+    "com.docker.network.bridge.host_binding_ipv4": "127.0.0.1",
+}
+
+
+def _docker(*args: str, check: bool = True) -> str:
+    docker = shutil.which("docker")
+    if docker is None:
+        raise EnvhubError("docker CLI not found: apt-get install docker.io")
+    proc = subprocess.run([docker, *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise EnvhubError(f"docker {args[0]} failed: {proc.stderr.strip()[-2000:]}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Container:
+    """A running environment container: its id, image and the URL its API answers at."""
+
+    id: str
+    image: str
+    url: str
+
+
+def ensure_network() -> str:
+    """The bridge network env containers join (created on first use; idempotent)."""
+    if _docker("network", "inspect", NETWORK, check=False).strip() in ("", "[]"):
+        opts = [x for k, v in _NETWORK_OPTIONS.items() for x in ("-o", f"{k}={v}")]
+        proc = subprocess.run(
+            [shutil.which("docker") or "docker", "network", "create", "--driver", "bridge",
+             "--label", f"{LABEL}=network", *opts, NETWORK],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if proc.returncode != 0 and "already exists" not in proc.stderr:
+            raise EnvhubError(f"docker network create {NETWORK} failed: {proc.stderr.strip()}")
+    return NETWORK
+
+
+def _run_flags(image: str) -> list[str]:
+    """Read-only root and tmpfs as the image's recipe recorded them in its labels."""
+    labels = json.loads(_docker("image", "inspect", "-f", "{{json .Config.Labels}}", image))
+    labels = labels or {}
+    if labels.get(LABEL) != "env":
+        raise EnvhubError(f"{image} is not an envhub environment image (envhub image build)")
+    flags = ["--read-only"] if labels.get("envhub.run.read_only") == "1" else []
+    for path in filter(None, labels.get("envhub.run.tmpfs", "").split(",")):
+        flags += ["--tmpfs", f"{path}:rw,nosuid,nodev,size=512m"]
+    return flags
+
+
+def start_container(
+    image: str,
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    name: str | None = None,
+    labels: dict[str, str] | None = None,
+    wait_s: float = 180.0,
+) -> Container:
+    """Run ``image`` detached, publish its API on ``host:port`` (``0``: a free port; a
+    fleet replica publishes on its node's address, everything else on 127.0.0.1),
+    wait until it reports healthy and return it. ``token`` becomes ``ENVHUB_TOKEN``;
+    ``args`` are appended to ``envhub serve ENV`` (``--max-turns 5``). A container that
+    does not become healthy is removed and the error carries its log's tail."""
+    ensure_network()
+    name = name or f"envhub-{image.split('/')[-1].split(':')[0]}-{uuid.uuid4().hex[:8]}"
+    environment = {**(env or {}), **({"ENVHUB_TOKEN": token} if token else {})}
+    cmd = [
+        "run", "-d", "--name", name, "--network", NETWORK,
+        "-p", f"{host}:{port or ''}:{CONTAINER_PORT}",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "4096",
+        "--label", f"{CONTAINER_LABEL}=1",
+        *(x for k, v in (labels or {}).items() for x in ("--label", f"{k}={v}")),
+        *(x for k, v in environment.items() for x in ("-e", f"{k}={v}")),
+        *_run_flags(image), image, *(args or []),
+    ]  # fmt: skip
+    cid = _docker(*cmd).strip()
+    try:
+        host_port = _docker("port", cid, str(CONTAINER_PORT)).split()[0].rsplit(":", 1)[1]
+        container = Container(cid, image, f"http://{host}:{host_port}")
+        wait_healthy(container, wait_s)
+    except BaseException:
+        stop_container(cid)
+        raise
+    return container
+
+
+def health(container_id: str) -> str:
+    """Docker's view of the container: ``healthy``, ``starting``, ``unhealthy``, or the
+    container state (``exited``, ``gone``...) when it is not running."""
+    out = _docker("inspect", "-f", "{{json .State}}", container_id, check=False).strip()
+    if not out:
+        return "gone"
+    state = json.loads(out)
+    if state.get("Status") != "running":
+        return str(state.get("Status"))
+    return str((state.get("Health") or {}).get("Status", "running"))
+
+
+def wait_healthy(container: Container, timeout_s: float = 180.0) -> None:
+    """Block until the container's health check passes; raise if it exits or times out."""
+    deadline = time.monotonic() + timeout_s
+    while (status := health(container.id)) != "healthy":
+        if status not in ("starting", "running") or time.monotonic() > deadline:
+            logs = subprocess.run(
+                [shutil.which("docker") or "docker", "logs", "--tail", "30", container.id],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            raise EnvhubError(
+                f"container of {container.image} is {status}, not healthy: "
+                f"{(logs.stdout + logs.stderr)[-2000:]}"
+            )
+        time.sleep(0.25)
+
+
+def stop_container(container_id: str) -> None:
+    """Stop and remove a container (no error if it is already gone)."""
+    _docker("rm", "-f", container_id, check=False)
+
+
+def list_images(env: str | None = None) -> list[dict[str, str]]:
+    """The environment and runtime images here: ``{repository, tag, id, size, created}``."""
+    fmt = '{"repository":"{{.Repository}}","tag":"{{.Tag}}","id":"{{.ID}}",' \
+          '"size":"{{.Size}}","created":"{{.CreatedSince}}"}'  # fmt: skip
+    out = _docker("images", "--filter", f"label={LABEL}", "--format", fmt)
+    rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [r for r in rows if env is None or r["repository"] == f"envhub/{env}"]
+
+
+def remove_images(env: str | None = None, *, runtime: bool = False) -> list[str]:
+    """Remove ``env``'s images (every environment's when ``None``; the shared runtime
+    images too with ``runtime``); returns the references removed. Images still used by a
+    container are left, and docker's error is raised."""
+    refs = [
+        f"{r['repository']}:{r['tag']}"
+        for r in list_images(env)
+        if runtime or r["repository"] != "envhub/runtime"
+    ]
+    if refs:
+        _docker("rmi", *refs)
+    return refs

@@ -1,0 +1,110 @@
+"""Environment images (``envhub image build``) serving the API from a container: the
+conformance suite over HTTP and WebSocket and ``envhub check`` on a sample of tasks
+through each container, the container's confinement, and content tagging."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Literal
+
+import pytest
+from typer.testing import CliRunner
+
+from envhub.cli import app
+from envhub.client import RemoteEnvironment
+from envhub.conformance import CHECKS, check_client_conformance
+from envhub.images.run import NETWORK, Container
+from tests.images.conftest import IMAGE_ENVS, TOKEN
+
+
+def _docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("env", IMAGE_ENVS)
+@pytest.mark.parametrize("transport", ["http", "ws"])
+async def test_container_passes_the_conformance_suite(
+    containers: dict[str, Container], env: str, transport: Literal["http", "ws"]
+) -> None:
+    client = RemoteEnvironment(containers[env].url, env, token=TOKEN, transport=transport)
+    try:
+        report = await check_client_conformance(client)
+    finally:
+        await client.aclose()
+    assert report.passed == list(CHECKS)
+
+
+@pytest.mark.parametrize("env", IMAGE_ENVS)
+def test_envhub_check_through_the_container(containers: dict[str, Container], env: str) -> None:
+    """The reference policy scores 1 and no-op 0 on a sample of tasks served by the
+    container (gold actions from the plugin installed here, as with any --env-url)."""
+    url = containers[env].url
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["check", env, "--env-url", url, "--env-token", TOKEN, "--tasks", "0:6"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "ok: 6 tasks" in result.output
+    # without the token the container refuses
+    denied = runner.invoke(app, ["check", env, "--env-url", url, "--tasks", "0:1"])
+    assert denied.exit_code != 0
+
+
+def test_the_container_is_confined(containers: dict[str, Container]) -> None:
+    """Non-root, read-only root file system, every capability dropped, on envhub's
+    bridge with only the API port published (on 127.0.0.1), no route off this machine."""
+    container = containers["sql"]
+    state = json.loads(_docker("inspect", container.id).stdout)[0]
+    host = state["HostConfig"]
+    assert state["Config"]["User"] == "1000:1000"
+    assert host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert list(state["NetworkSettings"]["Networks"]) == [NETWORK]
+    ports = state["NetworkSettings"]["Ports"]
+    assert list(ports) == ["8000/tcp"]
+    assert {(b["HostIp"]) for b in ports["8000/tcp"]} == {"127.0.0.1"}
+    options = json.loads(_docker("network", "inspect", NETWORK).stdout)[0]["Options"]
+    assert options["com.docker.network.bridge.enable_ip_masquerade"] == "false"
+    assert options["com.docker.network.bridge.enable_icc"] == "false"
+
+    probe = (
+        "import os, socket\n"
+        "print(os.getuid())\n"
+        "try:\n    open('/opt/envhub/x', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
+        "s = socket.socket(); s.settimeout(3)\n"
+        "print('connect', s.connect_ex(('1.1.1.1', 443)))\n"
+    )
+    out = _docker("exec", container.id, "python", "-c", probe)
+    assert out.returncode == 0, out.stderr
+    uid, ro, connect = out.stdout.split("\n")[:3]
+    assert uid == "1000" and ro == "ro 30"  # EROFS
+    assert connect != "connect 0"
+
+
+def test_unchanged_rebuild_is_a_no_op_and_a_new_version_a_new_tag(
+    env_images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import envhub.images.build as build
+    from envhub.images import build_env_image
+    from envhub.images.wheelhouse import Source
+
+    tag = build_env_image("calc")  # the tree's current tag (the fixture's, unless it changed)
+    created = _docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", tag)
+    ran: list[str] = []
+    monkeypatch.setattr(build, "_docker_build", lambda ctx, *tags: ran.append(tags[0]))
+    assert build_env_image("calc") == tag
+    assert ran == []  # nothing built: the tag exists
+    again = _docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", tag)
+    assert again.stdout == created.stdout
+
+    real_plugin_source = build.plugin_source
+
+    def bumped(env: str, extras: object = ()) -> Source:
+        src = real_plugin_source(env, extras)  # type: ignore[arg-type]
+        return Source(src.name, src.version + ".post1", src.root, src.paths, src.requires)
+
+    monkeypatch.setattr(build, "plugin_source", bumped)
+    plan = build.plan_env_image("calc")
+    assert plan.tag != tag and plan.tag.startswith("envhub/calc:")
+    assert plan.runtime_tag == build.plan_env_image("sql").runtime_tag  # shared runtime
