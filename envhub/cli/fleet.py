@@ -142,6 +142,14 @@ def up_cmd(
     episode_timeout: Annotated[float | None, typer.Option(help="episode timeout (s)")] = None,
     max_restarts: Annotated[int, typer.Option(help="restarts Ray makes of a dead replica")] = 10,
     timeout: Annotated[float, typer.Option(help="seconds to wait for every replica")] = 180.0,
+    containers: Annotated[
+        bool,
+        typer.Option(
+            "--containers",
+            help="each replica runs its environment's image (`envhub image build ENV`, built "
+            "on the node if missing) and supervises the container",
+        ),
+    ] = False,
 ) -> None:
     """Start env-server replicas on the Ray cluster at ADDRESS.
 
@@ -163,6 +171,7 @@ def up_cmd(
         records = ray_fleet.fleet_up(
             address, counts, options=options, namespace=namespace, resources=default,
             env_resources=by_env, serve=serve, max_restarts=max_restarts, timeout_s=timeout,
+            containers=containers,
         )  # fmt: skip
     except FleetError as exc:
         raise _fail(exc) from None

@@ -23,6 +23,8 @@ from typing import Any
 
 import ray
 
+from envhub.fleet.container_server import ContainerServer, serve_args
+
 __all__ = [
     "REGISTRY_NAME",
     "RegistryActor",
@@ -127,6 +129,9 @@ class Replica:
     The constructor does everything (Ray runs it again after a restart): reap the dead
     processes' sandboxes, build the app, start the server, register. It raises when the
     app cannot be built or the server does not start, and the replica fails to start.
+    With ``containers`` the server is the environment's image run on this node instead
+    (:class:`~envhub.fleet.container_server.ContainerServer`: supervised, replaced and
+    registered again when it dies, removed at :meth:`shutdown`).
     """
 
     def __init__(
@@ -136,22 +141,51 @@ class Replica:
         options: dict[str, Any],
         serve: dict[str, Any],
         namespace: str,
+        containers: bool = False,
     ) -> None:
+        self.replica_id = replica_id
+        if reaped := {kind: n for kind, n in reap_dead_sandboxes().items() if n}:
+            log.warning("replica %s reaped sandboxes of dead processes: %s", replica_id, reaped)
+        host = ray.util.get_node_ip_address()
+        self._container: ContainerServer | None = None
+        if containers:
+            self.env = env_id
+            self._container = self._start_container(host, options, serve, namespace)
+        else:
+            self._start_server(host, env_id, options, serve)
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self._registry = ray.get_actor(REGISTRY_NAME, namespace=namespace)
+        self.registrations = ray.get(
+            self._registry.register.remote(
+                self.env, replica_id, self.url, self.node_id, os.getpid()
+            ),
+            timeout=_STARTUP_TIMEOUT_S,
+        )
+        self._stopping = threading.Event()
+        threading.Thread(
+            target=self._announce, args=(self._registry,), name="envhub-announce", daemon=True
+        ).start()
+
+    @property
+    def url(self) -> str:
+        """Where the replica's API answers (a container's URL changes when it is replaced)."""
+        return self._container.url if self._container is not None else self._url
+
+    def _start_server(
+        self, host: str, env_id: str, options: dict[str, Any], serve: dict[str, Any]
+    ) -> None:
+        """Serve the app from this process, on a thread, at a free port of ``host``."""
         import uvicorn
 
         from envhub.cli.serve import build_app, raise_open_files_limit
 
-        self.replica_id = replica_id
-        if reaped := {kind: n for kind, n in reap_dead_sandboxes().items() if n}:
-            log.warning("replica %s reaped sandboxes of dead processes: %s", replica_id, reaped)
         app = build_app([env_id], [options], **serve)
         (self.env,) = app.state.store.envs
         raise_open_files_limit()
-        host = ray.util.get_node_ip_address()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, 0))
-        self.url = f"http://{host}:{self._socket.getsockname()[1]}"
+        self._url = f"http://{host}:{self._socket.getsockname()[1]}"
         max_sessions = int(serve.get("max_sessions", 4096))
         self._server = uvicorn.Server(
             uvicorn.Config(
@@ -160,24 +194,35 @@ class Replica:
             )
         )  # fmt: skip
         self._thread = threading.Thread(
-            target=self._serve, name=f"envhub-replica-{replica_id}", daemon=True
+            target=self._serve, name=f"envhub-replica-{self.replica_id}", daemon=True
         )
         self._thread.start()
         deadline = time.monotonic() + _STARTUP_TIMEOUT_S
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"replica {replica_id}: the {env_id} server did not start")
+                raise RuntimeError(f"replica {self.replica_id}: the {env_id} server did not start")
             time.sleep(0.02)
-        self.node_id = ray.get_runtime_context().get_node_id()
-        registry = ray.get_actor(REGISTRY_NAME, namespace=namespace)
+
+    def _start_container(
+        self, host: str, options: dict[str, Any], serve: dict[str, Any], namespace: str
+    ) -> ContainerServer:
+        """Run the environment's image (built here first if this node lacks it),
+        published on ``host``, supervised until :meth:`shutdown`."""
+        from envhub.images import build_env_image
+
+        return ContainerServer(
+            build_env_image(self.env), replica_id=self.replica_id, namespace=namespace,
+            host=host, token=serve.get("token"), args=serve_args(options, serve),
+            on_replaced=self._register_again,
+        )  # fmt: skip
+
+    def _register_again(self, url: str) -> None:
+        """A replacement container serves at ``url``: register it as a restart."""
         self.registrations = ray.get(
-            registry.register.remote(self.env, replica_id, self.url, self.node_id, os.getpid()),
+            self._registry.register.remote(self.env, self.replica_id, url, self.node_id,
+                                           os.getpid()),
             timeout=_STARTUP_TIMEOUT_S,
-        )
-        self._stopping = threading.Event()
-        threading.Thread(
-            target=self._announce, args=(registry,), name="envhub-announce", daemon=True
-        ).start()
+        )  # fmt: skip
 
     def _serve(self) -> None:
         from envhub.gc_tuning import gc_tuned_for_throughput
@@ -204,6 +249,9 @@ class Replica:
         the environment's shared resources freed by the app's shutdown. True when it
         finished within ``timeout_s``."""
         self._stopping.set()
+        if self._container is not None:
+            self._container.stop()
+            return True
         self._server.should_exit = True
         self._thread.join(timeout_s)
         return not self._thread.is_alive()

@@ -253,6 +253,7 @@ def fleet_up(
     serve: dict[str, Any] | None = None,
     max_restarts: int = 10,
     timeout_s: float = 180.0,
+    containers: bool = False,
 ) -> list[ReplicaRecord]:
     """Start ``envs`` (``{env id: replica count}``) as a fleet in ``namespace`` of the Ray
     cluster at ``address``, and return the replicas once every one answers ``/health``.
@@ -263,7 +264,9 @@ def fleet_up(
     ``memory`` or custom resources such as ``sandbox_slots``), overridden per environment
     by ``env_resources``; it hosts its environment with ``options[env]`` and the ``serve``
     settings of :func:`envhub.cli.serve.build_app` (``max_sessions``, ``token``,
-    ``max_turns``...), and Ray restarts it up to ``max_restarts`` times. Raises
+    ``max_turns``...), and Ray restarts it up to ``max_restarts`` times. With
+    ``containers`` each replica runs its environment's image (``envhub image build``,
+    built on the node if missing) and supervises that container instead. Raises
     :class:`FleetError`, with everything started removed again, when a fleet already
     runs in the namespace, a replica fits no node, fails to start, or is not up within
     ``timeout_s``.
@@ -297,7 +300,7 @@ def fleet_up(
             name=replica_actor_name(rid), namespace=namespace, lifetime="detached",
             max_restarts=max_restarts, scheduling_strategy="SPREAD",
             **_actor_resources(needs[env_id]),
-        ).remote(rid, env_id, options.get(env_id, {}), serve, namespace)
+        ).remote(rid, env_id, options.get(env_id, {}), serve, namespace, containers)
         for rid, env_id in env_of.items()
     }  # fmt: skip
     try:

@@ -1,0 +1,125 @@
+"""``envhub fleet up --containers``: each replica runs its environment's image on its node
+(real multi-node Ray, ``ray_cluster``, and real Docker). A container killed under a
+rollout: its episodes run again on the other replica, none is lost, scored zero or
+counted twice, and the replica's supervisor starts a replacement container that it
+registers at a new URL; ``fleet down`` removes every container."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+
+if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray fails
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub[ray]')")
+
+import envhub
+from envhub.fleet.ray_fleet import FleetEnvironment, fleet_down, fleet_status, fleet_up
+from envhub.rollout import run
+from tests.fleet.conftest import RayCluster
+from tests.fleet.holding import HoldAtSecondTurn
+from tests.images.conftest import docker_problem
+
+NS = "test-fleet-containers"
+TOKEN = "fleet-container-token"
+
+
+def _docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _containers() -> dict[str, str]:
+    """``{replica id: container id}`` of this test's namespace."""
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=envhub.fleet.namespace={NS}",
+         "--format", '{{.ID}} {{.Label "envhub.fleet.replica"}}'],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return {rid: cid for cid, rid in (line.split() for line in out.splitlines())}
+
+
+def _down(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=2)
+    except httpx.HTTPError:
+        return True
+    return False
+
+
+async def _wait_for(what: str, check: Any, timeout_s: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := await asyncio.to_thread(check)):
+        assert time.monotonic() < deadline, f"not within {timeout_s:g}s: {what}"
+        await asyncio.sleep(0.5)
+    return value
+
+
+async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
+    ray_cluster: RayCluster,
+) -> None:
+    if (problem := docker_problem()) is not None:
+        pytest.skip(problem)
+    from envhub.images import build_env_image
+
+    build_env_image("calc")  # what each replica would otherwise build on its node
+    records = fleet_up(ray_cluster.address, {"calc": 2}, namespace=NS, containers=True,
+                       resources={"num_cpus": 0.5}, serve={"token": TOKEN})  # fmt: skip
+    local = envhub.make("calc")
+    fleet = FleetEnvironment(ray_cluster.address, "calc", namespace=NS, token=TOKEN, seed=5,
+                             health_interval_s=0.2, refresh_s=0.5)  # fmt: skip
+    try:
+        placed = {r.replica_id: r for r in records}
+        containers = _containers()
+        assert set(containers) == {"calc-0", "calc-1"}
+        for rid, cid in containers.items():  # the registered URL is the container's port
+            port = _docker("port", cid, "8000").split(":")[-1].strip()
+            assert placed[rid].url.endswith(f":{port}")
+        victim = placed["calc-0"]
+
+        concurrency = 8
+        policy = HoldAtSecondTurn(concurrency)
+
+        async def kill_the_container_with_sessions_on_it() -> int:
+            await policy.all_held.wait()
+            states = {s.url: s for s in await fleet.replica_states()}
+            open_on_victim = states[victim.url].open_sessions
+            assert open_on_victim, states
+            await asyncio.to_thread(_docker, "kill", containers["calc-0"])
+            await _wait_for("the victim's container is gone", lambda: _down(victim.url))
+            policy.released.set()
+            return int(open_on_victim)
+
+        killer = asyncio.ensure_future(kill_the_container_with_sessions_on_it())
+        result = await run(fleet, policy, "test[0:40]", group_size=1, concurrency=concurrency,
+                           on_result=policy.arm_after(8), tasks_from=local)  # fmt: skip
+        open_on_victim = await killer
+        assert result.trajectories is not None
+        trajectories = result.trajectories
+        assert len(trajectories) == 40 and len({t.task_id for t in trajectories}) == 40
+        assert not [t for t in trajectories if t.masked]
+        assert {t.reward for t in trajectories} == {1.0}
+        retried = [t for t in trajectories if t.metrics.retried_errors]
+        assert len(retried) == open_on_victim
+        assert Counter(str(t.metrics.retried_errors) for t in retried) == {
+            str({"replica_lost": 1}): open_on_victim
+        }
+
+        def replaced() -> Any:
+            rows = {s.replica_id: s for s in fleet_status(ray_cluster.address, NS)}
+            row = rows["calc-0"]
+            return row if row.restarts == 1 and row.health == "ok" else None
+
+        back = await _wait_for("calc-0 serving from a replacement container", replaced)
+        assert back.url != victim.url and back.pid == victim.pid  # same actor, new container
+        assert _containers()["calc-0"] != containers["calc-0"]
+    finally:
+        await fleet.aclose()
+        await local.aclose()
+        fleet_down(ray_cluster.address, NS)
+    assert _containers() == {}
