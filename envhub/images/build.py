@@ -123,8 +123,8 @@ def plan_env_image(env: str) -> BuildPlan:
         base_tag, _RUNTIME_DOCKERFILE, envhub.version, envhub_digest, *envhub.requires
     )
     tag = f"envhub/{env}:" + _hash(
-        runtime_tag, _ENV_DOCKERFILE, _HEALTH_PROBE, recipe_digest(env), env, plugin.name, plugin.version,
-        plugin_digest, *plugin.requires,
+        runtime_tag, _ENV_DOCKERFILE, _HEALTH_PROBE, recipe_digest(env), env, plugin.name,
+        plugin.version, plugin_digest, *plugin.requires,
     )  # fmt: skip
     return BuildPlan(
         env, tag, runtime_tag, base_tag, recipe, envhub, plugin, envhub_digest, plugin_digest

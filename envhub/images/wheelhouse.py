@@ -92,7 +92,7 @@ def envhub_source(extras: Iterable[str] = ("server",)) -> Source:
             f"envhub image build needs envhub installed from a source checkout "
             f"(pip install -e); {root} has no pyproject.toml"
         )
-    from setuptools.config.pyprojecttoml import read_configuration
+    from setuptools.config.pyprojecttoml import read_configuration  # type: ignore[import-untyped]
 
     meta = read_configuration(pyproject, expand=False)
     package_dirs = meta.get("tool", {}).get("setuptools", {}).get("package-dir", {})
