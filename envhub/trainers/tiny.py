@@ -14,14 +14,13 @@ anything useful: use a real checkpoint for training.
 from __future__ import annotations
 
 import functools
-import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from envhub.cache import build_once
 from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient
+from envhub.tokenizers import load_tokenizer
 
 __all__ = ["SMOLLM2_GGUF", "smollm2_gguf_path", "smollm2_tokenizer", "tiny_llama"]
 
@@ -46,26 +45,10 @@ def _qwen25_template() -> str:
         raise InvalidRequest("the tiny model's chat template needs `pip install trl`") from None
 
 
-def _cache_dir(gguf: Path) -> Path:
-    """Where the tokenizer converted from ``gguf`` is kept (keyed by the file's size and
-    mtime): parsing the GGUF takes 10-30 s of CPU, loading the saved tokenizer well under 1 s."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    stat = gguf.stat()
-    return root / "envhub" / f"smollm2-tokenizer-{stat.st_size}-{int(stat.st_mtime)}"
-
-
 @functools.lru_cache(maxsize=1)
 def _load_tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    path = smollm2_gguf_path()
-
-    def convert(tmp: Path) -> None:
-        gguf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        gguf.save_pretrained(str(tmp))
-
-    # once per machine, however many processes start at once (envhub.cache.build_once)
-    tokenizer = AutoTokenizer.from_pretrained(str(build_once(_cache_dir(path), convert)))
+    # converted from the GGUF once per machine, however many processes start at once
+    tokenizer = load_tokenizer(smollm2_gguf_path())
     tokenizer.chat_template = _qwen25_template()
     tokenizer.padding_side = "left"  # what TRL's GRPOTrainer requires
     return tokenizer
