@@ -144,7 +144,9 @@ def rollout_command(
     base_url: Annotated[
         list[str] | None, typer.Option("--base-url", help="OpenAI-compatible base URL (repeatable)")
     ] = None,
-    policy: Annotated[str, typer.Option(help="openai | litellm | reference")] = "openai",
+    policy: Annotated[
+        str, typer.Option(help="openai | tito (token-in/token-out) | litellm | reference")
+    ] = "openai",
     tasks: Annotated[
         str | None,
         typer.Option(help="SPLIT, [SPLIT]START:END, or ID,ID,... (default: the test split)"),
@@ -201,6 +203,21 @@ def rollout_command(
         str, typer.Option(help="response header in which the model server reports the weight "
                           "version it serves, recorded on each turn ('': none)")
     ] = "",
+    tokenizer: Annotated[
+        str | None, typer.Option(help="tito: the model's tokenizer (a model directory or a "
+                                 ".gguf file)")
+    ] = None,
+    chat_template: Annotated[
+        Path | None, typer.Option(help="tito: a Jinja chat template replacing the tokenizer's")
+    ] = None,
+    tito_backend: Annotated[
+        str, typer.Option(help="tito: the server kind: llama.cpp (/completion at the server's "
+                          "root URL) | vllm (/v1/completions) | sglang (/generate)")
+    ] = "llama.cpp",
+    tool_parser: Annotated[
+        str, typer.Option(help="tito: how tool calls are read from the sampled text: hermes | "
+                          "llama3_json")
+    ] = "hermes",
     max_env_attempts: Annotated[
         int, typer.Option(help="tries of an episode whose environment fails, then masked")
     ] = 3,
@@ -243,7 +260,7 @@ def rollout_command(
             "operator's (envhub serve --sandbox): drop --sandbox"
         )
     env_opts = env_options([env], env_arg, sandbox)[0]
-    if policy == "openai" and not base_url:
+    if policy in ("openai", "tito") and not base_url:
         raise _fail(NO_MODEL_HINT)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     options: dict[str, Any] = {}
@@ -252,6 +269,19 @@ def rollout_command(
             "api_key": api_key,
             "token_ids": token_ids,
             "weight_version_header": weight_version_header or None,
+            "request_timeout_s": request_timeout,
+            "endpoint_concurrency": endpoint_concurrency,
+            "routing": routing,
+            "sticky_max_outstanding": sticky_max_outstanding,
+            "session_header": session_header or None,
+        }
+    elif policy == "tito":
+        options = {
+            "tokenizer": tokenizer,
+            "chat_template": chat_template,
+            "backend": tito_backend,
+            "tool_parser": tool_parser,
+            "api_key": api_key,
             "request_timeout_s": request_timeout,
             "endpoint_concurrency": endpoint_concurrency,
             "routing": routing,

@@ -1,12 +1,15 @@
 """Policies: what produces the assistant messages of an episode.
 
 ``openai`` (OpenAI-compatible endpoints, load-balanced, token ids where the server
-returns them), ``litellm`` (any litellm provider) and ``reference`` (gold-action replay).
+returns them), ``tito`` (token-in/token-out: envhub renders and extends the prompt ids
+itself, :mod:`envhub.policies.tito`), ``litellm`` (any litellm provider) and
+``reference`` (gold-action replay).
 Policy modules load on first use, so importing this package costs nothing.
 """
 
 from __future__ import annotations
 
+import os
 from importlib import import_module
 from typing import Any
 
@@ -28,6 +31,7 @@ __all__ = [
     "ReferencePolicy",
     "RetryPolicy",
     "SamplingParams",
+    "TitoPolicy",
     "make_policy",
 ]
 
@@ -36,9 +40,10 @@ _LAZY = {
     "LiteLLMPolicy": "envhub.policies.litellm_policy",
     "ReferencePolicy": "envhub.policies.reference",
     "NoopPolicy": "envhub.policies.reference",
+    "TitoPolicy": "envhub.policies.tito",
 }
 
-POLICY_KINDS = ("openai", "litellm", "reference")
+POLICY_KINDS = ("openai", "tito", "litellm", "reference")
 
 
 def make_policy(
@@ -49,7 +54,11 @@ def make_policy(
     sampling: SamplingParams | None = None,
     **options: Any,
 ) -> Policy:
-    """Build a policy by kind; ``options`` go to its constructor (e.g. ``api_key``)."""
+    """Build a policy by kind; ``options`` go to its constructor (e.g. ``api_key``).
+
+    ``tito`` takes ``tokenizer``: a tokenizer object, or a model directory or GGUF file
+    loaded with :func:`envhub.tokenizers.load_tokenizer` (and ``chat_template``, a Jinja
+    file replacing its template)."""
     urls = list(base_urls or [])
     if kind == "reference":
         from envhub.policies.reference import ReferencePolicy
@@ -63,6 +72,8 @@ def make_policy(
         from envhub.policies.openai_compat import OpenAIPolicy
 
         return OpenAIPolicy(model, urls, sampling=sampling, **options)
+    if kind == "tito":
+        return _tito_policy(model, urls, sampling, options)
     if kind == "litellm":
         if len(urls) > 1:
             raise InvalidRequest("the litellm policy takes at most one --base-url (api_base)")
@@ -72,6 +83,26 @@ def make_policy(
             model, base_url=urls[0] if urls else None, sampling=sampling, **options
         )
     raise InvalidRequest(f"unknown policy {kind!r}; choose one of {', '.join(POLICY_KINDS)}")
+
+
+def _tito_policy(
+    model: str, urls: list[str], sampling: SamplingParams | None, options: dict[str, Any]
+) -> Policy:
+    if not urls:
+        raise InvalidRequest("the tito policy needs at least one --base-url")
+    tokenizer = options.pop("tokenizer", None)
+    chat_template = options.pop("chat_template", None)
+    if tokenizer is None:
+        raise InvalidRequest("the tito policy needs the model's tokenizer (--tokenizer)")
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from envhub.tokenizers import load_tokenizer
+
+        tokenizer = load_tokenizer(tokenizer, chat_template=chat_template)
+    elif chat_template is not None:
+        raise InvalidRequest("chat_template goes with a tokenizer path, not a tokenizer object")
+    from envhub.policies.tito import TitoPolicy
+
+    return TitoPolicy(model, urls, tokenizer, sampling=sampling, **options)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,173 @@
+"""Token-in/token-out requests for each inference server: the request body for a prompt
+given as token ids, and the sampled ids and logprobs read from the reply.
+
+Each server names things its own way (checked against their documentation and source):
+
+- llama.cpp's ``llama-server``: ``POST /completion`` with ``prompt`` as an array of ids,
+  ``return_tokens`` for the sampled ids (``tokens``; an end-of-generation token the model
+  sampled is included) and ``n_probs: 1`` for ``completion_probabilities[i].logprob`` (the
+  model's log-softmax, before the sampler chain). Its sampler defaults (top-k 40, min-p
+  0.05) are switched off so that ``temperature``/``top_p`` mean what they mean on vLLM.
+  ``stop_type`` is ``eos``, ``limit`` or ``word``.
+- vLLM: ``POST /v1/completions`` with ``prompt`` as a list of ids, ``return_token_ids``
+  (``choices[0].token_ids``, ``choices[0].prompt_token_ids``) and ``logprobs: 0`` (only
+  the sampled token's, ``choices[0].logprobs.token_logprobs``).
+- SGLang: ``POST /generate`` with ``input_ids`` and ``return_logprob``; the sampled ids
+  and their logprobs are ``meta_info.output_token_logprobs`` (``[logprob, id, text]``
+  each; ``output_ids`` where logprobs are absent), ``meta_info.finish_reason.type`` is
+  ``stop``/``length``/``abort``.
+
+Replies become a :class:`~envhub.trainers.token_policy.Sample` (``finished`` is false
+when the token limit cut the completion). A backend is stateless: the policy sends the
+body to the ``path`` below an endpoint's base URL, through its endpoint pool, and hands
+the parsed JSON back to :meth:`parse`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from envhub.errors import InvalidRequest, PolicyError, TransientPolicyError
+from envhub.policies.base import SamplingParams
+from envhub.trainers.token_policy import Sample
+
+__all__ = [
+    "TITO_BACKENDS",
+    "LlamaCppBackend",
+    "SGLangBackend",
+    "TitoBackend",
+    "VLLMBackend",
+    "tito_backend",
+]
+
+
+class TitoBackend(Protocol):
+    """The request body and reply parsing of one server kind (module docstring)."""
+
+    name: str
+    path: str
+
+    def body(self, model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
+        ...
+
+    def parse(self, data: Any) -> Sample: ...
+
+
+def _reply_error(backend: str, detail: str, data: Any) -> PolicyError:
+    return PolicyError(f"{backend} reply {detail}: {str(data)[:300]}")
+
+
+def _logprobs(values: list[Any], expected: int, backend: str, data: Any) -> list[float] | None:
+    """Logprobs as floats, one per sampled id, or ``None`` if the server sent none."""
+    if not values:
+        return None
+    if len(values) != expected:
+        raise _reply_error(backend, f"has {len(values)} logprobs for {expected} tokens", data)
+    return [float(v) for v in values]
+
+
+class LlamaCppBackend:
+    """llama.cpp ``llama-server`` ``/completion`` (base URL without ``/v1``)."""
+
+    name = "llama.cpp"
+    path = "/completion"
+
+    def body(self, model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": prompt_ids,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": 0,
+            "min_p": 0.0,
+            "repeat_penalty": 1.0,
+            "n_predict": -1 if sampling.max_tokens is None else sampling.max_tokens,
+            "return_tokens": True,
+            "n_probs": 1,
+            "cache_prompt": True,
+        }
+        body.update(sampling.extra)
+        return body
+
+    def parse(self, data: Any) -> Sample:
+        if not isinstance(data, dict) or not isinstance(data.get("tokens"), list):
+            raise _reply_error(self.name, "has no token ids (return_tokens)", data)
+        ids = [int(t) for t in data["tokens"]]
+        probs = data.get("completion_probabilities") or []
+        logprobs = _logprobs([p.get("logprob") for p in probs], len(ids), self.name, data)
+        return Sample(ids, logprobs, finished=data.get("stop_type") != "limit")
+
+
+class VLLMBackend:
+    """vLLM ``/v1/completions`` (base URL ending in ``/v1``)."""
+
+    name = "vllm"
+    path = "/completions"
+
+    def body(self, model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
+        return {
+            "model": model,
+            "prompt": prompt_ids,
+            **sampling.to_request(),
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+
+    def parse(self, data: Any) -> Sample:
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices:
+            raise _reply_error(self.name, "has no choices", data)
+        choice = choices[0]
+        if not isinstance(choice.get("token_ids"), list):
+            raise _reply_error(self.name, "has no token ids (return_token_ids)", data)
+        ids = [int(t) for t in choice["token_ids"]]
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        finished = choice.get("finish_reason") != "length"
+        return Sample(ids, _logprobs(logprobs, len(ids), self.name, data), finished)
+
+
+class SGLangBackend:
+    """SGLang ``/generate`` (the server's root URL, no ``/v1``)."""
+
+    name = "sglang"
+    path = "/generate"
+
+    def body(self, model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
+        params: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p}
+        if sampling.max_tokens is not None:
+            params["max_new_tokens"] = sampling.max_tokens
+        params.update(sampling.extra)
+        return {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
+
+    def parse(self, data: Any) -> Sample:
+        meta = data.get("meta_info") if isinstance(data, dict) else None
+        if not isinstance(meta, dict):
+            raise _reply_error(self.name, "has no meta_info", data)
+        entries = meta.get("output_token_logprobs") or []
+        if entries:
+            ids = [int(entry[1]) for entry in entries]
+            logprobs: list[float] | None = [float(entry[0]) for entry in entries]
+        elif isinstance(data.get("output_ids"), list):
+            ids, logprobs = [int(t) for t in data["output_ids"]], None
+        else:
+            raise _reply_error(self.name, "has no token ids (return_logprob)", data)
+        reason = meta.get("finish_reason")
+        kind = reason.get("type") if isinstance(reason, dict) else reason
+        if kind == "abort":  # the server dropped it (e.g. a weight update): ask again
+            raise TransientPolicyError(f"{self.name}: the request was aborted: {reason}")
+        return Sample(ids, logprobs, finished=kind != "length")
+
+
+TITO_BACKENDS: dict[str, type[TitoBackend]] = {
+    "llama.cpp": LlamaCppBackend,
+    "vllm": VLLMBackend,
+    "sglang": SGLangBackend,
+}
+
+
+def tito_backend(name: str) -> TitoBackend:
+    """The backend called ``name`` (``--tito-backend``)."""
+    try:
+        return TITO_BACKENDS[name]()
+    except KeyError:
+        known = ", ".join(TITO_BACKENDS)
+        raise InvalidRequest(f"unknown TITO backend {name!r}; choose one of {known}") from None
