@@ -2,12 +2,18 @@
 
 Every page is HTML with inline CSS and SVG; the only script is the live poll of
 ``/api/poll``, which answers from the indexes (each call reads only the bytes appended
-to the files since the last one). Errors are pages with a code and the HTTP status that
-fits it; ``/api/*`` errors are ``{"error": {"code", "message"}}``.
+to the files since the last one). While the app runs, a thread reads big files to their
+end and follows appended lines (:meth:`~envhub.view.catalog.Catalog.follow`). Errors are
+pages with a code and the HTTP status that fits it; ``/api/*`` errors are
+``{"error": {"code", "message"}}``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, cast, get_args
 
 from fastapi import FastAPI, Request
@@ -50,14 +56,29 @@ def _episode_query(request: Request) -> tuple[EpisodeFilter, EpisodeOrder, int]:
 
 def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
     """The app over ``catalog``; ``decoder`` turns token ids into text (default: ids)."""
-    app = FastAPI(title="envhub view", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @asynccontextmanager
+    async def follow_files(app: FastAPI) -> AsyncIterator[None]:
+        stop = threading.Event()
+        follower = threading.Thread(
+            target=catalog.follow, args=(stop.is_set,), name="envhub-view-follow", daemon=True
+        )
+        follower.start()
+        yield
+        stop.set()
+        await asyncio.to_thread(follower.join, 10)
+
+    app = FastAPI(
+        title="envhub view", docs_url=None, redoc_url=None, openapi_url=None,
+        lifespan=follow_files,
+    )  # fmt: skip
     decoded = decoder is not None
     decode = decoder or decode_ids
 
     def page(template: str, context: dict[str, Any], live: bool = True) -> HTMLResponse:
         if live:
             context["poll_url"] = "/api/poll"
-            context["version"] = _version(catalog)
+            context["version"] = _version(_states(catalog, refresh=False))
         return HTMLResponse(render(template, links=_LINKS, **context))
 
     @app.exception_handler(EnvhubError)
@@ -114,7 +135,8 @@ def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
     @app.get("/api/poll")
     def poll() -> dict[str, Any]:
         """What changed since a page was drawn: the pages reload when ``version`` differs."""
-        return {"version": _version(catalog), "runs": _states(catalog)}
+        states = _states(catalog, refresh=True)
+        return {"version": _version(states), "runs": states}
 
     @app.get("/api/runs/{run}/episodes")
     def episodes_json(request: Request, run: int) -> dict[str, Any]:
@@ -134,19 +156,26 @@ def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
     return app
 
 
-def _states(catalog: Catalog) -> list[dict[str, Any]]:
+def _states(catalog: Catalog, *, refresh: bool) -> list[dict[str, Any]]:
     states: list[dict[str, Any]] = []
     for entry in catalog.runs:
         try:
-            state = catalog.index(entry.number).state()
+            state = catalog.index(entry.number, refresh=refresh).state()
         except EnvhubError as exc:
             states.append(
                 {"path": str(entry.path), "error": {"code": exc.code, "message": str(exc)}}
             )
             continue
-        states.append({"path": str(entry.path), **vars(state), "version": state.version})
+        states.append(
+            {
+                "path": str(entry.path),
+                **vars(state),
+                "version": state.version,
+                "behind": state.behind,
+            }
+        )
     return states
 
 
-def _version(catalog: Catalog) -> str:
-    return ";".join(s.get("version") or s["error"]["code"] for s in _states(catalog))
+def _version(states: list[dict[str, Any]]) -> str:
+    return ";".join(s.get("version") or s["error"]["code"] for s in states)

@@ -1,11 +1,18 @@
 """The runs one viewer shows: each path given on the command line, its index (opened
 lazily, and retried while the file is missing or unreadable, so a run that has not
 started writing yet appears once it does) and its statistics (recomputed only when the
-index changed)."""
+index changed).
+
+Indexes are read in chunks of :data:`CHUNK_BYTES`: each page request reads at most one
+chunk before answering, and :meth:`Catalog.follow` (a thread of the web app) reads the
+rest and whatever is appended later, so the first page of a big file comes at once and
+says how much of the file it covers."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +20,9 @@ from envhub.errors import EnvhubError, InvalidRequest
 from envhub.view.index import RunIndex
 from envhub.view.stats import RunStats, run_stats
 
-__all__ = ["Catalog", "RunEntry"]
+__all__ = ["CHUNK_BYTES", "Catalog", "RunEntry"]
+
+CHUNK_BYTES = 4 << 20
 
 
 @dataclass(eq=False)
@@ -41,6 +50,7 @@ class Catalog:
             return
         try:
             entry.index = RunIndex(entry.path, self.cache_dir)
+            entry.index.refresh(CHUNK_BYTES)
             entry.error = None
         except EnvhubError as exc:
             entry.error = exc
@@ -56,18 +66,20 @@ class Catalog:
             self._open(entry)
         return entry
 
-    def index(self, number: int) -> RunIndex:
-        """The run's index, refreshed with whatever was appended since the last call."""
+    def index(self, number: int, *, refresh: bool = True) -> RunIndex:
+        """The run's index; with ``refresh``, after reading (at most one chunk of) what
+        was appended since the last look."""
         entry = self.entry(number)
         if entry.index is None:
             assert entry.error is not None
             raise entry.error
-        entry.index.refresh()
+        if refresh:
+            entry.index.refresh(CHUNK_BYTES)
         return entry.index
 
     def stats(self, number: int, *, detail: bool = True) -> RunStats:
         """See :func:`~envhub.view.stats.run_stats`; recomputed when the index changed."""
-        index = self.index(number)
+        index = self.index(number, refresh=False)
         entry = self.runs[number]
         version = index.state().version
         with self._lock:
@@ -76,6 +88,25 @@ class Catalog:
                 stats = run_stats(index, success_threshold=self.success_threshold, detail=detail)
                 cached = entry._stats[detail] = (version, stats)
             return cached[1]
+
+    def follow(self, stopped: Callable[[], bool], interval_s: float = 0.5) -> None:
+        """Until ``stopped()``: read every file to its end, then what is appended to it."""
+        while not stopped():
+            busy = False
+            for entry in self.runs:
+                try:
+                    index = self.index(entry.number)
+                except EnvhubError:
+                    continue
+                busy = busy or index.state().behind
+            if not busy:
+                time.sleep(interval_s)
+
+    def read_all(self, number: int) -> RunIndex:
+        """The run's index with the whole file read (for a report)."""
+        index = self.index(number)
+        index.refresh()
+        return index
 
     def close(self) -> None:
         for entry in self.runs:

@@ -16,6 +16,10 @@ indexed as usual. As in a resumed run's file, the latest record of a (task_id,
 sample_index) replaces the earlier ones (:func:`envhub.trajectory.latest_records`):
 earlier rows are kept but marked superseded and left out of every query.
 
+A refresh may be bounded (``max_bytes``) and the index committed after each one, so a
+viewer answers pages while a big file is still being read (the pages say how far it
+got) instead of making the first page wait for the whole file.
+
 The index lives in ``cache_dir`` under a name derived from the file's absolute path;
 it is rebuilt when :data:`INDEX_FORMAT` changes.
 """
@@ -91,6 +95,12 @@ class IndexState:
     indexed_bytes: int
     pending_bytes: int  # an unfinished last line: torn, or still being written
     generation: int  # bumped when the file was replaced and indexed again
+    file_bytes: int  # the file's size when last looked at
+
+    @property
+    def behind(self) -> bool:
+        """Whether complete lines are still waiting to be indexed (a big file being read)."""
+        return self.indexed_bytes + self.pending_bytes < self.file_bytes
 
     @property
     def version(self) -> str:
@@ -138,7 +148,6 @@ class RunIndex:
         self.index_path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = self._connect()
-        self.refresh()
 
     # -- building -------------------------------------------------------------------------
 
@@ -170,16 +179,19 @@ class RunIndex:
             "INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in values.items()]
         )
 
-    def refresh(self) -> bool:
-        """Index what was appended since the last call; True when anything changed."""
+    def refresh(self, max_bytes: int | None = None) -> bool:
+        """Index what was appended since the last call, or its next ``max_bytes`` (then
+        :attr:`IndexState.behind` says more is waiting); True when anything changed.
+
+        Opening a :class:`RunIndex` reads nothing: the first refresh does."""
         with self._lock, locked(self.index_path):
             try:
                 with open(self.path, "rb") as fh:
-                    return self._follow(fh, os.fstat(fh.fileno()))
+                    return self._follow(fh, os.fstat(fh.fileno()), max_bytes)
             except FileNotFoundError:
                 return False  # replaced right now (compaction): the next refresh sees it
 
-    def _follow(self, fh: Any, stat: os.stat_result) -> bool:
+    def _follow(self, fh: Any, stat: os.stat_result, max_bytes: int | None) -> bool:
         start = int(self._meta("indexed_bytes", "0"))
         head_len = int(self._meta("head_len", "0"))
         head = fh.read(head_len) if head_len else b""
@@ -198,8 +210,9 @@ class RunIndex:
             self._set_meta(generation=generation)
             self._db.execute("COMMIT")
             start = 0
-        if start == stat.st_size and head_len >= min(stat.st_size, _HEAD_BYTES) and same_file:
-            return False
+        pending = int(self._meta("pending_bytes", "0")) if same_file else 0
+        if same_file and start + pending == stat.st_size and head_len >= min(start, _HEAD_BYTES):
+            return False  # nothing appended (an unfinished last line is not read again)
         fh.seek(start)
         line = int(self._meta("lines", "0"))
         self._db.execute("BEGIN")
@@ -217,12 +230,15 @@ class RunIndex:
             offset += len(raw)
             if len(rows) >= _BATCH:
                 self._insert(rows)
+            if max_bytes is not None and offset - start >= max_bytes:
+                break
         self._insert(rows)
         self._supersede(last_id)
         head_len = min(offset + pending, _HEAD_BYTES)
         fh.seek(0)
         self._set_meta(
             indexed_bytes=offset, pending_bytes=pending, lines=line, inode=stat.st_ino,
+            file_bytes=max(stat.st_size, offset + pending),
             head_len=head_len, head_sha1=hashlib.sha1(fh.read(head_len)).hexdigest(),
         )  # fmt: skip
         self._db.execute("COMMIT")
@@ -277,6 +293,7 @@ class RunIndex:
                 indexed_bytes=int(self._meta("indexed_bytes", "0")),
                 pending_bytes=int(self._meta("pending_bytes", "0")),
                 generation=int(self._meta("generation", "0")),
+                file_bytes=int(self._meta("file_bytes", "0")),
             )
 
     def memo(self, key: str, compute: Callable[[], str]) -> str:

@@ -46,6 +46,7 @@ def runs_context(catalog: Catalog) -> dict[str, Any]:
         catalog.entry(entry.number)  # retries a file that was missing
         row: dict[str, Any] = {"number": entry.number, "path": entry.path, "error": entry.error}
         if entry.index is not None:
+            catalog.index(entry.number)  # reads what was appended
             row["stats"] = catalog.stats(entry.number, detail=False)
             row["state"] = entry.index.state()
         rows.append(row)
@@ -162,6 +163,7 @@ class CompareRow:
 
 def compare_context(catalog: Catalog, a: int, b: int) -> dict[str, Any]:
     """Per task, the mean reward of A and of B over their scored samples."""
+    catalog.index(a), catalog.index(b)  # read what was appended
     tasks_a = {t.task_id: t for t in catalog.stats(a).tasks}
     tasks_b = {t.task_id: t for t in catalog.stats(b).tasks}
     common = sorted(tasks_a.keys() & tasks_b.keys())

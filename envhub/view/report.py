@@ -36,7 +36,7 @@ def write_report(
     """
     catalog = Catalog([run_path], cache_dir, success_threshold=success_threshold)
     try:
-        index = catalog.index(0)
+        index = catalog.read_all(0)
         context = pages.run_context(catalog, 0)
         decode = decoder or decode_ids
         scored = EpisodeFilter(masked=False)

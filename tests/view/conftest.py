@@ -104,7 +104,7 @@ class Viewer:
 @pytest.fixture(scope="session")
 def viewer(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Viewer]:
     catalog = Catalog(runs.all(), tmp_path_factory.mktemp("view-cache"))
-    with ThreadedUvicorn(create_app(catalog)) as server:
+    with ThreadedUvicorn(create_app(catalog), lifespan="on") as server:  # follows the files
         yield Viewer(server.url, catalog, runs)
     catalog.close()
 

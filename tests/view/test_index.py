@@ -5,6 +5,7 @@ offset, a replaced one is indexed again; bad lines are named and the rest indexe
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import httpx
@@ -34,17 +35,24 @@ def test_a_big_file_pages_and_filters_from_the_index_alone(
 ) -> None:
     path, cache = big
     index = RunIndex(path, cache)
+    assert index.state().episodes == 0  # opening reads nothing
+    assert index.refresh(max_bytes=4 << 20)  # a bounded read, as a page request does
+    assert index.state().behind and 0 < index.state().episodes < BIG
+    assert index.refresh()
     assert index.state().episodes == BIG and index.state().problems == 0
+    assert not index.state().behind
 
     parsed: list[int] = []
     original = index_module._parse
 
     def counting(raw: bytes) -> object:
-        parsed.append(len(raw))
+        if threading.current_thread() is threading.main_thread():  # not a viewer's follower
+            parsed.append(len(raw))
         return original(raw)
 
     monkeypatch.setattr(index_module, "_parse", counting)
     again = RunIndex(path, cache)  # a second viewer: the index on disk, nothing re-read
+    assert not again.refresh()
     assert again.state().episodes == BIG and parsed == []
 
     first = again.page(limit=50)
@@ -82,6 +90,7 @@ def test_growing_replaced_and_repeated_records(tmp_path: Path) -> None:
     encoded = [orjson.dumps(r) + b"\n" for r in lines]
     path.write_bytes(encoded[0])
     index = RunIndex(path, tmp_path / "cache")
+    index.refresh()
     assert index.state().episodes == 1
     with open(path, "ab") as fh:
         fh.write(encoded[1][:10])
@@ -179,3 +188,25 @@ def test_truncation_markers_and_non_json_arguments_are_marked(
     catalog.close()
     assert '<mark class="trunc">[truncated 5000 chars]</mark>' in html
     assert "arguments are not JSON" in html and "{not json" in html
+
+
+def test_pages_answer_while_a_big_file_is_still_being_indexed(tmp_path: Path) -> None:
+    from envhub.view.app import create_app
+    from envhub.view.catalog import CHUNK_BYTES, Catalog
+    from tests.rollout.scripted_server import ThreadedUvicorn
+
+    path = tmp_path / "run.jsonl"
+    big_run(path, 20_000)
+    assert path.stat().st_size > 2 * CHUNK_BYTES  # more than the open and one request read
+    catalog = Catalog([path], tmp_path / "cache")  # reads one chunk
+    with ThreadedUvicorn(create_app(catalog)) as server:  # no follower thread: requests read
+        page = httpx.get(f"{server.url}/runs/0").text
+        assert 'id="indexing"' in page and "% indexed" in page
+        shown = int(page.split('id="episodes">')[1].split("<")[0])
+        assert 0 < shown < 20_000
+        for _ in range(10):
+            if not httpx.get(f"{server.url}/api/poll").json()["runs"][0]["behind"]:
+                break
+        page = httpx.get(f"{server.url}/runs/0").text
+    catalog.close()
+    assert 'id="indexing"' not in page and 'id="episodes">20000<' in page
