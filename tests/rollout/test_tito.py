@@ -410,8 +410,8 @@ def test_rollout_cli_runs_tito_from_a_gguf_tokenizer(
     result = CliRunner().invoke(
         app,
         [
-            "rollout", "calc", "--policy", "tito", "--model", "scripted",
-            "--base-url", f"{url}/v1", "--tito-backend", "vllm",
+            "rollout", "calc", "--env-arg", "num_tasks=4", "--policy", "tito",
+            "--model", "scripted", "--base-url", f"{url}/v1", "--tito-backend", "vllm",
             "--tokenizer", str(smollm2_gguf_path()), "--chat-template", str(template),
             "--tool-parser", "hermes", "--tasks", "0:1", "--max-turns", "6",
             "--temperature", "0.5", "--output", str(out),
