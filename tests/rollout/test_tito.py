@@ -11,6 +11,7 @@ and that the trainer rows are the recorded ids with no tokenizer call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -38,7 +39,7 @@ from envhub.toolcalls import (
     tool_parser,
 )
 from envhub.trainers.grpo import build_batch
-from envhub.trainers.tokens import trajectory_rows
+from envhub.trainers.tokens import template_message, trajectory_rows
 from envhub.trajectory import Trajectory, read_trajectories
 from tests.rollout.helpers import FAST_RETRY
 
@@ -67,11 +68,12 @@ class _Model:
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
+        self.script = SCRIPT
         self.requests: list[tuple[str, dict[str, Any], dict[str, str]]] = []
 
     def sample(self, prompt: list[int]) -> tuple[list[int], list[float]]:
         turn = self.tokenizer.decode(prompt).count("<|im_start|>assistant") - 1
-        ids = self.tokenizer.encode(SCRIPT[turn], add_special_tokens=False)
+        ids = self.tokenizer.encode(self.script[turn], add_special_tokens=False)
         ids.append(self.tokenizer.eos_token_id)  # the model ends its turn itself
         return ids, [-0.25 - 0.001 * i for i in range(len(ids))]
 
@@ -210,6 +212,7 @@ async def test_turns_extend_the_sampled_ids_on_each_backend(
 ) -> None:
     url, model = server
     model.requests.clear()
+    model.script = SCRIPT
     trajectory = await _episode(calc, _policy(url, backend, tokenizer))
 
     assert not trajectory.masked, trajectory.error
@@ -276,6 +279,49 @@ async def test_turns_extend_the_sampled_ids_on_each_backend(
         [trajectory], drop_zero_variance=False, pad_token_id=0, return_tensors=None
     )
     assert batch.input_ids[0][: len(sequence)] == sequence
+
+
+def _call(name: str, **arguments: Any) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+async def test_user_turns_extend_the_ids_and_new_tools_render_afresh(
+    server: tuple[str, _Model], tokenizer: Any
+) -> None:
+    from tests.core.user_turn_envs import ENV_ID, QUESTIONS
+
+    url, model = server
+    model.script = [  # the scripted user adds `multiply` with the third question
+        _call("add", a=2, b=3), "5", _call("add", a=5, b=10), "15",
+        _call("multiply", a=15, b=4), "60",
+    ]  # fmt: skip
+    env = LocalEnvironment(ENV_ID)
+    runner = EpisodeRunner(env, _policy(url, "sglang", tokenizer))
+    try:
+        trajectory = await runner.run(EpisodeSpec("chat-0", 0, "g0"))
+    finally:
+        await runner.policy.aclose()
+    assert not trajectory.masked, trajectory.error
+    assert trajectory.reward == 1.0
+    turns = trajectory.turns
+    assert [t.prefix_ok for t in turns] == [None, True, True, True, False, True]
+    # a user turn follows the sampled end-of-turn token with the template's markers only
+    head = (turns[1].prompt_token_ids or []) + (turns[1].completion_token_ids or [])
+    assert tokenizer.decode((turns[2].prompt_token_ids or [])[len(head) :]) == (
+        f"\n<|im_start|>user\n{QUESTIONS[1]}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # new tools: the template renders them at the top, so that turn's prompt is rendered
+    fresh = tokenizer.apply_chat_template(
+        [template_message(m) for m in trajectory.messages[: turns[4].message_index]],
+        tools=turns[4].tools,
+        add_generation_prompt=True, tokenize=True, return_dict=False,
+    )  # fmt: skip
+    assert turns[4].tools and turns[4].prompt_token_ids == list(fresh)
+    rows = trajectory_rows(trajectory, tokenizer=_NoTokenizer())
+    assert [len(r) for r in rows] == [
+        len((t.prompt_token_ids or []) + (t.completion_token_ids or []))
+        for t in (turns[3], turns[5])
+    ]
 
 
 async def test_context_overflow_and_missing_episode_state(
