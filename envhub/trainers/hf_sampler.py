@@ -11,7 +11,11 @@ real throughput serve the model with vLLM or SGLang and use the ``openai`` polic
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import threading
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 from envhub.trainers.token_policy import Sample, TokenPolicy
@@ -21,10 +25,22 @@ __all__ = ["HFSampler", "transformers_policy"]
 
 class HFSampler:
     """Samples a completion for prompt ids; logprobs are taken from the processed
-    (temperature-scaled) distribution each token was drawn from."""
+    (temperature-scaled) distribution each token was drawn from.
+
+    With ``seed``, a sample is a function of the weights, the seed, the prompt and how
+    many times that prompt was sampled before, not of the order in which concurrent
+    episodes take the lock: a run with many episodes in flight is reproducible (the
+    members of a GRPO group share a prompt and draw different samples, whichever of them
+    asks first)."""
 
     def __init__(
-        self, lm: Any, tokenizer: Any, *, max_new_tokens: int = 64, temperature: float = 1.0
+        self,
+        lm: Any,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 1.0,
+        seed: int | None = None,
     ) -> None:
         self.lm = lm
         self.eos = tokenizer.eos_token_id
@@ -32,6 +48,8 @@ class HFSampler:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.lock = threading.Lock()
+        self.seed = seed
+        self._draws: Counter[bytes] = Counter()  # samples taken per prompt (with ``seed``)
 
     async def __call__(self, prompt_ids: list[int]) -> Sample:
         return await asyncio.to_thread(self._sample, prompt_ids)
@@ -39,7 +57,7 @@ class HFSampler:
     def _sample(self, prompt_ids: list[int]) -> Sample:
         import torch
 
-        with self.lock, torch.no_grad():
+        with self.lock, torch.no_grad(), self._seeded(prompt_ids):
             was_training = self.lm.training
             self.lm.eval()
             try:
@@ -69,6 +87,24 @@ class HFSampler:
             return Sample(ids[:end], logprobs[:end], True)
         return Sample(ids, logprobs, False)
 
+    @contextlib.contextmanager
+    def _seeded(self, prompt_ids: list[int]) -> Iterator[None]:
+        """Draw from a generator seeded by (seed, prompt, draws of that prompt so far);
+        the global torch RNG is left as it was. Called under :attr:`lock`."""
+        if self.seed is None:
+            yield
+            return
+        import torch
+
+        prompt = hashlib.blake2b(repr((self.seed, prompt_ids)).encode(), digest_size=16)
+        key = prompt.digest()
+        draw = self._draws[key]
+        self._draws[key] += 1
+        prompt.update(draw.to_bytes(8, "little"))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int.from_bytes(prompt.digest()[:8], "little"))
+            yield
+
 
 def transformers_policy(
     lm: Any,
@@ -77,9 +113,12 @@ def transformers_policy(
     name: str = "transformers",
     max_new_tokens: int = 64,
     temperature: float = 1.0,
+    seed: int | None = None,
 ) -> tuple[TokenPolicy, HFSampler]:
     """A policy sampling from ``lm`` and its sampler (whose ``lock`` a trainer holds
-    while it updates ``lm``)."""
-    sampler = HFSampler(lm, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature)
+    while it updates ``lm``); ``seed``: see :class:`HFSampler`."""
+    sampler = HFSampler(
+        lm, tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed
+    )
     sampling = {"temperature": temperature, "top_p": 1.0, "max_tokens": max_new_tokens}
     return TokenPolicy(sampler, tokenizer, name=name, sampling=sampling), sampler

@@ -71,3 +71,24 @@ def test_policy_loss_is_the_clipped_surrogate() -> None:
     loss = policy_loss(logprobs, batch)
     loss.backward()
     assert torch.isfinite(loss) and logprobs.grad.abs().sum() > 0
+
+
+def test_a_seeded_sampler_draws_the_same_samples_in_any_call_order(tokenizer: Any) -> None:
+    from envhub.trainers.hf_sampler import HFSampler
+    from envhub.trainers.tiny import tiny_llama
+
+    model = tiny_llama(tokenizer, seed=3)
+    first, second = tokenizer.encode("Ana has 12 apples."), tokenizer.encode("Ben has 7 books.")
+
+    def draws(order: list[list[int]]) -> list[list[int]]:
+        sampler = HFSampler(model, tokenizer, max_new_tokens=6, seed=7)
+        return [asyncio.run(sampler(prompt)).token_ids for prompt in order]
+
+    rng_before = torch.random.get_rng_state()
+    a_first, a_second, a_first_again = draws([first, second, first])
+    b_second, b_first, b_first_again = draws([second, first, first])
+    assert (a_first, a_second, a_first_again) == (b_first, b_second, b_first_again)
+    assert a_first != a_first_again  # a prompt's next draw is a new sample (GRPO groups)
+    assert torch.equal(torch.random.get_rng_state(), rng_before)  # global RNG untouched
+    other_seed = HFSampler(model, tokenizer, max_new_tokens=6, seed=8)
+    assert asyncio.run(other_seed(first)).token_ids != a_first
