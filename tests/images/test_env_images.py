@@ -108,3 +108,46 @@ def test_unchanged_rebuild_is_a_no_op_and_a_new_version_a_new_tag(
     plan = build.plan_env_image("calc")
     assert plan.tag != tag and plan.tag.startswith("envhub/calc:")
     assert plan.runtime_tag == build.plan_env_image("sql").runtime_tag  # shared runtime
+
+
+async def test_a_container_killed_mid_rollout_masks_its_episodes(
+    env_images: dict[str, str],
+) -> None:
+    """Episodes whose server container dies are masked with the reason (retried first,
+    `max_env_attempts`), never scored zero; those finished before keep their reward."""
+    import asyncio
+
+    import envhub
+    from envhub.images.run import start_container, stop_container
+    from envhub.rollout import run
+    from tests.fleet.holding import HoldAtSecondTurn
+
+    container = await asyncio.to_thread(start_container, env_images["calc"], token=TOKEN)
+    client = RemoteEnvironment(container.url, "calc", token=TOKEN, retries=1, backoff_s=0.05)
+    local = envhub.make("calc")
+    policy = HoldAtSecondTurn(4)
+
+    async def kill_with_sessions_open() -> None:
+        await policy.all_held.wait()
+        await asyncio.to_thread(stop_container, container.id)
+        policy.released.set()
+
+    try:
+        killer = asyncio.ensure_future(kill_with_sessions_open())
+        result = await run(client, policy, "test[0:12]", group_size=1, concurrency=4,
+                           on_result=policy.arm_after(4), tasks_from=local,
+                           max_masked_fraction=1.0)  # fmt: skip
+        await killer
+    finally:
+        await client.aclose()
+        await local.aclose()
+        await asyncio.to_thread(stop_container, container.id)
+    assert result.trajectories is not None
+    trajectories = result.trajectories
+    assert len({t.task_id for t in trajectories}) == 12
+    scored = [t for t in trajectories if not t.masked]
+    masked = [t for t in trajectories if t.masked]
+    assert len(scored) == 4 and {t.reward for t in scored} == {1.0}
+    assert len(masked) == 8  # the 4 held at the kill and the 4 never started
+    assert all(t.reward is None and t.error is not None for t in masked)
+    assert all(t.metrics.episode_attempts == 3 for t in masked)  # retried before masking
