@@ -149,25 +149,32 @@ class RolloutStream:
         if self.max_staleness is not None and want > self._ahead():
             raise InvalidRequest(f"a batch of {want} groups exceeds the staleness bound")
         self._end_step()
-        deadline = asyncio.timeout(timeout)
+        filling = asyncio.ensure_future(self._fill(want))
         try:
-            async with deadline:
-                while len(self._partial) < want:
-                    group = await self._next()
-                    if group is None:
-                        break
-                    self._partial.append(group)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # an episode's own error, surfaced by the stream
+            done, _ = await asyncio.wait({filling}, timeout=timeout)
+        finally:
+            if not filling.done():  # timed out, or the caller was cancelled
+                filling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await filling
+        if not done:
             raise StreamTimeout(
                 f"{len(self._partial)} of {want} groups completed within {timeout}s "
                 f"({self.groups_in_flight} running, {self.groups_started} started); "
                 "the collected groups are kept for the next call"
-            ) from None
+            )
+        filling.result()  # the stream's own error, if it failed
         batch, self._partial = self._partial[:want], self._partial[want:]
         self._handed_over += len(batch)
         return batch
+
+    async def _fill(self, want: int) -> None:
+        """Collect completed groups into ``_partial`` (kept if cancelled) up to ``want``."""
+        while len(self._partial) < want:
+            group = await self._next()
+            if group is None:
+                break
+            self._partial.append(group)
 
     async def update_weights(
         self,
