@@ -4,9 +4,12 @@ of the episodes table, and the viewer's peak RSS, for 1k, 10k and 100k trajector
 Each size runs the real CLI (``envhub view FILE --port P``) as a process twice: *cold*
 with an empty index cache (the first open indexes the file) and *warm* (the index is on
 disk). "start→runs" is from process start to the runs page answered, so it includes
-Python start-up, imports and indexing; "runs"/"episodes" are the first request of each
-page alone. Peak RSS is the process's high-water mark (``VmHWM``). Trajectories are
-small synthetic ones (``tests/view/runs.py``: ~700 bytes a line), so the figures measure
+Python start-up, imports and the first 1 MB chunk of indexing (pages answer while the
+rest is read, and say how far it got); "runs"/"episodes"/"run page"/"filter p1000" are
+the first request of each page alone; "all read" is from process start until the whole
+file is indexed, and "run (all)" the run page then (summary, charts of every episode).
+Peak RSS is the process's high-water mark (``VmHWM``). Trajectories are
+small synthetic ones (``tests/view/runs.py``: ~500 bytes a line), so the figures measure
 the viewer, not the disk. Ratios are against the 1k run of the same invocation.
 
     python benchmarks/view_latency.py [--sizes 1000,10000,100000]
@@ -75,13 +78,19 @@ def measure(path: Path, cache: Path) -> dict[str, float]:
         sent = time.perf_counter()
         httpx.get(f"{base}/runs/0/episodes?page=1000&tool=answer", timeout=120).raise_for_status()
         filtered_s = time.perf_counter() - sent
+        while httpx.get(f"{base}/api/poll", timeout=120).json()["runs"][0]["behind"]:
+            time.sleep(0.05)
+        indexed = time.perf_counter() - started
+        sent = time.perf_counter()
+        httpx.get(f"{base}/runs/0", timeout=120).raise_for_status()
+        full_run_s = time.perf_counter() - sent
         rss = _peak_rss_mb(process.pid)
     finally:
         process.terminate()
         process.wait(timeout=30)
     return {
         "start_to_runs": to_runs, "runs": runs_s, "episodes": episodes_s, "run": run_s,
-        "filtered": filtered_s, "rss_mb": rss,
+        "filtered": filtered_s, "indexed": indexed, "full_run": full_run_s, "rss_mb": rss,
     }  # fmt: skip
 
 
@@ -101,7 +110,8 @@ def main() -> None:
             rows.append((size, os.path.getsize(path), cold, warm))
     header = (
         f"{'trajectories':>12} {'file MB':>8} {'mode':>5} {'start→runs':>11} {'runs':>7} "
-        f"{'episodes':>9} {'run page':>9} {'filter p1000':>12} {'peak RSS MB':>11} {'×1k':>6}"
+        f"{'episodes':>9} {'run page':>9} {'filter p1000':>12} {'all read':>9} "
+        f"{'run (all)':>9} {'peak RSS MB':>11} {'×1k':>6}"
     )
     print(header)
     base = {
@@ -115,7 +125,8 @@ def main() -> None:
             print(
                 f"{size:>12} {nbytes / 1e6:>8.1f} {mode:>5} {data['start_to_runs']:>10.2f}s "
                 f"{data['runs']:>6.2f}s {data['episodes']:>8.3f}s {data['run']:>8.2f}s "
-                f"{data['filtered']:>11.3f}s {data['rss_mb']:>11.0f} {ratio:>6.1f}"
+                f"{data['filtered']:>11.3f}s {data['indexed']:>8.2f}s {data['full_run']:>8.2f}s "
+                f"{data['rss_mb']:>11.0f} {ratio:>6.1f}"
             )
 
 

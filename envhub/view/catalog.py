@@ -3,10 +3,11 @@ lazily, and retried while the file is missing or unreadable, so a run that has n
 started writing yet appears once it does) and its statistics (recomputed only when the
 index changed).
 
-Indexes are read in chunks of :data:`CHUNK_BYTES`: each page request reads at most one
-chunk before answering, and :meth:`Catalog.follow` (a thread of the web app) reads the
-rest and whatever is appended later, so the first page of a big file comes at once and
-says how much of the file it covers."""
+Indexes are read in chunks of :data:`CHUNK_BYTES`. Opening reads the first one; then
+:meth:`Catalog.follow` (a thread of the web app) reads the rest and whatever is appended
+later, one chunk at a time so that page queries get the index between chunks. The first
+page of a big file comes at once and says how much of the file it covers. Without a
+follower, each page request reads at most one chunk before answering."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from envhub.view.stats import RunStats, run_stats
 
 __all__ = ["CHUNK_BYTES", "Catalog", "RunEntry"]
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 
 
 @dataclass(eq=False)
@@ -42,6 +43,7 @@ class Catalog:
         self.success_threshold = success_threshold
         self.runs = [RunEntry(i, Path(p)) for i, p in enumerate(paths)]
         self._lock = threading.Lock()
+        self._followed = False
         for entry in self.runs:
             self._open(entry)
 
@@ -73,7 +75,7 @@ class Catalog:
         if entry.index is None:
             assert entry.error is not None
             raise entry.error
-        if refresh:
+        if refresh and not self._followed:
             entry.index.refresh(CHUNK_BYTES)
         return entry.index
 
@@ -90,17 +92,23 @@ class Catalog:
             return cached[1]
 
     def follow(self, stopped: Callable[[], bool], interval_s: float = 0.5) -> None:
-        """Until ``stopped()``: read every file to its end, then what is appended to it."""
-        while not stopped():
-            busy = False
-            for entry in self.runs:
-                try:
-                    index = self.index(entry.number)
-                except EnvhubError:
-                    continue
-                busy = busy or index.state().behind
-            if not busy:
-                time.sleep(interval_s)
+        """Until ``stopped()``: read every file to its end, then what is appended to it
+        (page requests then leave reading to this loop)."""
+        self._followed = True
+        try:
+            while not stopped():
+                busy = False
+                for entry in self.runs:
+                    try:
+                        index = self.index(entry.number, refresh=False)
+                    except EnvhubError:
+                        continue
+                    index.refresh(CHUNK_BYTES)
+                    busy = busy or index.state().behind
+                if not busy:
+                    time.sleep(interval_s)
+        finally:
+            self._followed = False
 
     def read_all(self, number: int) -> RunIndex:
         """The run's index with the whole file read (for a report)."""

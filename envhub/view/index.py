@@ -400,6 +400,16 @@ class RunIndex:
                 f"ORDER BY {key}"
             ).fetchall()
 
+    def reward_by_position(self, buckets: int = 10) -> list[tuple[int, float | None]]:
+        """Mean reward of each ``1/buckets`` of the file in line order (episodes are
+        written as they finish, so this is reward over the run's time)."""
+        with self._lock:
+            return self._db.execute(
+                "SELECT (line - 1) * ? / (SELECT max(line) FROM episodes), avg(reward)"
+                " FROM episodes WHERE superseded=0 GROUP BY 1 ORDER BY 1",
+                (buckets,),
+            ).fetchall()
+
     def by_task(self, success_threshold: float) -> list[tuple[str, int, int, float | None, float]]:
         """(task_id, episodes, scored, mean reward, success rate) per task."""
         with self._lock:

@@ -123,6 +123,13 @@ def _charts(index: RunIndex, summary: RunSummary, tasks: list[TaskStats]) -> dic
             "{:.2f}",
         ),
     }
+    over_time = [
+        (f"{10 * tenth}–{10 * tenth + 10}%", mean)
+        for tenth, mean in index.reward_by_position(10)
+        if mean is not None
+    ]
+    if len(over_time) > 1:
+        drawn["over_time"] = charts.bars(over_time, "mean reward by tenth of the run", "{:.3f}")
     by_version = [
         (f"v{version}", mean)
         for version, mean in index.grouped("policy_version", "avg(reward)")

@@ -204,7 +204,7 @@ def test_pages_answer_while_a_big_file_is_still_being_indexed(tmp_path: Path) ->
         assert 'id="indexing"' in page and "% indexed" in page
         shown = int(page.split('id="episodes">')[1].split("<")[0])
         assert 0 < shown < 20_000
-        for _ in range(10):
+        for _ in range(30):
             if not httpx.get(f"{server.url}/api/poll").json()["runs"][0]["behind"]:
                 break
         page = httpx.get(f"{server.url}/runs/0").text
