@@ -281,6 +281,7 @@ def rollout_command(
             "chat_template": chat_template,
             "backend": tito_backend,
             "tool_parser": tool_parser,
+            "weight_version_header": weight_version_header or None,
             "api_key": api_key,
             "request_timeout_s": request_timeout,
             "endpoint_concurrency": endpoint_concurrency,

@@ -46,6 +46,7 @@ from envhub.policies.gate import GenerationGate, gated
 from envhub.policies.observer import RequestObserver
 from envhub.policies.partial import until_complete
 from envhub.policies.retry import RetryPolicy
+from envhub.policies.weight_sync import reported_version
 from envhub.types import ToolCall
 
 __all__ = ["OpenAIPolicy", "is_context_overflow", "parse_chat_response"]
@@ -193,7 +194,7 @@ class OpenAIPolicy:
             ) as response:
                 status = response.status
                 content = await response.read()
-                version = _header_version(response.headers, self.weight_version_header)
+                version = reported_version(response.headers, self.weight_version_header)
         except asyncio.TimeoutError as exc:
             connection_failed = True
             raise TransientPolicyError(f"{endpoint.url}: timed out") from exc
@@ -265,16 +266,6 @@ def _kind(error: PolicyError) -> str:
     if isinstance(error.__cause__, aiohttp.ClientError):
         return "connection"
     return error.code
-
-
-def _header_version(headers: Any, name: str | None) -> int | None:
-    """The integer weight version in response header ``name``; ``None`` when absent or
-    not an integer (SGLang's labels are free text; envhub's versions are integers)."""
-    value = headers.get(name) if name is not None else None
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _continuation(body: dict[str, Any], partial: list[Completion]) -> dict[str, Any]:

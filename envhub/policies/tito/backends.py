@@ -18,7 +18,8 @@ Each server names things its own way (checked against their documentation and so
   ``stop``/``length``/``abort``.
 
 Replies become a :class:`~envhub.trainers.token_policy.Sample` (``finished`` is false
-when the token limit cut the completion). A backend is stateless: the policy sends the
+when the token limit cut the completion, ``aborted`` true when the server ended it early:
+vLLM's and SGLang's ``abort``, a weight update). A backend is stateless: the policy sends the
 body to the ``path`` below an endpoint's base URL, through its endpoint pool, and hands
 the parsed JSON back to :meth:`parse`.
 """
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from envhub.errors import InvalidRequest, PolicyError, TransientPolicyError
+from envhub.errors import InvalidRequest, PolicyError
 from envhub.policies.base import SamplingParams
 from envhub.trainers.token_policy import Sample
 
@@ -121,8 +122,9 @@ class VLLMBackend:
             raise _reply_error(self.name, "has no token ids (return_token_ids)", data)
         ids = [int(t) for t in choice["token_ids"]]
         logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-        finished = choice.get("finish_reason") != "length"
-        return Sample(ids, _logprobs(logprobs, len(ids), self.name, data), finished)
+        reason = choice.get("finish_reason")
+        logprobs = _logprobs(logprobs, len(ids), self.name, data)
+        return Sample(ids, logprobs, reason != "length", aborted=reason == "abort")
 
 
 class SGLangBackend:
@@ -152,9 +154,7 @@ class SGLangBackend:
             raise _reply_error(self.name, "has no token ids (return_logprob)", data)
         reason = meta.get("finish_reason")
         kind = reason.get("type") if isinstance(reason, dict) else reason
-        if kind == "abort":  # the server dropped it (e.g. a weight update): ask again
-            raise TransientPolicyError(f"{self.name}: the request was aborted: {reason}")
-        return Sample(ids, logprobs, finished=kind != "length")
+        return Sample(ids, logprobs, finished=kind != "length", aborted=kind == "abort")
 
 
 TITO_BACKENDS: dict[str, type[TitoBackend]] = {

@@ -26,11 +26,19 @@ Requests go through an :class:`~envhub.policies.endpoints.EndpointPool` (balanci
 sticky routing, ejection) with the session id header, as in
 :class:`~envhub.policies.openai_compat.OpenAIPolicy`; all of them leave through
 :meth:`TitoPolicy._send`.
+
+Weight updates (:mod:`envhub.policies.gate`): a stream attaches its gate; a request an
+``abort-and-resume`` update ends early continues on the new weights from the prompt plus
+the ids sampled so far (with ``max_tokens`` reduced by them), and since tool calls are
+parsed from the whole joined completion, a call the abort cut in two is read whole. With
+``weight_version_header`` the version a server reports there is recorded per turn (per
+token when an update split it). Without a gate, an aborted reply is retried from scratch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections import OrderedDict
@@ -43,11 +51,14 @@ import orjson
 from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.endpoints import EndpointPool, RoutingMode
+from envhub.policies.gate import GenerationGate, gated
 from envhub.policies.observer import RequestObserver
 from envhub.policies.openai_compat import is_context_overflow
+from envhub.policies.partial import ABORTED, until_complete
 from envhub.policies.retry import RetryPolicy
 from envhub.policies.tito.backends import TitoBackend, tito_backend
 from envhub.policies.tito.render import ChatRenderer
+from envhub.policies.weight_sync import reported_version
 from envhub.toolcalls import ToolParser, tool_parser
 from envhub.trainers.token_policy import Sample
 from envhub.types import Message
@@ -97,6 +108,7 @@ class TitoPolicy:
         sticky_max_outstanding: int | None = None,
         session_header: str | None = "X-Session-ID",
         max_episodes: int = 16384,
+        weight_version_header: str | None = None,
     ) -> None:
         self.model = model
         self.renderer = ChatRenderer(tokenizer)
@@ -124,6 +136,8 @@ class TitoPolicy:
             sticky_max_outstanding=sticky_max_outstanding,
         )
         self.session_header = session_header or None
+        self.weight_version_header = weight_version_header or None
+        self.gate: GenerationGate | None = None
         self.observer: RequestObserver | None = None
         self._episodes: OrderedDict[str, _Episode] = OrderedDict()
 
@@ -136,15 +150,39 @@ class TitoPolicy:
         if request.episode_id is None:
             raise PolicyError("the tito policy needs each request's episode_id")
         prompt_ids = self._prompt_ids(request)
-        body = self.backend.body(self.model, prompt_ids, self.sampling)
         session_id = self.pool.session_key(request.episode_id, request.group_id)
-        data, endpoint, seconds = await self.retry.call(lambda: self._send(body, session_id))
-        sample: Sample = self.backend.parse(data)
-        self._remember(request, prompt_ids, sample.token_ids)
-        parsed = self.parse_tools(self.renderer.decode(sample.token_ids))
+        seconds = 0.0
+
+        async def segment(partial: list[Completion]) -> tuple[dict[str, Any], Completion]:
+            """One request continuing ``partial`` (the segments an update cut short)."""
+            nonlocal seconds
+            done = [t for s in partial for t in s.completion_token_ids or []]
+            body = self.backend.body(self.model, prompt_ids + done, self._sampling(len(done)))
+            data, endpoint, took, version = await self.retry.call(
+                lambda: gated(self.gate, lambda: self._send(body, session_id))
+            )
+            seconds += took
+            sample: Sample = self.backend.parse(data)
+            if sample.aborted and self.gate is None:  # no update to wait for: ask again
+                raise TransientPolicyError(f"{endpoint}: the server aborted the request")
+            reason = ABORTED if sample.aborted else ("stop" if sample.finished else "length")
+            return data, Completion(
+                content=None,
+                tool_calls=[],
+                finish_reason=reason,
+                completion_token_ids=list(sample.token_ids),
+                completion_logprobs=sample.logprobs,
+                endpoint=endpoint,
+                weight_version=version,
+            )
+
+        _, sampled = await until_complete(self.gate, segment)
+        ids = sampled.completion_token_ids or []
+        self._remember(request, prompt_ids, ids)
+        parsed = self.parse_tools(self.renderer.decode(ids))
         for index, call in enumerate(parsed.tool_calls):
             call.id = f"call_{request.turn}_{index}"
-        if not sample.finished:
+        if sampled.finish_reason == "length":
             finish_reason = "length"
         else:
             finish_reason = "tool_calls" if parsed.tool_calls else "stop"
@@ -153,15 +191,28 @@ class TitoPolicy:
             tool_calls=parsed.tool_calls,
             finish_reason=finish_reason,
             prompt_token_ids=prompt_ids,
-            completion_token_ids=list(sample.token_ids),
-            completion_logprobs=sample.logprobs,
+            completion_token_ids=ids,
+            completion_logprobs=sampled.completion_logprobs,
             prompt_tokens=len(prompt_ids),
-            completion_tokens=len(sample.token_ids),
-            endpoint=endpoint,
+            completion_tokens=len(ids),
+            endpoint=sampled.endpoint,
+            weight_version=sampled.weight_version,
+            completion_versions=sampled.completion_versions,
         )
-        if self.observer is not None:
-            self.observer.request_done(endpoint, seconds, completion)
+        if self.observer is not None and sampled.endpoint is not None:
+            self.observer.request_done(sampled.endpoint, seconds, completion)
         return completion
+
+    def attach_gate(self, gate: GenerationGate | None) -> None:
+        """Send every request through ``gate`` (a stream's, during weight updates)."""
+        self.gate = gate
+
+    def _sampling(self, done: int) -> SamplingParams:
+        """The sampling parameters of a request continuing ``done`` sampled ids."""
+        if not done or self.sampling.max_tokens is None:
+            return self.sampling
+        left = max(1, self.sampling.max_tokens - done)
+        return dataclasses.replace(self.sampling, max_tokens=left)
 
     def _prompt_ids(self, request: GenerateRequest) -> list[int]:
         """The first turn's rendered prompt, or the episode's ids extended (module docs)."""
@@ -211,10 +262,11 @@ class TitoPolicy:
 
     async def _send(
         self, body: dict[str, Any], session_id: str | None
-    ) -> tuple[Any, str, float]:
+    ) -> tuple[Any, str, float, int | None]:
         """POST ``body`` to the backend's path on the pool's endpoint for ``session_id``;
-        returns the reply's JSON, the endpoint's URL and the seconds it took. Every
-        request leaves here (failures are reported to the observer here too)."""
+        returns the reply's JSON, the endpoint's URL, the seconds it took and the weight
+        version the server reported (``weight_version_header``). Every request leaves
+        here (failures are reported to the observer here too)."""
         payload = orjson.dumps(body)
         headers = None
         if self.session_header is not None and session_id is not None:
@@ -229,6 +281,7 @@ class TitoPolicy:
             ) as response:
                 status = response.status
                 content = await response.read()
+                version = reported_version(response.headers, self.weight_version_header)
         except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
             connection_failed = True
             if self.observer is not None:
@@ -243,7 +296,7 @@ class TitoPolicy:
             if self.observer is not None:
                 self.observer.request_failed(url, time.perf_counter() - started, exc.code)
             raise
-        return data, url, time.perf_counter() - started
+        return data, url, time.perf_counter() - started, version
 
     def _session(self, url: str) -> aiohttp.ClientSession:
         """The endpoint's pooled session, created inside the running event loop."""
