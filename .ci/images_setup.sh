@@ -8,7 +8,13 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ENVHUB="${ENVHUB_BIN:-$REPO/.venv/bin/envhub}"
+PY="${PYTHON:-$REPO/.venv/bin/python}"
+# web is opt-in: its `chromium` base (Debian's Chromium, chroot apt-get) takes minutes
 IMAGES="${ENVHUB_ENV_IMAGES:-calc sql search}"
+
+if [[ " $IMAGES " == *" web "* ]]; then
+  "$PY" -m envhub.sandboxes.images build chromium
+fi
 
 for env in $IMAGES; do
   start=$(date +%s)
