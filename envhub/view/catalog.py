@@ -51,9 +51,9 @@ class Catalog:
         if entry.index is not None:
             return
         try:
-            entry.index = RunIndex(entry.path, self.cache_dir)
-            entry.index.refresh(CHUNK_BYTES)
-            entry.error = None
+            index = RunIndex(entry.path, self.cache_dir)
+            index.refresh(CHUNK_BYTES)
+            entry.index, entry.error = index, None
         except EnvhubError as exc:
             entry.error = exc
         except OSError as exc:
@@ -84,12 +84,11 @@ class Catalog:
         index = self.index(number, refresh=False)
         entry = self.runs[number]
         version = index.state().version
-        with self._lock:
-            cached = entry._stats.get(detail)
-            if cached is None or cached[0] != version:
-                stats = run_stats(index, success_threshold=self.success_threshold, detail=detail)
-                cached = entry._stats[detail] = (version, stats)
-            return cached[1]
+        cached = entry._stats.get(detail)
+        if cached is None or cached[0] != version:  # two requests may both compute it
+            stats = run_stats(index, success_threshold=self.success_threshold, detail=detail)
+            cached = entry._stats[detail] = (version, stats)
+        return cached[1]
 
     def follow(self, stopped: Callable[[], bool], interval_s: float = 0.5) -> None:
         """Until ``stopped()``: read every file to its end, then what is appended to it
@@ -101,9 +100,9 @@ class Catalog:
                 for entry in self.runs:
                     try:
                         index = self.index(entry.number, refresh=False)
+                        index.refresh(CHUNK_BYTES)
                     except EnvhubError:
-                        continue
-                    index.refresh(CHUNK_BYTES)
+                        continue  # shown on its pages; tried again next round
                     busy = busy or index.state().behind
                 if not busy:
                     time.sleep(interval_s)

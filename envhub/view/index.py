@@ -190,6 +190,8 @@ class RunIndex:
                     return self._follow(fh, os.fstat(fh.fileno()), max_bytes)
             except FileNotFoundError:
                 return False  # replaced right now (compaction): the next refresh sees it
+            except OSError as exc:
+                raise InvalidRequest(f"{self.path}: {exc.strerror}", code="unreadable") from exc
 
     def _follow(self, fh: Any, stat: os.stat_result, max_bytes: int | None) -> bool:
         start = int(self._meta("indexed_bytes", "0"))
