@@ -1,5 +1,6 @@
 """Token ids to text for the token view: a transformers tokenizer (a local folder or a
-GGUF file) when the user gives one with ``--tokenizer``, else the ids themselves.
+GGUF file, loaded by :func:`envhub.tokenizers.load_tokenizer`) when the user gives one
+with ``--tokenizer``, else the ids themselves.
 
 Loading is explicit and up front (:func:`load_decoder`), so a bad path is a CLI error,
 not a broken page; transformers is imported only then.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envhub.errors import InvalidRequest
+from envhub.errors import EnvhubError, InvalidRequest
 
 __all__ = ["Decoder", "TokenCell", "decode_ids", "load_decoder", "token_cells"]
 
@@ -31,17 +32,16 @@ def load_decoder(path: str | Path) -> Decoder:
     path = Path(path)
     if not path.exists():
         raise InvalidRequest(f"--tokenizer {path}: no such file or folder", code="not_found")
+    from envhub.tokenizers import load_tokenizer
+
     try:
-        from transformers import AutoTokenizer
+        tokenizer: Any = load_tokenizer(path)
     except ImportError as exc:
         raise InvalidRequest(
             "--tokenizer needs transformers: pip install 'envhub[train]'", code="missing_extra"
         ) from exc
-    try:
-        if path.is_file() and path.suffix == ".gguf":
-            tokenizer: Any = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except EnvhubError:
+        raise
     except Exception as exc:  # transformers raises many kinds for an unreadable tokenizer
         raise InvalidRequest(
             f"--tokenizer {path}: cannot load a tokenizer: {type(exc).__name__}: {exc}",
