@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast, get_args
 
@@ -75,11 +75,16 @@ def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
     decoded = decoder is not None
     decode = decoder or decode_ids
 
-    def page(template: str, context: dict[str, Any], live: bool = True) -> HTMLResponse:
+    def page(
+        template: str, build: Callable[[], dict[str, Any]], live: bool = True, **extra: Any
+    ) -> HTMLResponse:
+        """A page; a live one carries the version read *before* its data, so a line
+        indexed meanwhile makes the next poll reload it rather than go unseen."""
+        version = _version(_states(catalog, refresh=False)) if live else None
+        context = build()
         if live:
-            context["poll_url"] = "/api/poll"
-            context["version"] = _version(_states(catalog, refresh=False))
-        return HTMLResponse(render(template, links=_LINKS, **context))
+            context.update(poll_url="/api/poll", version=version)
+        return HTMLResponse(render(template, links=_LINKS, **context, **extra))
 
     @app.exception_handler(EnvhubError)
     async def _envhub_error(request: Request, exc: EnvhubError) -> Response:
@@ -95,42 +100,49 @@ def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def runs() -> HTMLResponse:
-        return page("runs.html", pages.runs_context(catalog))
+        return page("runs.html", lambda: pages.runs_context(catalog))
 
     @app.get("/runs/{run}", response_class=HTMLResponse)
     def run(request: Request, run: int, task_sort: pages.TaskSort = "success") -> HTMLResponse:
-        context = pages.run_context(catalog, run, task_sort)
-
         def sort_link(key: str) -> str:
             return f"/runs/{run}?task_sort={'-' if task_sort == key else ''}{key}"
 
-        context["sort_link"] = sort_link
-        return page("run.html", context)
+        return page(
+            "run.html", lambda: pages.run_context(catalog, run, task_sort), sort_link=sort_link
+        )
 
     @app.get("/runs/{run}/episodes", response_class=HTMLResponse)
     def episodes(request: Request, run: int) -> HTMLResponse:
         where, sort, number = _episode_query(request)
-        context = pages.episodes_context(catalog, run, where, sort, number)
 
         def page_link(n: int) -> str:
             return _LINKS.episodes(run, **where.query(), sort=sort, page=n)
 
-        context["page_link"] = page_link
-        return page("episodes.html", context)
+        return page(
+            "episodes.html",
+            lambda: pages.episodes_context(catalog, run, where, sort, number),
+            page_link=page_link,
+        )
 
     @app.get("/runs/{run}/episodes/{episode_id}", response_class=HTMLResponse)
     def episode(run: int, episode_id: int) -> HTMLResponse:
-        context = pages.episode_context(catalog, run, episode_id, decode, decoded)
-        return page("episode.html", context, live=False)
+        return page(
+            "episode.html",
+            lambda: pages.episode_context(catalog, run, episode_id, decode, decoded),
+            live=False,
+        )
 
     @app.get("/compare", response_class=HTMLResponse)
     def compare(a: int, b: int) -> HTMLResponse:
-        return page("compare.html", pages.compare_context(catalog, a, b))
+        return page("compare.html", lambda: pages.compare_context(catalog, a, b))
 
     @app.get("/compare/task", response_class=HTMLResponse)
     def compare_task(a: int, b: int, task_id: str) -> HTMLResponse:
-        context = pages.compare_task_context(catalog, a, b, task_id, decode, decoded)
-        return page("compare_task.html", context, live=False)
+        return page(
+            "compare_task.html",
+            lambda: pages.compare_task_context(catalog, a, b, task_id, decode, decoded),
+            live=False,
+        )
 
     @app.get("/api/poll")
     def poll() -> dict[str, Any]:
