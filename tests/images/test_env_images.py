@@ -151,3 +151,23 @@ async def test_a_container_killed_mid_rollout_masks_its_episodes(
     assert len(masked) == 8  # the 4 held at the kill and the 4 never started
     assert all(t.reward is None and t.error is not None for t in masked)
     assert all(t.metrics.episode_attempts == 3 for t in masked)  # retried before masking
+
+
+def test_image_list_and_rm(env_images: dict[str, str]) -> None:
+    """`envhub image list` shows the environment and runtime images; `envhub image rm ENV`
+    removes that environment's tags only (here an alias of calc's image)."""
+    runner = CliRunner()
+    listed = runner.invoke(app, ["image", "list"])
+    assert listed.exit_code == 0, listed.output
+    for tag in env_images.values():
+        assert tag in listed.output
+    assert "envhub/runtime:" in listed.output
+    alias = "envhub/rmtest:alias"
+    assert _docker("tag", env_images["calc"], alias).returncode == 0
+    assert alias in runner.invoke(app, ["image", "list", "rmtest"]).output
+    removed = runner.invoke(app, ["image", "rm", "rmtest"])
+    assert removed.exit_code == 0 and alias in removed.output
+    assert _docker("image", "inspect", alias).returncode != 0
+    assert _docker("image", "inspect", env_images["calc"]).returncode == 0
+    refused = runner.invoke(app, ["image", "rm"])  # neither ENV nor --all
+    assert refused.exit_code != 0
