@@ -382,13 +382,16 @@ class RunIndex:
             )
         return record
 
-    def column(self, expression: str) -> list[Any]:
-        """One value per current episode (for charts); ``expression`` is a column name."""
-        if expression not in _COLUMNS:
-            raise ValueError(f"unknown column {expression!r}")
+    def column(self, *names: str) -> list[Any]:
+        """One value per current episode (for charts): the column, or the sum of the
+        columns, read in one query (so a file being indexed meanwhile cannot skew it)."""
+        unknown = [n for n in names if n not in _COLUMNS]
+        if unknown or not names:
+            raise ValueError(f"unknown columns {unknown!r}")
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {expression} FROM episodes WHERE superseded=0 ORDER BY line"
+                f"SELECT {' + '.join(f'coalesce({n}, 0)' if len(names) > 1 else n for n in names)}"
+                " FROM episodes WHERE superseded=0 ORDER BY line"
             ).fetchall()
         return [r[0] for r in rows]
 

@@ -109,12 +109,7 @@ def _charts(index: RunIndex, summary: RunSummary, tasks: list[TaskStats]) -> dic
         "llm_s": charts.histogram(index.column("llm_s"), "LLM time per episode", "s"),
         "env_s": charts.histogram(index.column("env_s"), "env time per episode", "s"),
         "tokens": charts.histogram(
-            [
-                (p or 0) + (c or 0)
-                for p, c in zip(
-                    index.column("prompt_tokens"), index.column("completion_tokens"), strict=True
-                )
-            ],
+            index.column("prompt_tokens", "completion_tokens"),
             "tokens per episode",
         ),
         "task_success": charts.bars(
