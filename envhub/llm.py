@@ -37,6 +37,16 @@ Findings that shaped the choices below (llama-cpp-python 0.3.36, SmolLM2-135M Q4
   token ids only when a server returns them, so with this server they are absent.
 - ``--model_alias`` makes ``/v1/models`` list :data:`MODEL_NAME`, the name clients send.
 - Startup (until ``/v1/models`` answers) takes about 1-4 s.
+
+Token-in/token-out rollouts (:mod:`envhub.policies.tito`) need llama.cpp's own
+``llama-server`` instead (``server="llama-server"``): it takes prompts as token ids on
+``/completion`` and returns the sampled ids with their logprobs, which llama-cpp-python's
+server cannot. It is not on PyPI; ``.ci/llama_server_setup.sh`` builds it from the
+llama.cpp that the llama-cpp-python sdist of the installed version vendors, into
+``$ENVHUB_CACHE/llama-server/<version>/`` where :func:`llama_server_binary` finds it
+(``$ENVHUB_LLAMA_SERVER`` or a ``llama-server`` on ``PATH`` also do). Its URL also
+serves ``/v1`` (OpenAI-compatible chat, without llama-cpp-python's function-calling
+chat format).
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,8 +63,11 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Literal, get_args
 
+from envhub.cache import cache_root
 from envhub.errors import PolicyError
 
 __all__ = [
@@ -63,9 +77,14 @@ __all__ = [
     "DEFAULT_PORT",
     "GGUF_FILENAME",
     "INSTALL_HINT",
+    "LLAMA_SERVER_ENV",
     "MODEL_NAME",
     "MODEL_PATH_ENV",
+    "SERVER_KINDS",
+    "ServerKind",
     "llama_cpp_available",
+    "llama_server_binary",
+    "llama_server_command",
     "local_llm_server",
     "model_path",
     "serve_foreground",
@@ -84,6 +103,15 @@ DEFAULT_N_CTX = 4096  # the function-calling template alone takes ~1.5k tokens
 INSTALL_HINT = "pip install 'envhub[local-llm]'"
 MODEL_PATH_ENV = "ENVHUB_LOCAL_LLM_MODEL"
 """Environment variable naming another GGUF file to serve instead of SmolLM2."""
+
+LLAMA_SERVER_ENV = "ENVHUB_LLAMA_SERVER"
+"""Environment variable naming a ``llama-server`` binary to use."""
+LLAMA_SERVER_HINT = (
+    "build llama.cpp's llama-server with .ci/llama_server_setup.sh (or set "
+    f"{LLAMA_SERVER_ENV} to a llama-server binary)"
+)
+ServerKind = Literal["llama-cpp-python", "llama-server"]
+SERVER_KINDS: tuple[ServerKind, ...] = get_args(ServerKind)
 
 _STDERR_TAIL_LINES = 40
 
@@ -134,6 +162,81 @@ def _require_server() -> None:
             f"llama-cpp-python with its server extra is not installed; "
             f"install it with: {INSTALL_HINT}"
         )
+
+
+def llama_server_binary() -> Path | None:
+    """llama.cpp's ``llama-server``: ``$ENVHUB_LLAMA_SERVER``, else the one built for the
+    installed llama-cpp-python version under ``$ENVHUB_CACHE/llama-server/``, else one on
+    ``PATH``; ``None`` when there is none."""
+    override = os.environ.get(LLAMA_SERVER_ENV)
+    if override:
+        return Path(override).expanduser()
+    with contextlib.suppress(PackageNotFoundError):
+        built = cache_root("llama-server") / version("llama_cpp_python") / "llama-server"
+        if built.is_file():
+            return built
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+def _require_llama_server() -> Path:
+    binary = llama_server_binary()
+    if binary is None or not binary.is_file():
+        raise PolicyError(f"llama.cpp's llama-server was not found; {LLAMA_SERVER_HINT}")
+    return binary
+
+
+def llama_server_command(
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    n_ctx: int = DEFAULT_N_CTX,
+    threads: int | None = None,
+    model: Path | None = None,
+    binary: Path | None = None,
+) -> list[str]:
+    """The ``llama-server`` command line serving the local model (threads as in
+    :func:`server_command`); it answers at the root URL (``/completion``, ``/health``)
+    and under ``/v1``."""
+    cpus = os.cpu_count() or 1
+    threads = threads or max(1, cpus // 2)
+    return [
+        str(binary or _require_llama_server()),
+        "--model",
+        str(model or model_path()),
+        "--alias",
+        MODEL_NAME,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--ctx-size",
+        str(n_ctx),
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(max(threads, cpus)),
+    ]
+
+
+def _command(
+    server: ServerKind,
+    host: str,
+    port: int,
+    n_ctx: int,
+    threads: int | None,
+    model: Path | None,
+    chat_format: str = CHAT_FORMAT,
+) -> list[str]:
+    """The command line of the ``server`` kind, failing early when it is not installed."""
+    if server == "llama-server":
+        return llama_server_command(host=host, port=port, n_ctx=n_ctx, threads=threads, model=model)
+    if server != "llama-cpp-python":
+        raise PolicyError(f"unknown server {server!r}; choose one of {', '.join(SERVER_KINDS)}")
+    _require_server()
+    return server_command(
+        host=host, port=port, n_ctx=n_ctx, threads=threads, model=model, chat_format=chat_format
+    )
 
 
 def server_command(
@@ -263,8 +366,12 @@ async def local_llm_server(
     chat_format: str = CHAT_FORMAT,
     startup_timeout_s: float = 120.0,
     extra_args: Sequence[str] = (),
+    server: ServerKind = "llama-cpp-python",
 ) -> AsyncIterator[str]:
     """Run the local LLM server for the duration of the block; yield its ``/v1`` base URL.
+
+    ``server="llama-server"`` runs llama.cpp's own server instead (``chat_format`` does
+    not apply); its token-id ``/completion`` route is at the URL without ``/v1``.
 
     The server runs in its own process group, so on exit (normal, exception or
     cancellation) the whole group is terminated and reaped: no process outlives the
@@ -277,19 +384,8 @@ async def local_llm_server(
             client = openai.AsyncOpenAI(base_url=base_url, api_key="local")
             await client.chat.completions.create(model=MODEL_NAME, messages=[...])
     """
-    _require_server()
     port = port or _free_port(host)
-    command = [
-        *server_command(
-            host=host,
-            port=port,
-            n_ctx=n_ctx,
-            threads=threads,
-            model=model,
-            chat_format=chat_format,
-        ),
-        *extra_args,
-    ]
+    command = [*_command(server, host, port, n_ctx, threads, model, chat_format), *extra_args]
     url = f"http://{host}:{port}/v1"
     tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
     proc = await asyncio.create_subprocess_exec(
@@ -327,6 +423,7 @@ def serve_foreground(
     n_ctx: int = DEFAULT_N_CTX,
     threads: int | None = None,
     model: Path | None = None,
+    server: ServerKind = "llama-cpp-python",
 ) -> int:
     """Run the server attached to the terminal until Ctrl-C or SIGTERM (``envhub llm serve``).
 
@@ -334,8 +431,7 @@ def serve_foreground(
     process group, SIGTERM (e.g. ``kill`` from a script) is forwarded to it, and the child
     is killed if it is still running afterwards.
     """
-    _require_server()
-    command = server_command(host=host, port=port, n_ctx=n_ctx, threads=threads, model=model)
+    command = _command(server, host, port, n_ctx, threads, model)
     proc = subprocess.Popen(command, env=_server_env())
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:

@@ -28,18 +28,29 @@ def serve(
     threads: int | None = typer.Option(
         None, help="CPU threads for generation (default: half the CPUs)."
     ),
+    server: str = typer.Option(
+        "llama-cpp-python",
+        help="llama-cpp-python (tool calls in chat) | llama-server (llama.cpp's own: token-id "
+        "prompts on /completion, for --policy tito).",
+    ),
 ) -> None:
     """Serve the local model at http://HOST:PORT/v1 until Ctrl-C.
 
-    Point any OpenAI client at it with model name ``smollm2-135m``; tool calls are
-    supported (chat format ``chatml-function-calling``).
+    Point any OpenAI client at it with model name ``smollm2-135m``; with llama-cpp-python
+    tool calls are supported (chat format ``chatml-function-calling``). llama-server also
+    answers token-id prompts at http://HOST:PORT/completion.
     """
     from envhub.errors import PolicyError
-    from envhub.llm import MODEL_NAME, serve_foreground
+    from envhub.llm import MODEL_NAME, SERVER_KINDS, serve_foreground
 
+    if server not in SERVER_KINDS:
+        typer.echo(f"error: --server must be one of {', '.join(SERVER_KINDS)}", err=True)
+        raise typer.Exit(2)
     typer.echo(f"serving {MODEL_NAME} at http://{host}:{port}/v1 (Ctrl-C to stop)", err=True)
     try:
-        code = serve_foreground(host=host, port=port, n_ctx=n_ctx, threads=threads)
+        code = serve_foreground(
+            host=host, port=port, n_ctx=n_ctx, threads=threads, server=server
+        )
     except PolicyError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build llama.cpp's own `llama-server` for the token-in/token-out (TITO) tests.
+#
+# Usage: [LLAMA_CPP_VERSION=0.3.36] .ci/llama_server_setup.sh [VENV]   (default: .venv)
+#
+# Why a second server: llama-cpp-python's bundled server takes text prompts only, while
+# llama.cpp's `llama-server` takes a prompt as an array of token ids on `/completion` and
+# returns the sampled token ids with their probabilities, which TITO needs. The source is
+# the llama.cpp that the llama-cpp-python sdist of the same version vendors, so both
+# servers run the same llama.cpp on the same GGUF (the sdist comes from PyPI, or pip's cache).
+#
+# Only the `llama-server` target is built, statically linked (one file to cache), with the
+# web UI left out (it would be downloaded from Hugging Face) and no OpenSSL. The binary is
+# cached at $ENVHUB_CACHE (default ~/.cache/envhub)/llama-server/<version>/llama-server,
+# where envhub.llm looks for it (GGML_NATIVE: built for this machine kind's CPU). It is built in a temporary directory and moved into place with one rename, so an
+# interrupted build never leaves a binary behind. Idempotent: exits early when present.
+set -euo pipefail
+
+VENV="${1:-.venv}"
+LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
+cache_root="${ENVHUB_CACHE:-$HOME/.cache/envhub}/llama-server"
+dest="$cache_root/$LLAMA_CPP_VERSION"
+
+if [ -x "$dest/llama-server" ] && "$dest/llama-server" --version >/dev/null 2>&1; then
+    echo "llama_server_setup: $dest/llama-server already built"
+    exit 0
+fi
+
+if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null || ! command -v ninja >/dev/null; then
+    echo "llama_server_setup: installing the C/C++ toolchain (cmake, g++, ninja)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ ninja-build >/dev/null
+fi
+
+PY="$VENV/bin/python"
+mkdir -p "$cache_root"
+work="$(mktemp -d "$cache_root/.build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+start=$(date +%s)
+"$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$work" \
+    "llama-cpp-python==${LLAMA_CPP_VERSION}"
+tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
+src="$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)"
+
+cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF >/dev/null
+cmake --build "$work/build" --target llama-server -j "${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+    >"$work/build.log" || { tail -n 40 "$work/build.log" >&2; exit 1; }
+
+stage="$work/out"
+mkdir -p "$stage"
+cp "$work/build/bin/llama-server" "$stage/llama-server"
+"$stage/llama-server" --version >/dev/null 2>&1
+rm -rf "$dest"
+mv -T "$stage" "$dest"
+echo "llama_server_setup: built $dest/llama-server in $(( $(date +%s) - start ))s"
