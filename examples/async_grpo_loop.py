@@ -38,13 +38,15 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def update(model: Any, optimizer: Any, batch: Any, lock: Any) -> float:
+def update(model: Any, optimizer: Any, batch: Any, sampler: Any) -> float:
     """One clipped-surrogate step on a GRPO batch, holding the sampler's lock."""
     from envhub.trainers.loss import policy_loss, token_logprobs
 
-    with lock:
+    with sampler.lock:
         model.train()
-        logprobs = token_logprobs(model, batch.input_ids, batch.attention_mask)
+        logprobs = token_logprobs(
+            model, batch.input_ids, batch.attention_mask, temperature=sampler.temperature
+        )
         loss = policy_loss(logprobs, batch)
         optimizer.zero_grad()
         loss.backward()
@@ -90,7 +92,7 @@ async def train(args: argparse.Namespace) -> None:
             versions = sorted({v for t in trajectories for v in _versions(t)})
             batch = build_batch(trajectories, tokenizer=tokenizer)
             if len(batch):
-                loss = await asyncio.to_thread(update, model, optimizer, batch, sampler.lock)
+                loss = await asyncio.to_thread(update, model, optimizer, batch, sampler)
                 rollouts.policy_version += 1  # the stream may now start newer groups
                 outcome = f"loss {loss:.4f}"
             else:

@@ -19,13 +19,18 @@ from typing import Any
 __all__ = ["policy_loss", "token_logprobs"]
 
 
-def token_logprobs(model: Any, input_ids: Any, attention_mask: Any) -> Any:
+def token_logprobs(
+    model: Any, input_ids: Any, attention_mask: Any, *, temperature: float = 1.0
+) -> Any:
     """``logp[i, t]`` = log-probability of ``input_ids[i, t]`` given the tokens before it
-    (0 at position 0, which nothing predicts)."""
+    (0 at position 0, which nothing predicts), under the distribution sampled at
+    ``temperature``: the behaviour logprobs a sampler records (vLLM, ``HFSampler``) are
+    of the temperature-scaled distribution, and a ratio against unscaled logprobs would be
+    off-policy from the first step (clipped away where it should not be)."""
     import torch
 
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-    logp = torch.log_softmax(logits.float(), dim=-1)
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     return torch.nn.functional.pad(picked, (1, 0))
 

@@ -42,6 +42,14 @@ def test_sampled_ids_and_logprobs_match_the_model(
         logits = model(input_ids=sequence).logits[0, len(expected_prompt) - 1 : -1] / 0.5
     recomputed = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
     assert completion.completion_logprobs == pytest.approx(recomputed.tolist(), abs=1e-3)
+    # the loss's logprobs at the sampling temperature are the behaviour logprobs, so the
+    # importance ratio of an on-policy batch is 1 (unscaled, it was off by p_1 / p_0.5)
+    full = torch.tensor([completion.prompt_token_ids + ids])
+    with torch.no_grad():
+        scaled = token_logprobs(model, full, torch.ones_like(full), temperature=0.5)
+    assert completion.completion_logprobs == pytest.approx(
+        scaled[0, len(expected_prompt) :].tolist(), abs=1e-3
+    )
     # and at temperature 1 the reference loss's token_logprobs agree with the sampler's
     policy1, _ = transformers_policy(model, tokenizer, max_new_tokens=8, temperature=1.0)
     c1 = asyncio.run(policy1.generate(request))
