@@ -37,8 +37,8 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.sync import run_sync
-from envhub.trainers.environments import resolve_environment, start_messages
 from envhub.toolcalls import ToolParser, parse_hermes
+from envhub.trainers.environments import resolve_environment, start_messages
 from envhub.types import Message
 
 __all__ = ["SKYRL_ENV_ID", "EnvhubSkyRLEnv", "close_environments", "register"]
