@@ -450,6 +450,7 @@ def test_rollout_cli_runs_tito_from_a_gguf_tokenizer(
 
     url, model = server
     model.requests.clear()
+    model.script = SCRIPT
     template = tmp_path / "qwen2_5.jinja"  # SmolLM2's own template renders no tools
     template.write_text(resources.files("trl").joinpath("chat_templates/qwen2_5.jinja").read_text())
     out = tmp_path / "tito.jsonl"
