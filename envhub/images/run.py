@@ -176,10 +176,10 @@ def remove_images(env: str | None = None, *, runtime: bool = False) -> list[str]
     images too with ``runtime``); returns the references removed. Images still used by a
     container are left, and docker's error is raised."""
     refs = [
-        f"{r['repository']}:{r['tag']}"
+        r["id"] if "<none>" in (r["repository"], r["tag"]) else f"{r['repository']}:{r['tag']}"
         for r in list_images(env)
         if runtime or r["repository"] != "envhub/runtime"
-    ]
+    ]  # untagged leftovers of a failed build go by id
     if refs:
         _docker("rmi", *refs)
     return refs
