@@ -62,8 +62,10 @@ class HFSampler:
             self.lm.eval()
             try:
                 out = self.lm.generate(
-                    torch.tensor([prompt_ids]),
-                    attention_mask=torch.ones((1, len(prompt_ids)), dtype=torch.long),
+                    torch.tensor([prompt_ids], device=self.lm.device),
+                    attention_mask=torch.ones(
+                        (1, len(prompt_ids)), dtype=torch.long, device=self.lm.device
+                    ),
                     do_sample=True,
                     temperature=self.temperature,
                     top_p=1.0,

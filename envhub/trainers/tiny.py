@@ -145,6 +145,7 @@ def imitate_gold(
         ids[i, :n] = torch.tensor(row.input_ids)
         attention[i, :n] = 1
         supervised[i, : n - 1] = torch.tensor(row.loss_mask[1:], dtype=torch.bool)
+    ids, attention, supervised = (t.to(model.device) for t in (ids, attention, supervised))
     targets = ids[:, 1:][supervised[:, :-1]]
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
