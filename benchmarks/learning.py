@@ -335,6 +335,7 @@ def trl_arm(setup: Setup, arm: str, seed: int, before: list[float]) -> list[list
     import tempfile
 
     from datasets import Dataset
+    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from envhub.sync import run_sync
@@ -358,10 +359,23 @@ def trl_arm(setup: Setup, arm: str, seed: int, before: list[float]) -> list[list
 
     reward.__name__ = "envhub_reward"
     curve = [[0, *before]]
+
+    class HeldOut(TrainerCallback):  # type: ignore[misc]
+        """Evaluates every ``--eval-every`` steps inside one run (one optimizer)."""
+
+        def on_step_end(self, _args: Any, state: Any, control: Any, **_: Any) -> None:
+            step = state.global_step
+            if step % args.eval_every == 0 or step == args.steps:
+                curve.append([step, *run_sync(heldout_pass1(setup, model, seed))])
+                print(f"  trl {arm} seed {seed} step {step}: held-out pass@1 "
+                      f"{curve[-1][1]:.3f} (answered {curve[-1][2]:.2f})")
+            if setup.over_budget():
+                control.should_training_stop = True
+
     with tempfile.TemporaryDirectory() as out:
         config = GRPOConfig(
             output_dir=out,
-            max_steps=args.eval_every,
+            max_steps=args.steps,
             per_device_train_batch_size=args.group_size * args.groups_per_step,
             num_generations=args.group_size,
             max_completion_length=4 * args.max_new_tokens,
@@ -377,18 +391,13 @@ def trl_arm(setup: Setup, arm: str, seed: int, before: list[float]) -> list[list
             data_seed=seed,
             lr_scheduler_type="constant",
         )
-        step = 0
-        while step < args.steps and not setup.over_budget():
-            config.max_steps = min(args.eval_every, args.steps - step)
-            config.seed = seed + step
-            trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
-                                  train_dataset=rows, processing_class=setup.tokenizer,
-                                  environment_factory=factory)
-            trainer.train()
-            step += config.max_steps
-            curve.append([step, *run_sync(heldout_pass1(setup, model, seed))])
-            print(f"  trl {arm} seed {seed} step {step}: held-out pass@1 {curve[-1][1]:.3f} "
-                  f"(answered {curve[-1][2]:.2f})")
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config,
+                              train_dataset=rows, processing_class=setup.tokenizer,
+                              environment_factory=factory, callbacks=[HeldOut()])
+        trainer.train()
+    if curve[-1][0] == 0:  # stopped by the time budget before the first evaluation
+        curve.append([trainer.state.global_step,
+                      *run_sync(heldout_pass1(setup, model, seed))])
     return curve
 
 
