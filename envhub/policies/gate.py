@@ -19,8 +19,10 @@ closes and reopens it around a weight update) and the policy that makes the mode
   discards the episode, counts it, and runs it again from the start).
 
 A policy supports the gate by implementing :class:`GateAware`; the stream attaches its
-gate to such a policy. Policies that do not (the reference policy) are still held at
-the gate between model calls by the episode runner, but cannot be aborted mid-call.
+gate to such a policy, which passes each request through it and resumes partial
+completions. The episode runner passes each whole call of any other policy (litellm,
+the reference policy) through the gate instead: an update waits for it or cancels it,
+and a cancelled call starts over.
 """
 
 from __future__ import annotations

@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING, Any
 from envhub.cleanup import abort_quietly
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
 from envhub.policies.base import Completion, GenerateRequest, Policy, SamplingParams
-from envhub.policies.gate import GenerationDropped, GenerationGate
+from envhub.policies.gate import (
+    GateAware,
+    GenerationAborted,
+    GenerationDropped,
+    GenerationGate,
+)
 from envhub.policies.retry import RetryPolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.task import Task
@@ -256,7 +261,7 @@ class EpisodeRunner:
             version = self.policy_version()
             call_started = time.perf_counter()
             try:
-                completion = await self.policy.generate(request)
+                completion = await self._generate(request)
             except ContextLengthExceeded as exc:
                 if turn == 0:
                     raise _PolicyFailure(f"the first prompt does not fit: {exc}") from exc
@@ -291,6 +296,19 @@ class EpisodeRunner:
             turn += 1
             if result.done:
                 return None
+
+    async def _generate(self, request: GenerateRequest) -> Completion:
+        """The policy's completion. Under a gate, a policy that does not pass its requests
+        through it (not :class:`~envhub.policies.gate.GateAware`) is gated here, one whole
+        call at a time: an update waits for the call or cancels it, and a cancelled call
+        is made again after the update (or the episode dropped, per the update)."""
+        if self.gate is None or isinstance(self.policy, GateAware):
+            return await self.policy.generate(request)
+        while True:
+            try:
+                return await self.gate.request(lambda: self.policy.generate(request))
+            except GenerationAborted:
+                await self.gate.resume_point()
 
     def _masked(
         self,

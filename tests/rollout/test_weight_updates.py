@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from envhub.errors import WeightUpdateFailed
+from envhub.errors import InvalidRequest, WeightUpdateFailed
 from envhub.local import LocalEnvironment
-from envhub.policies import Policy
+from envhub.policies import Completion, GenerateRequest, Policy
 from envhub.policies.weight_sync import NoopSync, SGLangSync, VLLMSync, WeightSync
 from envhub.rollout import Group, stream
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate
@@ -196,6 +196,8 @@ async def test_a_failed_update_leaves_the_stream_usable(calc, server) -> None:
         async with stream(
             calc, model, task_ids, group_size=2, batch_size=2, concurrency=8, epochs=1
         ) as rollouts:
+            with pytest.raises(InvalidRequest, match="unknown update policy"):
+                await rollouts.update_weights(1, policy="abort")  # type: ignore[arg-type]
             await until_in_flight(server)
             with pytest.raises(WeightUpdateFailed, match="checkpoint not found"):
                 await rollouts.update_weights(1, sync=sync, policy="abort-and-resume")
@@ -250,3 +252,36 @@ async def test_tito_resumes_from_the_sampled_ids(calc) -> None:
     assert dropped == 0 and sum(r.aborted for r in reports) == server.stats.aborted > 0
     assert server.stats.continuations == server.stats.aborted
     assert any(turn.completion_versions for turn in all_turns(groups))
+
+
+class Ungated:
+    """A policy that knows nothing of gates (as litellm's), around the chat policy."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.model = inner.model
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        return await self.inner.generate(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("policy", ["finish", "abort-and-resume"])
+async def test_a_policy_without_gate_support_is_gated_per_call(
+    calc, server, policy: UpdatePolicy
+) -> None:
+    """The runner gates each whole call of such a policy: ``finish`` waits for it (no
+    token is sampled across the update), an abort cancels it and the call starts over."""
+
+    async def trainer_loads(version: int) -> None:
+        server.config.version = version
+
+    model = Ungated(openai_policy(server.base_url, weight_version_header=HEADER))
+    _, reports, dropped = await rollout_with_updates(
+        calc, server, policy, NoopSync(trainer_loads), model=model
+    )
+    aborted = sum(r.aborted for r in reports)
+    assert dropped == 0 and server.stats.continuations == 0
+    assert aborted == 0 if policy == "finish" else aborted > 0 == server.stats.aborted
