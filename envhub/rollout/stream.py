@@ -31,8 +31,9 @@ holds new model calls, ends or aborts the ones in flight per ``policy`` (``finis
 ``abort-and-resume``, ``abort-and-drop``; :mod:`envhub.rollout.weights`), has ``sync`` (a
 :class:`~envhub.policies.weight_sync.WeightSync`) load the version on the servers, then
 sets ``policy_version`` and lets generation go on. The stream's
-:class:`~envhub.policies.gate.GenerationGate` reaches the policy's requests when the
-policy supports it (:class:`~envhub.policies.gate.GateAware`: the OpenAI policy does).
+:class:`~envhub.policies.gate.GenerationGate` reaches each request of a policy that
+supports it (:class:`~envhub.policies.gate.GateAware`: the openai and tito policies,
+which resume partial completions) and each whole call of any other policy.
 """
 
 from __future__ import annotations
