@@ -16,9 +16,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from envhub.images.run import Container, health, start_container, stop_container
+from envhub.images.run import (
+    Container,
+    containers_labelled,
+    health,
+    start_container,
+    stop_container,
+)
 
-__all__ = ["ContainerServer", "serve_args"]
+__all__ = ["ContainerServer", "reap_replica_containers", "serve_args"]
 
 log = logging.getLogger("envhub.fleet")
 
@@ -120,15 +126,7 @@ class ContainerServer:
 
 def reap_replica_containers(replica_id: str, namespace: str) -> int:
     """Remove containers an earlier process of this replica left; returns how many."""
-    import shutil
-    import subprocess
-
-    docker = shutil.which("docker") or "docker"
-    ids = subprocess.run(
-        [docker, "ps", "-aq", "--filter", f"label={_REPLICA_LABEL}={replica_id}",
-         "--filter", f"label={_NAMESPACE_LABEL}={namespace}"],
-        capture_output=True, text=True,
-    ).stdout.split()  # fmt: skip
+    ids = containers_labelled({_REPLICA_LABEL: replica_id, _NAMESPACE_LABEL: namespace})
     for cid in ids:
         stop_container(cid)
     return len(ids)

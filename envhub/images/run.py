@@ -26,6 +26,7 @@ __all__ = [
     "CONTAINER_LABEL",
     "NETWORK",
     "Container",
+    "containers_labelled",
     "ensure_network",
     "health",
     "list_images",
@@ -155,6 +156,12 @@ def wait_healthy(container: Container, timeout_s: float = 180.0) -> None:
                 f"{(logs.stdout + logs.stderr)[-2000:]}"
             )
         time.sleep(0.25)
+
+
+def containers_labelled(labels: dict[str, str]) -> list[str]:
+    """Ids of the containers (running or not) that carry all of ``labels``."""
+    filters = [x for k, v in labels.items() for x in ("--filter", f"label={k}={v}")]
+    return _docker("ps", "-aq", *filters).split()
 
 
 def stop_container(container_id: str) -> None:
