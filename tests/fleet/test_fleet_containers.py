@@ -123,3 +123,24 @@ async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
         await local.aclose()
         fleet_down(ray_cluster.address, NS)
     assert _containers() == {}
+
+
+def test_serve_args_are_flags_envhub_serve_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container replica gets the options and serve settings a process replica would."""
+    import typer.main
+
+    monkeypatch.delenv("ENVHUB_TOKEN", raising=False)
+
+    from envhub.cli import app
+    from envhub.fleet.container_server import serve_args
+
+    serve = {"max_sessions": 64, "session_ttl_s": 30.0, "token": "t", "max_turns": 5,
+             "tool_timeout_s": 2.0, "episode_timeout_s": 60.0, "mcp": True}  # fmt: skip
+    args = serve_args({"mode": "text", "n": 3}, serve)
+    group = typer.main.get_command(app)
+    command = group.commands["serve"]  # type: ignore[attr-defined]
+    params = command.make_context("serve", ["calc", *args]).params
+    assert params["env_arg"] == ["mode=\"text\"", "n=3"]
+    assert (params["max_sessions"], params["session_ttl"], params["max_turns"]) == (64, 30.0, 5)
+    assert (params["tool_timeout"], params["episode_timeout"], params["mcp"]) == (2.0, 60.0, True)
+    assert params["token"] is None  # the token travels as ENVHUB_TOKEN, never in argv
