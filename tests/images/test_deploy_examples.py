@@ -26,7 +26,7 @@ def _k8s(env: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return docs["Deployment"], docs["Service"]
 
 
-@pytest.mark.parametrize("env", IMAGE_ENVS)
+@pytest.mark.parametrize("env", [*IMAGE_ENVS, "web"])
 def test_kubernetes_deployment_and_service_match_the_image(env: str) -> None:
     deployment, service = _k8s(env)
     recipe = load_env_recipe(env)
