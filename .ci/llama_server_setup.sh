@@ -17,7 +17,7 @@
 set -euo pipefail
 
 VENV="${1:-.venv}"
-LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
+LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"  # the version .ci/local_llm_setup.sh pins
 cache_root="${ENVHUB_CACHE:-$HOME/.cache/envhub}/llama-server"
 dest="$cache_root/$LLAMA_CPP_VERSION"
 
