@@ -25,6 +25,7 @@ from envhub.conformance import CHECKS, check_client_conformance
 from envhub.protocol import EnvironmentClient
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
+from tests.images.conftest import docker_problem
 
 TRANSPORTS = ("local", "http", "ws")
 
@@ -46,21 +47,6 @@ def _chromium_problem() -> str | None:
     return "needs Chromium (apt-get install -y chromium)"
 
 
-def _docker_problem() -> str | None:
-    from envhub.sandboxes.docker import docker_available
-    from envhub.sandboxes.images import image_exists, image_tag
-
-    if not docker_available():
-        problem = "docker engine/CLI/SDK not available"
-    elif not image_exists(image_tag("python")):
-        problem = "sandbox image 'python' not built (envhub sandbox build python)"
-    else:
-        return None
-    if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"docker required (ENVHUB_REQUIRE_DOCKER=1) but {problem}")
-    return problem
-
-
 @dataclass(frozen=True)
 class Case:
     """One environment with the options it is hosted and opened with."""
@@ -80,7 +66,7 @@ CASES = {
     "search": Case("search"),
     "swe-local": Case("swe", {"sandbox": "local"}, task_ids=_swe_ci_task),
     "swe-docker": Case("swe", {"sandbox": "docker"}, task_ids=_swe_ci_task,
-                       problem=_docker_problem),
+                       problem=docker_problem),
     "web-text": Case("web", {"mode": "text"}),
     "web-browser": Case("web", {"mode": "browser"}, problem=_chromium_problem),
     "miniwob": Case("miniwob", problem=_chromium_problem),

@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import time
 from collections import Counter
 from typing import Any
 
-import httpx
 import pytest
 
 if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray fails
@@ -24,6 +22,7 @@ from envhub.fleet.ray_fleet import FleetEnvironment, fleet_down, fleet_status, f
 from envhub.rollout import run
 from tests.fleet.conftest import RayCluster
 from tests.fleet.holding import HoldAtSecondTurn
+from tests.fleet.polling import server_down, wait_for
 from tests.images.conftest import docker_problem
 
 NS = "test-fleet-containers"
@@ -42,22 +41,6 @@ def _containers() -> dict[str, str]:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return {rid: cid for cid, rid in (line.split() for line in out.splitlines())}
-
-
-def _down(url: str) -> bool:
-    try:
-        httpx.get(f"{url}/health", timeout=2)
-    except httpx.HTTPError:
-        return True
-    return False
-
-
-async def _wait_for(what: str, check: Any, timeout_s: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := await asyncio.to_thread(check)):
-        assert time.monotonic() < deadline, f"not within {timeout_s:g}s: {what}"
-        await asyncio.sleep(0.5)
-    return value
 
 
 async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
@@ -91,7 +74,7 @@ async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
             open_on_victim = states[victim.url].open_sessions
             assert open_on_victim, states
             await asyncio.to_thread(_docker, "kill", containers["calc-0"])
-            await _wait_for("the victim's container is gone", lambda: _down(victim.url))
+            await wait_for("the victim's container is gone", lambda: server_down(victim.url))
             policy.released.set()
             return int(open_on_victim)
 
@@ -115,7 +98,7 @@ async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
             row = rows["calc-0"]
             return row if row.restarts == 1 and row.health == "ok" else None
 
-        back = await _wait_for("calc-0 serving from a replacement container", replaced)
+        back = await wait_for("calc-0 serving from a replacement container", replaced)
         assert back.url != victim.url and back.pid == victim.pid  # same actor, new container
         assert _containers()["calc-0"] != containers["calc-0"]
     finally:

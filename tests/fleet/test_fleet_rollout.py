@@ -38,6 +38,7 @@ from envhub.rollout import run
 from envhub.trajectory import read_records
 from tests.fleet.conftest import RayCluster
 from tests.fleet.holding import HoldAtSecondTurn
+from tests.fleet.polling import server_down, wait_for
 
 pytest.importorskip("envhub.server", reason="the server extra is not installed")
 
@@ -161,26 +162,6 @@ def failover_fleet(
         fleet_down(ray_cluster.address, FAILOVER_NS)
 
 
-def _down(url: str) -> bool:
-    try:
-        httpx.get(f"{url}/health", timeout=2)
-    except httpx.HTTPError:
-        return True
-    return False
-
-
-async def _wait_for(what: str, check: Any, timeout_s: float = 180.0) -> Any:
-    """Poll ``check()`` (blocking calls run in a thread) until it returns a truthy value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = await asyncio.to_thread(check)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s:g}s: {what}")
-        await asyncio.sleep(0.5)
-
-
 @pytest.fixture
 async def local_calc() -> AsyncIterator[Any]:
     env = envhub.make("calc")
@@ -211,7 +192,7 @@ async def test_a_node_killed_mid_rollout_loses_no_episode_and_its_replica_comes_
         killing = asyncio.ensure_future(
             asyncio.to_thread(ray_cluster.kill_node, node_names[victim.node_id])
         )
-        await _wait_for("the victim's server is gone", lambda: _down(victim.url), 60)
+        await wait_for("the victim's server is gone", lambda: server_down(victim.url), 60)
         policy.released.set()  # before Ray restarts the replica: retries go to the survivor
         await killing
         return open_on_victim
@@ -240,7 +221,7 @@ async def test_a_node_killed_mid_rollout_loses_no_episode_and_its_replica_comes_
             row = rows["calc-0"]
             return row if row.restarts == 1 and row.health == "ok" else None
 
-        back = await _wait_for("calc-0 restarted and healthy", restarted)
+        back = await wait_for("calc-0 restarted and healthy", restarted, 180)
         assert back.url != victim.url
         assert back.node_id == survivor.node_id  # the only alive node with a free slot
 
