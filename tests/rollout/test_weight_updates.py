@@ -147,7 +147,8 @@ async def test_abort_and_resume_continues_partial_completions(calc, server) -> N
         calc, server, "abort-and-resume", SGLangSync([server.base_url], "/ckpt/{version}")
     )
     assert dropped == 0 and sum(r.aborted for r in reports) == server.stats.aborted > 0
-    assert server.stats.continuations == server.stats.aborted
+    # an abort before the first token resumes as a fresh request: nothing to continue
+    assert server.stats.continuations == server.stats.aborted_partial
     # every token the server sampled reached a trajectory, once
     delivered = sum(len(turn.completion_token_ids or []) for turn in all_turns(groups))
     assert delivered == sum(server.stats.tokens_by_version.values())
@@ -250,7 +251,8 @@ async def test_tito_resumes_from_the_sampled_ids(calc) -> None:
             calc, server, "abort-and-resume", VLLMSync([server.url]), model=model, check=check
         )
     assert dropped == 0 and sum(r.aborted for r in reports) == server.stats.aborted > 0
-    assert server.stats.continuations == server.stats.aborted
+    # an abort before the first token resumes as a fresh request: nothing to continue
+    assert server.stats.continuations == server.stats.aborted_partial
     assert any(turn.completion_versions for turn in all_turns(groups))
 
 

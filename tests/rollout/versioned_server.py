@@ -97,6 +97,7 @@ class VersionStats:
     segments: int = 0
     continuations: int = 0
     aborted: int = 0
+    aborted_partial: int = 0  # aborted after sampling something: only these are continued
     inflight: int = 0
     max_inflight: int = 0
     mixed: int = 0
@@ -217,19 +218,22 @@ class _Server:
         if config.slow_fraction and self.rng.random() < config.slow_fraction:
             delay *= config.slow_factor
         sampled: list[T] = []
+        mixed = 0  # counted only for a reply the client waits for (a gone one is moot)
         for item in items:
             await asyncio.sleep(delay)
             while self.paused and self.abort_epoch == epoch and self.resumed is not None:
                 await self.resumed.wait()
             if self.abort_epoch != epoch:
                 self.stats.aborted += 1
+                self.stats.aborted_partial += bool(sampled)
+                self.stats.mixed += mixed
                 return sampled, version, True
             if await request.is_disconnected():
                 self.stats.disconnected += 1
                 raise ClientDisconnect
-            if config.version != version:
-                self.stats.mixed += 1
+            mixed += config.version != version
             sampled.append(item)
+        self.stats.mixed += mixed
         return sampled, version, False
 
     def abort(self) -> None:
