@@ -74,7 +74,9 @@ def view_command(
         raise _fail("none of the given files can be shown", "no_runs")
     console.print(f"envhub view: http://{host}:{port}/  (Ctrl-C stops)")
     try:
-        uvicorn.run(create_app(catalog, decoder), host=host, port=port, log_level="warning")
+        uvicorn.run(
+            create_app(catalog, decoder, host=host), host=host, port=port, log_level="warning"
+        )
     finally:
         catalog.close()
 

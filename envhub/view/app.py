@@ -20,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from envhub.errors import EnvhubError, InvalidRequest
 from envhub.view import pages
@@ -54,8 +55,15 @@ def _episode_query(request: Request) -> tuple[EpisodeFilter, EpisodeOrder, int]:
     return where, order, int(raw_page)
 
 
-def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
-    """The app over ``catalog``; ``decoder`` turns token ids into text (default: ids)."""
+def create_app(
+    catalog: Catalog, decoder: Decoder | None = None, *, host: str = "127.0.0.1"
+) -> FastAPI:
+    """The app over ``catalog``; ``decoder`` turns token ids into text (default: ids).
+
+    Requests must name ``host`` (the address the app listens on) or a loopback name in
+    their ``Host`` header, else they get 400: a web page whose domain was re-pointed at
+    127.0.0.1 (DNS rebinding) cannot read trajectories. Listening on every address
+    (``0.0.0.0``, ``::``) accepts any name, since the operator chose to expose the app."""
 
     @asynccontextmanager
     async def follow_files(app: FastAPI) -> AsyncIterator[None]:
@@ -72,6 +80,10 @@ def create_app(catalog: Catalog, decoder: Decoder | None = None) -> FastAPI:
         title="envhub view", docs_url=None, redoc_url=None, openapi_url=None,
         lifespan=follow_files,
     )  # fmt: skip
+    exposed = host in ("0.0.0.0", "::", "")
+    named = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in Host
+    allowed = ["*"] if exposed else [named, "localhost", "127.0.0.1", "[::1]"]
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed)
     decoded = decoder is not None
     decode = decoder or decode_ids
 

@@ -145,7 +145,8 @@ class RunIndex:
             )
         key = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:20]
         self.index_path = Path(cache_dir) / f"{self.path.stem[:40]}-{key}.sqlite"
-        self.index_path.parent.mkdir(parents=True, exist_ok=True)
+        # private: the charts cached here are served as markup without escaping again
+        self.index_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = self._connect()
 
@@ -192,6 +193,9 @@ class RunIndex:
                 return False  # replaced right now (compaction): the next refresh sees it
             except OSError as exc:
                 raise InvalidRequest(f"{self.path}: {exc.strerror}", code="unreadable") from exc
+            finally:
+                if self._db.in_transaction:  # failed mid-way: else every later BEGIN fails
+                    self._db.execute("ROLLBACK")
 
     def _follow(self, fh: Any, stat: os.stat_result, max_bytes: int | None) -> bool:
         start = int(self._meta("indexed_bytes", "0"))

@@ -75,7 +75,7 @@ def run_stats(index: RunIndex, *, success_threshold: float = 1.0, detail: bool =
     drawn: dict[str, Markup] = {}
     if detail:
         tasks = [TaskStats(*row) for row in index.by_task(success_threshold)]
-        drawn = {
+        drawn = {  # safe: drawn by _charts, cached in the index's private (0o700) folder
             name: Markup(svg)
             for name, svg in json.loads(
                 index.memo(

@@ -157,6 +157,33 @@ def test_missing_files_directories_and_bad_requests_answer_with_codes(viewer: Vi
     assert api.status_code == 404 and api.json()["error"]["code"] == "unknown_run"
 
 
+def test_requests_naming_another_host_are_refused(viewer: Viewer) -> None:
+    """DNS rebinding: a page of evil.example re-pointed at 127.0.0.1 must not read runs."""
+    assert httpx.get(viewer.url, headers={"Host": "evil.example"}).status_code == 400
+    assert httpx.get(f"{viewer.url}/api/poll", headers={"Host": "evil.example"}).status_code == 400
+    assert httpx.get(viewer.url, headers={"Host": "localhost:1"}).status_code == 200
+
+
+def test_a_failed_refresh_leaves_no_transaction_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orjson
+
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(orjson.dumps(minimal_record(0, tasks=1)) + b"\n")
+    index = RunIndex(path, tmp_path / "cache")
+
+    def fail(*args: object) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(index, "_index_line", fail)
+    with pytest.raises(RuntimeError):
+        index.refresh()
+    monkeypatch.undo()
+    assert index.refresh() and index.state().episodes == 1  # not "already in a transaction"
+    index.close()
+
+
 def test_a_missing_file_or_a_directory_is_refused_with_a_code(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequest) as missing:
         RunIndex(tmp_path / "nope.jsonl", tmp_path / "cache")
