@@ -82,6 +82,9 @@ def run_cmd(
         str | None, typer.Option(envvar="ENVHUB_TOKEN", help="bearer token clients must send")
     ] = None,
     build: Annotated[bool, typer.Option(help="build the image first if missing")] = True,
+    memory: Annotated[str, typer.Option(help="memory limit, docker's notation (no swap)")] = "4g",
+    cpus: Annotated[float | None, typer.Option(help="CPU limit (default: all)")] = None,
+    pids: Annotated[int, typer.Option(help="process and thread limit")] = 4096,
 ) -> None:
     """Start ENV's container on envhub's network, published on 127.0.0.1:PORT; prints the
     URL and container id once it is healthy (stop it with `docker rm -f ID`)."""
@@ -91,7 +94,9 @@ def run_cmd(
 
     try:
         tag = build_env_image(env) if build else f"envhub/{env}:latest"
-        container = start_container(tag, port=port, token=token)
+        container = start_container(
+            tag, port=port, token=token, memory=memory, cpus=cpus, pids=pids
+        )
     except EnvhubError as exc:
         raise _fail(exc) from None
     typer.echo(f"{container.url}\t{container.id[:12]}")

@@ -7,12 +7,14 @@ and publishes only the API port, on 127.0.0.1. Without masquerading nothing a co
 sends leaves this machine with a routable source address; on an engine running with
 iptables (a normal docker host) ``enable_icc=false`` also keeps the containers apart.
 Containers also run read-only where the image's recipe allows (tmpfs for what they must
-write), with every capability dropped, ``no-new-privileges`` and a pids limit.
+write), with every capability dropped, ``no-new-privileges`` and limits on memory (no
+swap beyond it), pids and, when asked, CPUs, as sandbox containers have.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -45,11 +47,18 @@ _NETWORK_OPTIONS = {
 }
 
 
-def _docker(*args: str, check: bool = True) -> str:
+def _docker_proc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the docker CLI; ``env`` adds to its environment (values ``-e NAME`` passes on
+    without showing them on the command line)."""
     docker = shutil.which("docker")
     if docker is None:
         raise EnvhubError("docker CLI not found: apt-get install docker.io")
-    proc = subprocess.run([docker, *args], capture_output=True, text=True)
+    environ = {**os.environ, **env} if env else None
+    return subprocess.run([docker, *args], capture_output=True, text=True, env=environ)
+
+
+def _docker(*args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+    proc = _docker_proc(*args, env=env)
     if check and proc.returncode != 0:
         raise EnvhubError(f"docker {args[0]} failed: {proc.stderr.strip()[-2000:]}")
     return proc.stdout
@@ -68,10 +77,9 @@ def ensure_network() -> str:
     """The bridge network env containers join (created on first use; idempotent)."""
     if _docker("network", "inspect", NETWORK, check=False).strip() in ("", "[]"):
         opts = [x for k, v in _NETWORK_OPTIONS.items() for x in ("-o", f"{k}={v}")]
-        proc = subprocess.run(
-            [shutil.which("docker") or "docker", "network", "create", "--driver", "bridge",
-             "--label", f"{LABEL}=network", *opts, NETWORK],
-            capture_output=True, text=True,
+        proc = _docker_proc(
+            "network", "create", "--driver", "bridge", "--label", f"{LABEL}=network", *opts,
+            NETWORK,
         )  # fmt: skip
         if proc.returncode != 0 and "already exists" not in proc.stderr:
             raise EnvhubError(f"docker network create {NETWORK} failed: {proc.stderr.strip()}")
@@ -101,25 +109,35 @@ def start_container(
     name: str | None = None,
     labels: dict[str, str] | None = None,
     wait_s: float = 180.0,
+    memory: str = "4g",
+    cpus: float | None = None,
+    pids: int = 4096,
 ) -> Container:
     """Run ``image`` detached, publish its API on ``host:port`` (``0``: a free port; a
     fleet replica publishes on its node's address, everything else on 127.0.0.1),
     wait until it reports healthy and return it. ``token`` becomes ``ENVHUB_TOKEN``;
-    ``args`` are appended to ``envhub serve ENV`` (``--max-turns 5``). A container that
-    does not become healthy is removed and the error carries its log's tail."""
+    ``args`` are appended to ``envhub serve ENV`` (``--max-turns 5``). ``memory`` (docker's
+    notation, ``4g``; swap not added), ``cpus`` (``None``: all of them) and ``pids`` bound
+    the container, where the model's tool calls run. A container that does not become
+    healthy is removed and the error carries its log's tail."""
     ensure_network()
     name = name or f"envhub-{image.split('/')[-1].split(':')[0]}-{uuid.uuid4().hex[:8]}"
-    environment = {**(env or {}), **({"ENVHUB_TOKEN": token} if token else {})}
+    # the token goes by name only (`-e NAME`): docker reads its value from the CLI's
+    # environment, so it does not show in `ps`
+    secret = {"ENVHUB_TOKEN": token} if token else {}
     cmd = [
         "run", "-d", "--name", name, "--network", NETWORK,
         "-p", f"{host}:{port or ''}:{CONTAINER_PORT}",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--pids-limit", "4096",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--memory", memory, "--memory-swap", memory, "--pids-limit", str(pids),
+        *(["--cpus", str(cpus)] if cpus is not None else []),
         "--label", f"{CONTAINER_LABEL}=1",
         *(x for k, v in (labels or {}).items() for x in ("--label", f"{k}={v}")),
-        *(x for k, v in environment.items() for x in ("-e", f"{k}={v}")),
+        *(x for k, v in (env or {}).items() for x in ("-e", f"{k}={v}")),
+        *(x for k in secret for x in ("-e", k)),
         *_run_flags(image), image, *(args or []),
     ]  # fmt: skip
-    cid = _docker(*cmd).strip()
+    cid = _docker(*cmd, env=secret).strip()
     try:
         host_port = _docker("port", cid, str(CONTAINER_PORT)).split()[0].rsplit(":", 1)[1]
         container = Container(cid, image, f"http://{host}:{host_port}")
@@ -147,10 +165,7 @@ def wait_healthy(container: Container, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
     while (status := health(container.id)) != "healthy":
         if status not in ("starting", "running") or time.monotonic() > deadline:
-            logs = subprocess.run(
-                [shutil.which("docker") or "docker", "logs", "--tail", "30", container.id],
-                capture_output=True, text=True,
-            )  # fmt: skip
+            logs = _docker_proc("logs", "--tail", "30", container.id)
             raise EnvhubError(
                 f"container of {container.image} is {status}, not healthy: "
                 f"{(logs.stdout + logs.stderr)[-2000:]}"

@@ -52,14 +52,16 @@ def test_envhub_check_through_the_container(containers: dict[str, Container], en
 
 
 def test_the_container_is_confined(containers: dict[str, Container]) -> None:
-    """Non-root, read-only root file system, every capability dropped, on envhub's
-    bridge with only the API port published (on 127.0.0.1), no route off this machine."""
+    """Non-root, read-only root file system, every capability dropped, memory (no swap)
+    and pids limited, on envhub's bridge with only the API port published (on
+    127.0.0.1), no route off this machine."""
     container = containers["sql"]
     state = json.loads(_docker("inspect", container.id).stdout)[0]
     host = state["HostConfig"]
     assert state["Config"]["User"] == "1000:1000"
     assert host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["Memory"] == host["MemorySwap"] == 4 * 2**30 and host["PidsLimit"] == 4096
     assert list(state["NetworkSettings"]["Networks"]) == [NETWORK]
     ports = state["NetworkSettings"]["Ports"]
     assert list(ports) == ["8000/tcp"]
