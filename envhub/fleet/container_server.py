@@ -60,7 +60,9 @@ class ContainerServer:
     """Runs ``image`` for one replica and keeps it running until :meth:`stop`.
 
     ``on_replaced(url)`` is called (from the supervising thread) after a replacement
-    container is healthy, so the replica can register the new URL.
+    container is healthy, so the replica can register the new URL; an error it raises is
+    logged and supervision goes on. A replacement starts outside the lock, so :meth:`stop`
+    does not wait for its health check; one that comes up after :meth:`stop` is removed.
     """
 
     def __init__(
@@ -108,13 +110,21 @@ class ContainerServer:
                 if self._stopping.is_set():
                     return
                 stop_container(self.container.id)
-                try:
-                    self.container = self._start()
-                except Exception as exc:  # retried at the next poll
-                    log.warning("replacement container of %s failed: %s", self.image, exc)
-                    continue
+            try:
+                container = self._start()
+            except Exception as exc:  # retried at the next poll
+                log.warning("replacement container of %s failed: %s", self.image, exc)
+                continue
+            with self._lock:
+                if self._stopping.is_set():
+                    stop_container(container.id)
+                    return
+                self.container = container
                 self.replacements += 1
-            self._on_replaced(self.container.url)
+            try:
+                self._on_replaced(container.url)
+            except Exception:
+                log.exception("registering the replacement container of %s failed", self.image)
 
     def stop(self) -> None:
         """Stop supervising and remove the container."""

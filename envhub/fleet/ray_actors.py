@@ -148,13 +148,14 @@ class Replica:
             log.warning("replica %s reaped sandboxes of dead processes: %s", replica_id, reaped)
         host = ray.util.get_node_ip_address()
         self._container: ContainerServer | None = None
+        # before the server: a container's supervisor may register a replacement at once
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self._registry = ray.get_actor(REGISTRY_NAME, namespace=namespace)
         if containers:
             self.env = env_id
             self._container = self._start_container(host, options, serve, namespace)
         else:
             self._start_server(host, env_id, options, serve)
-        self.node_id = ray.get_runtime_context().get_node_id()
-        self._registry = ray.get_actor(REGISTRY_NAME, namespace=namespace)
         self.registrations = ray.get(
             self._registry.register.remote(
                 self.env, replica_id, self.url, self.node_id, os.getpid()
@@ -247,7 +248,8 @@ class Replica:
     def shutdown(self, timeout_s: float) -> bool:
         """Stop the server as Ctrl-C stops ``envhub serve``: open sessions are aborted and
         the environment's shared resources freed by the app's shutdown. True when it
-        finished within ``timeout_s``."""
+        finished within ``timeout_s``. A container is removed at once instead (``docker rm
+        -f``, no graceful shutdown: what it ran dies with it) and this returns True."""
         self._stopping.set()
         if self._container is not None:
             self._container.stop()
