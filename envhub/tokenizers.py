@@ -5,9 +5,9 @@ Token-in/token-out rollouts (:mod:`envhub.policies.tito`) and the CPU trainer de
 need the served model's tokenizer without a model hub. ``transformers`` reads a GGUF
 file's tokenizer (through the ``gguf`` package), but parsing it takes 10-30 s of CPU;
 the converted tokenizer is therefore saved once per machine under the cache directory
-(``$XDG_CACHE_HOME/envhub`` or ``~/.cache/envhub``), keyed by the file's name, size and
-mtime, and later loads take well under a second. Concurrent first uses convert it once
-(:func:`envhub.cache.build_once`).
+(:func:`envhub.cache.cache_root`: ``$ENVHUB_CACHE`` or ``~/.cache/envhub``), keyed by
+the file's name, size and mtime, and later loads take well under a second. Concurrent
+first uses convert it once (:func:`envhub.cache.build_once`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envhub.cache import build_once
+from envhub.cache import build_once, cache_root
 from envhub.errors import InvalidRequest
 
 __all__ = ["gguf_tokenizer_dir", "load_tokenizer"]
@@ -24,9 +24,8 @@ __all__ = ["gguf_tokenizer_dir", "load_tokenizer"]
 
 def gguf_tokenizer_dir(gguf: Path) -> Path:
     """Where the tokenizer converted from ``gguf`` is kept."""
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     stat = gguf.stat()
-    return root / "envhub" / f"{gguf.stem}-tokenizer-{stat.st_size}-{int(stat.st_mtime)}"
+    return cache_root() / f"{gguf.stem}-tokenizer-{stat.st_size}-{int(stat.st_mtime)}"
 
 
 def load_tokenizer(

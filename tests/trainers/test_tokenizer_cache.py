@@ -35,7 +35,7 @@ def test_cold_tokenizer_cache_is_converted_once(
     pytest.importorskip("transformers")
     pytest.importorskip("gguf")
     pytest.importorskip("trl")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENVHUB_CACHE", str(tmp_path / "cache"))
     builds = tmp_path / "builds"
     # processes only: this process may have loaded the tokenizer already (lru_cache)
     first_uses_at_once(lambda: None, _SCRIPT.format(builds=str(builds)), threads=0, processes=2)
