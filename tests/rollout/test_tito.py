@@ -376,6 +376,8 @@ def test_backends_refuse_replies_without_token_ids() -> None:
         VLLMBackend().parse(
             {"choices": [{"token_ids": [1, 2, 3], "logprobs": {"token_logprobs": [-1, -2]}}]}
         )
+    with pytest.raises(PolicyError, match="numeric logprob"):  # llama.cpp left one out
+        LlamaCppBackend().parse({"tokens": [1, 2], "completion_probabilities": [{}, {}]})
     with pytest.raises(PolicyError, match="meta_info"):
         SGLangBackend().parse({"text": "hi"})
     aborted = SGLangBackend().parse(  # a weight update ended it: a partial completion

@@ -64,7 +64,10 @@ def _logprobs(values: list[Any], expected: int, backend: str, data: Any) -> list
         return None
     if len(values) != expected:
         raise _reply_error(backend, f"has {len(values)} logprobs for {expected} tokens", data)
-    return [float(v) for v in values]
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):  # a missing (None) or non-numeric logprob
+        raise _reply_error(backend, "has a token without a numeric logprob", data) from None
 
 
 class LlamaCppBackend:
@@ -94,7 +97,8 @@ class LlamaCppBackend:
             raise _reply_error(self.name, "has no token ids (return_tokens)", data)
         ids = [int(t) for t in data["tokens"]]
         probs = data.get("completion_probabilities") or []
-        logprobs = _logprobs([p.get("logprob") for p in probs], len(ids), self.name, data)
+        values = [p.get("logprob") if isinstance(p, dict) else None for p in probs]
+        logprobs = _logprobs(values, len(ids), self.name, data)
         return Sample(ids, logprobs, finished=data.get("stop_type") != "limit")
 
 
