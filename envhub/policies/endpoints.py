@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Literal, get_args
@@ -32,6 +33,8 @@ from typing import Literal, get_args
 from envhub.errors import InvalidRequest
 
 __all__ = ["ROUTING_MODES", "Endpoint", "EndpointPool", "RoutingMode"]
+
+_log = logging.getLogger(__name__)
 
 RoutingMode = Literal["least-outstanding", "episode", "group"]
 ROUTING_MODES: tuple[RoutingMode, ...] = get_args(RoutingMode)
@@ -177,7 +180,12 @@ class EndpointPool:
     async def _probe(self, endpoint: Endpoint) -> None:
         while endpoint.ejected:
             await asyncio.sleep(self.probe_interval_s)
-            if await self.probe(endpoint.url):
+            try:
+                answered = await self.probe(endpoint.url)
+            except Exception:  # a probe that breaks must not leave the endpoint out for good
+                _log.warning("probe of %s failed; probing again", endpoint.url, exc_info=True)
+                continue
+            if answered:
                 endpoint.ejected = False
                 endpoint.consecutive_failures = 0
                 endpoint.probe_task = None
