@@ -68,7 +68,6 @@ class GenerationGate:
         self._open = asyncio.Event()
         self._open.set()
         self._inflight: set[asyncio.Task[Any]] = set()
-        self._cancelled: set[asyncio.Task[Any]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
         self._abort_mode: AbortMode = "resume"
@@ -105,10 +104,10 @@ class GenerationGate:
             await asyncio.wait({task})  # unlike `await task`, tells whose cancellation it is
         except asyncio.CancelledError:  # the caller's (the stream closing): end the request
             task.cancel()
+            await asyncio.wait({task})  # unwound before it leaves _inflight (drained())
             raise
         finally:
             self._inflight.discard(task)
-            self._cancelled.discard(task)
             if not self._inflight:
                 self._idle.set()
         if task.cancelled():
@@ -150,7 +149,6 @@ class GenerationGate:
         """Cancel the requests in flight on the client side; returns how many."""
         tasks = [t for t in self._inflight if not t.done()]
         for task in tasks:
-            self._cancelled.add(task)
             task.cancel()
         return len(tasks)
 
