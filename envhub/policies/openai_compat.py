@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from envhub.errors import PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.gate import gated
-from envhub.policies.partial import until_complete
+from envhub.policies.partial import sampled_tokens, tokens_left, until_complete
 from envhub.policies.retry import RetryPolicy
 from envhub.policies.transport import PooledPolicy, TransportOptions, is_context_overflow
 from envhub.types import ToolCall
@@ -104,7 +104,8 @@ class OpenAIPolicy(PooledPolicy):
         session_id = self.pool.session_key(episode_id, group_id)
 
         async def request(partial: list[Completion]) -> tuple[dict[str, Any], Completion]:
-            sent = _continuation(body, partial) if partial else body
+            # an abort before the first token left nothing to continue: ask afresh
+            sent = _continuation(body, partial) if any(s.content for s in partial) else body
             return await self.retry.call(
                 lambda: gated(self.gate, lambda: self._post(sent, session_id))
             )
@@ -146,14 +147,19 @@ class OpenAIPolicy(PooledPolicy):
 
 
 def _continuation(body: dict[str, Any], partial: list[Completion]) -> dict[str, Any]:
-    """``body`` asking the model to continue the partial assistant message ``partial``."""
+    """``body`` asking the model to continue the partial assistant message ``partial``,
+    with its token limit lowered by the tokens ``partial`` sampled."""
     text = "".join(segment.content or "" for segment in partial)
-    return {
+    sent = {
         **body,
         "messages": [*body["messages"], {"role": "assistant", "content": text}],
         "continue_final_message": True,
         "add_generation_prompt": False,
     }
+    for limit in ("max_tokens", "max_completion_tokens"):
+        if isinstance(body.get(limit), int):
+            sent[limit] = tokens_left(body[limit], sampled_tokens(partial))
+    return sent
 
 
 def _mentions_token_fields(error_text: str) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 from envhub.policies.base import Completion
 from envhub.policies.gate import GenerationAborted, GenerationGate
 
-__all__ = ["ABORTED", "join_segments", "until_complete"]
+__all__ = ["ABORTED", "join_segments", "sampled_tokens", "tokens_left", "until_complete"]
 
 ABORTED = "abort"
 """The ``finish_reason`` of a request the server aborted (vLLM and SGLang both use it)."""
@@ -52,6 +52,20 @@ async def until_complete(
         if segment.finish_reason != ABORTED:
             return reply, join_segments(segments)
         await gate.resume_point()  # raises GenerationDropped under abort-and-drop
+
+
+def sampled_tokens(segments: list[Completion]) -> int:
+    """How many tokens ``segments`` sampled (their ids, else the usage they reported)."""
+    return sum(
+        len(s.completion_token_ids) if s.completion_token_ids is not None else s.completion_tokens
+        for s in segments
+    )
+
+
+def tokens_left(max_tokens: int, done: int) -> int:
+    """The token limit of a request continuing ``done`` sampled tokens under ``max_tokens``
+    (at least 1: servers refuse 0, and the continuation then ends at once by length)."""
+    return max(1, max_tokens - done)
 
 
 def join_segments(segments: list[Completion]) -> Completion:

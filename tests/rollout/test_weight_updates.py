@@ -14,7 +14,7 @@ import pytest
 
 from envhub.errors import InvalidRequest, WeightUpdateFailed
 from envhub.local import LocalEnvironment
-from envhub.policies import Completion, GenerateRequest, Policy
+from envhub.policies import Completion, GenerateRequest, Policy, SamplingParams
 from envhub.policies.weight_sync import NoopSync, SGLangSync, VLLMSync, WeightSync
 from envhub.rollout import Group, stream
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate
@@ -143,10 +143,14 @@ async def test_finish_lets_requests_end_on_the_old_weights(calc, server) -> None
 
 
 async def test_abort_and_resume_continues_partial_completions(calc, server) -> None:
+    budget = SamplingParams(max_tokens=10_000)
+    model = openai_policy(server.base_url, weight_version_header=HEADER, sampling=budget)
     groups, reports, dropped = await rollout_with_updates(
-        calc, server, "abort-and-resume", SGLangSync([server.base_url], "/ckpt/{version}")
-    )
+        calc, server, "abort-and-resume", SGLangSync([server.base_url], "/ckpt/{version}"),
+        model=model,
+    )  # fmt: skip
     assert dropped == 0 and sum(r.aborted for r in reports) == server.stats.aborted > 0
+    assert server.stats.budgets == {10_000}  # a continuation asks only for what is left
     # an abort before the first token resumes as a fresh request: nothing to continue
     assert server.stats.continuations == server.stats.aborted_partial
     # every token the server sampled reached a trajectory, once

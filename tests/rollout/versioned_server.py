@@ -103,6 +103,7 @@ class VersionStats:
     mixed: int = 0
     disconnected: int = 0
     tokens_by_version: Counter[int] = field(default_factory=Counter)
+    budgets: set[int] = field(default_factory=set)  # chat max_tokens + tokens continued
     updates: list[int] = field(default_factory=list)
     failed_updates: int = 0
 
@@ -133,6 +134,8 @@ class _Server:
             return Response(orjson.dumps(error), status_code=400)
         self.stats.segments += 1
         self.stats.continuations += bool(continuing)
+        if "max_tokens" in body:
+            self.stats.budgets.add(body["max_tokens"] + len(done.encode()))
         self.stats.inflight += 1
         self.stats.max_inflight = max(self.stats.max_inflight, self.stats.inflight)
         try:

@@ -34,6 +34,10 @@ the ids sampled so far (with ``max_tokens`` reduced by them), and since tool cal
 parsed from the whole joined completion, a call the abort cut in two is read whole. With
 ``weight_version_header`` the version a server reports there is recorded per turn (per
 token when an update split it). Without a gate, an aborted reply is retried from scratch.
+
+Set ``max_tokens`` with SGLang: without it the request names no ``max_new_tokens`` and
+SGLang's own default (128 tokens) cuts completions short (llama.cpp and vLLM then sample
+up to the context length).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from envhub.errors import PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.gate import gated
-from envhub.policies.partial import ABORTED, until_complete
+from envhub.policies.partial import ABORTED, tokens_left, until_complete
 from envhub.policies.retry import RetryPolicy
 from envhub.policies.tito.backends import TitoBackend, tito_backend
 from envhub.policies.tito.render import ChatRenderer
@@ -171,7 +175,7 @@ class TitoPolicy(PooledPolicy):
         """The sampling parameters of a request continuing ``done`` sampled ids."""
         if not done or self.sampling.max_tokens is None:
             return self.sampling
-        left = max(1, self.sampling.max_tokens - done)
+        left = tokens_left(self.sampling.max_tokens, done)
         return dataclasses.replace(self.sampling, max_tokens=left)
 
     def _prompt_ids(self, request: GenerateRequest) -> list[int]:
