@@ -24,7 +24,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── ReplicaLost              a session's server replica died or became unreachable
     ├── FleetError               no fleet at that address, or no healthy replica of an env
     ├── RolloutFailed            a rollout stopped early or masked too many episodes
-    ├── StreamTimeout            no training batch completed within the trainer's timeout
+    ├── StreamTimeout            next_batch ran out of time                (stream_timeout)
     ├── WeightUpdateFailed       model servers did not take new weights    (weight_update_failed)
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 

@@ -7,7 +7,8 @@ histograms as ``_bucket``/``_sum``/``_count``:
 
 ==========================================  ==========================================
 ``episodes_started`` / ``_finished``         episodes begun / ended with a trajectory
-``episodes_cancelled``                       stopped without one (deadline, closed stream)
+``episodes_cancelled``                       stopped without one (deadline, closed stream,
+                                             dropped by an abort-and-drop weight update)
 ``episodes_masked{reason,kind}``             masked trajectories: ``env_error`` /
                                              ``model_error`` and the error kind
 ``episodes_in_flight``                       episodes running now
@@ -83,7 +84,7 @@ class RolloutMetrics:
         )
         self.cancelled = Counter(
             f"{p}episodes_cancelled",
-            "Episodes stopped without a trajectory (deadline, closed stream)",
+            "Episodes stopped without a trajectory (deadline, closed stream, abort-and-drop)",
             registry=r,
         )
         self.masked = Counter(
