@@ -16,7 +16,7 @@ from envhub.errors import InvalidRequest, WeightUpdateFailed
 from envhub.local import LocalEnvironment
 from envhub.policies import Completion, GenerateRequest, Policy, SamplingParams
 from envhub.policies.weight_sync import NoopSync, SGLangSync, VLLMSync, WeightSync
-from envhub.rollout import Group, stream
+from envhub.rollout import Group, RolloutStream, stream
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate
 from envhub.trainers.tokens import NOT_SAMPLED, trajectory_rows
 from envhub.trajectory import Trajectory, Turn
@@ -46,10 +46,15 @@ def sampled_by(turn: Turn) -> list[int]:
     return [round(-lp * 10) - 1 for lp in turn.completion_logprobs or []]
 
 
-async def until_in_flight(server: VersionedServer) -> None:
+async def until_in_flight(server: VersionedServer, rollouts: RolloutStream | None = None) -> None:
+    """Wait for a request to update under. Under load every group the staleness bound let
+    start may have finished before the batch was handed over: then ``rollouts`` ends the
+    trainer step without an update (same version), so the next groups start."""
     for _ in range(2000):
         if server.stats.inflight:
             return
+        if rollouts is not None and rollouts.groups_in_flight == 0:
+            rollouts.policy_version = rollouts.policy_version
         await asyncio.sleep(0.002)
     raise AssertionError("no request in flight to update under")
 
@@ -94,7 +99,7 @@ async def rollout_with_updates(
         ) as rollouts:
             for version in range(1, updates + 1):
                 received(await rollouts.next_batch(), rollouts.groups_started)
-                await until_in_flight(server)
+                await until_in_flight(server, rollouts)
                 reports.append(await rollouts.update_weights(version, sync=sync, policy=policy))
                 assert rollouts.policy_version == version
             while batch := await rollouts.next_batch():
