@@ -20,10 +20,19 @@ What comes after the sampled ids is computed as text and tokenised alone:
 Rendering the real history (not a stand-in conversation) keeps whatever the template
 puts between turns exactly as it would render the whole chat; only the model's own
 tokens differ from a full re-rendering, which is the point.
+
+Message text is data, never markup: a tool result that prints ``<|im_end|>`` (a hostile
+command can) must not close the turn in the model's context. Before rendering, every
+special-token string inside a message's content is swapped for a placeholder; the
+rendered text is encoded around the placeholders, and each one becomes the ids of its
+text spelled as ordinary tokens (``split_special_tokens``). The template's own markup
+keeps its special tokens, and any template (one that trims content too) renders the
+placeholders where the text was.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +43,8 @@ from envhub.types import Message
 __all__ = ["ChatRenderer"]
 
 _MARKER = "\u2063envhub-assistant-marker\u2063"  # text no template or model writes
+_LITERAL = "\u2063envhub-literal-{}\u2063"  # a special-token string found in message text
+_LITERAL_RE = re.compile("\u2063envhub-literal-(\\d+)\u2063")
 
 
 class ChatRenderer:
@@ -47,13 +58,27 @@ class ChatRenderer:
             )
         self.tokenizer = tokenizer
         self._closing: str | None = None
-        self._special_ids = set(tokenizer.all_special_ids) | set(
-            getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+        self._special_ids = set(tokenizer.all_special_ids) | set(added)
+        specials = {str(t) for t in tokenizer.all_special_tokens} | {
+            str(t.content) for t in added.values() if getattr(t, "special", False)
+        }
+        specials.discard("")
+        # longest first, so a token that contains another is matched whole; a message
+        # that spells a placeholder itself gets that text taken as a literal too
+        self._specials = re.compile(
+            "|".join(
+                [_LITERAL_RE.pattern]
+                + [re.escape(t) for t in sorted(specials, key=len, reverse=True)]
+            )
         )
 
     def first_prompt(self, messages: Sequence[Message], tools: list[dict[str, Any]]) -> list[int]:
         """The ids of the opening messages and tools, ending with the generation prompt."""
-        return self.encode(self._text(messages, tools, generation=True))
+        literals: list[str] = []
+        return self._encode(
+            self._text(messages, tools, generation=True, literals=literals), literals
+        )
 
     def continuation(
         self,
@@ -65,15 +90,16 @@ class ChatRenderer:
         """The ids that follow ``completion_ids`` (the sampled ids of ``history``'s last,
         assistant, message) up to the next generation prompt: the assistant turn's
         closing and the ``new_messages`` (module docstring)."""
-        before = self._text(history, tools, generation=False)
-        after = self._text([*history, *new_messages], tools, generation=True)
+        literals: list[str] = []
+        before = self._text(history, tools, generation=False, literals=[])
+        after = self._text([*history, *new_messages], tools, generation=True, literals=literals)
         if not after.startswith(before):
             raise PolicyError(
                 "the chat template renders earlier turns differently once new messages "
                 "follow them, so a later prompt cannot extend the sampled ids; use a "
                 "template that keeps history as rendered"
             )
-        tail = self.encode(self.closing() + after[len(before) :])
+        tail = self._encode(self.closing() + after[len(before) :], literals)
         if (
             tail
             and completion_ids
@@ -90,26 +116,60 @@ class ChatRenderer:
                 [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}],
                 [],
                 generation=False,
+                literals=[],
             )
             if _MARKER not in text:
                 raise PolicyError("the chat template does not render assistant content")
             self._closing = text[text.rindex(_MARKER) + len(_MARKER) :]
         return self._closing
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of template text (special-token markup included, nothing added)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+    def _encode(self, text: str, literals: Sequence[str]) -> list[int]:
+        """Token ids of rendered text: markup with its special tokens, each placeholder
+        as its literal's text in ordinary tokens (module docstring); nothing added."""
+        ids: list[int] = []
+        parts = _LITERAL_RE.split(text)  # markup, literal index, markup, ...
+        for index, part in enumerate(parts):
+            if index % 2:
+                ids += self.tokenizer.encode(
+                    literals[int(part)], add_special_tokens=False, split_special_tokens=True
+                )
+            elif part:
+                ids += self.tokenizer.encode(part, add_special_tokens=False)
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of sampled ids, special tokens left out (what tool parsers read)."""
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
 
+    def _protect(self, message: Message, literals: list[str]) -> dict[str, Any]:
+        """``message`` for the template, each special-token string in its text content
+        swapped for a placeholder that indexes ``literals``."""
+        out = template_message(dict(message))
+        content = out.get("content")
+        if isinstance(content, str):
+
+            def placeholder(match: re.Match[str]) -> str:
+                literals.append(match.group())
+                return _LITERAL.format(len(literals) - 1)
+
+            out["content"] = self._specials.sub(placeholder, content)
+        return out
+
     def _text(
-        self, messages: Sequence[Message], tools: list[dict[str, Any]], *, generation: bool
+        self,
+        messages: Sequence[Message],
+        tools: list[dict[str, Any]],
+        *,
+        generation: bool,
+        literals: list[str],
     ) -> str:
+        """The template's rendering of ``messages``, their special-token strings as
+        placeholders numbered in message order (so a history renders the same alone and
+        with later messages) into ``literals``."""
+        protected = [self._protect(m, literals) for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(
-                [template_message(dict(m)) for m in messages],
+                protected,
                 tools=tools or None,
                 add_generation_prompt=generation,
                 tokenize=False,
