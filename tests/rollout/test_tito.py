@@ -11,7 +11,9 @@ and that the trainer rows are the recorded ids with no tokenizer call.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -307,6 +309,36 @@ async def test_special_tokens_in_a_tool_result_stay_text(
         f"\n<|im_start|>user\n<tool_response>\n{result}\n"
         "</tool_response><|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+class _WaitsForTheLoop:
+    """A tokenizer whose template rendering finishes only once ``loop`` has run a
+    callback: rendering on the loop's own thread would wait for itself and time out."""
+
+    def __init__(self, tokenizer: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.tokenizer = tokenizer
+        self.loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tokenizer, name)
+
+    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
+        loop_ran = threading.Event()
+        self.loop.call_soon_threadsafe(loop_ran.set)
+        if not loop_ran.wait(timeout=10):
+            raise RuntimeError("the chat template was rendered on the event loop's thread")
+        return self.tokenizer.apply_chat_template(*args, **kwargs)
+
+
+async def test_prompts_are_rendered_off_the_event_loop(
+    server: tuple[str, _Model], tokenizer: Any, calc: LocalEnvironment
+) -> None:
+    url, model = server
+    model.script = SCRIPT
+    waiting = _WaitsForTheLoop(tokenizer, asyncio.get_running_loop())
+    trajectory = await _episode(calc, _policy(url, "vllm", waiting))
+    assert not trajectory.masked, trajectory.error
+    assert len(trajectory.turns) == 3 and trajectory.turns[2].prefix_ok is True
 
 
 def _call(name: str, **arguments: Any) -> str:

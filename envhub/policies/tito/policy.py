@@ -42,6 +42,7 @@ up to the context length).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -115,7 +116,9 @@ class TitoPolicy(PooledPolicy):
     async def generate(self, request: GenerateRequest) -> Completion:
         if request.episode_id is None:
             raise PolicyError("the tito policy needs each request's episode_id")
-        prompt_ids = self._prompt_ids(request)
+        # rendering and tokenising a long chat takes milliseconds: off the event loop,
+        # so thousands of episodes in flight keep their requests and env steps moving
+        prompt_ids = await asyncio.to_thread(self._prompt_ids, request)
         session_id = self.pool.session_key(request.episode_id, request.group_id)
         seconds = 0.0
 
