@@ -323,7 +323,8 @@ class RolloutStream:
         if isinstance(self.runner.policy, GateAware):
             self.runner.policy.attach_gate(None)
         if self.metrics is not None:
-            self.metrics.stop()
+            # shutting the HTTP server down waits for its poll loop: not on the event loop
+            await asyncio.to_thread(self.metrics.stop)
 
     async def __aenter__(self) -> RolloutStream:
         self._ensure_started()
