@@ -2,6 +2,10 @@
 
 A 135M model says anything: the test checks that every trajectory is well-formed
 whatever it said (malformed calls, unknown tools, plain text), not what it scored.
+llama-cpp-python's function-calling format ignores ``max_tokens`` while it writes a tool
+call's arguments, so a runaway argument string runs to the end of the context (minutes
+on a 2-core machine at 4096 tokens): the server here gets a small context, which bounds
+every request, and a conversation that outgrows it ends as ``context_length``.
 Skipped without llama-cpp-python unless ``ENVHUB_REQUIRE_LOCAL_LLM=1`` (CI).
 """
 
@@ -29,10 +33,12 @@ if _missing and os.environ.get("ENVHUB_REQUIRE_LOCAL_LLM") != "1":
 else:
     pytestmark = [pytest.mark.slow]
 
+SMALL_CONTEXT = 640  # the first calc prompt with its tools is ~350 tokens
+
 
 async def test_rollout_calc_on_the_local_llm(tmp_path: Path) -> None:
     out = tmp_path / "smol.jsonl"
-    async with local_llm_server() as base_url:
+    async with local_llm_server(n_ctx=SMALL_CONTEXT) as base_url:
         result = await _invoke_in_thread(
             [
                 "rollout",
@@ -42,13 +48,13 @@ async def test_rollout_calc_on_the_local_llm(tmp_path: Path) -> None:
                 "--base-url",
                 base_url,
                 "--tasks",
-                "0:3",
+                "0:2",
                 "--group-size",
                 "2",
                 "--concurrency",
                 "2",
                 "--max-turns",
-                "3",
+                "2",
                 "--max-tokens",
                 "96",
                 "--temperature",
@@ -62,14 +68,16 @@ async def test_rollout_calc_on_the_local_llm(tmp_path: Path) -> None:
         await _overflow_is_recognised(base_url)
     assert result.exit_code == 0, result.output
     trajectories = list(read_trajectories(out))
-    assert len(trajectories) == 6
+    assert len(trajectories) == 4
     for trajectory in trajectories:
         assert not trajectory.masked, trajectory.error
         assert trajectory.model == MODEL_NAME
         assert trajectory.reward is not None and 0.0 <= trajectory.reward <= 1.0
         # a runaway tool call can also meet calc's episode clock (slow on a loaded machine)
-        assert trajectory.stop_reason in {"terminal_tool", "final_answer", "max_turns", "timeout"}
-        assert 1 <= len(trajectory.turns) <= 3
+        assert trajectory.stop_reason in {
+            "terminal_tool", "final_answer", "max_turns", "timeout", "context_length"
+        }
+        assert 1 <= len(trajectory.turns) <= 2
         for turn in trajectory.turns:
             message = trajectory.messages[turn.message_index]
             assert message["role"] == "assistant"
@@ -80,7 +88,7 @@ async def test_rollout_calc_on_the_local_llm(tmp_path: Path) -> None:
                 assert len(answers) == 1
         json.dumps(trajectory.messages)
     summary = json.loads((tmp_path / "smol.jsonl.summary.json").read_text())
-    assert summary["episodes"] == 6 and summary["masked"] == 0
+    assert summary["episodes"] == 4 and summary["masked"] == 0
 
 
 async def _overflow_is_recognised(base_url: str) -> None:
