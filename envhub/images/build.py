@@ -6,8 +6,9 @@ Two images, each content-tagged and built once (:func:`envhub.sandboxes.images.b
   virtualenv at ``/opt/envhub/venv`` with envhub and its ``server`` extra. Every
   environment image starts from it, so they share that layer;
 - ``envhub/<env>:<hash>`` (and ``:latest``): the runtime plus the plugin, its data built
-  at build time by the recipe's ``prepare`` (:mod:`envhub.images.recipe`), a non-root
-  user, a health check and ``envhub serve ENV --host 0.0.0.0 --port 8000`` as entrypoint.
+  at build time by the recipe's ``prepare`` from what its ``fetch`` downloaded on the
+  host (:mod:`envhub.images.recipe`), a non-root user, a health check and
+  ``envhub serve ENV --host 0.0.0.0 --port 8000`` as entrypoint.
 
 A tag hashes everything that goes in: the parent tag, the Dockerfile template, the
 recipe, the envhub and plugin versions and their source files. An unchanged rebuild is
@@ -20,8 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +74,7 @@ USER root
 COPY wheels /tmp/wheels
 RUN pip install --no-index --no-cache-dir --find-links /tmp/wheels "{requirement}" \\
  && rm -rf /tmp/wheels
+COPY fetched {cache}
 COPY prepare.py /opt/envhub/prepare.py
 RUN mkdir -p {cache} && python /opt/envhub/prepare.py && chmod -R a+rX {cache}
 ENV {env_vars}
@@ -173,8 +177,25 @@ def _labels(plan: BuildPlan) -> str:
         "envhub.version": plan.envhub.version,
         "envhub.run.read_only": "1" if plan.recipe.read_only else "0",
         "envhub.run.tmpfs": ",".join(plan.recipe.tmpfs),
+        "envhub.run.nested_sandbox": "1" if plan.recipe.nested_sandbox else "0",
     }
     return " ".join(f"{k}={json.dumps(v)}" for k, v in labels.items())
+
+
+def _fetch(plan: BuildPlan, dest: Path) -> None:
+    """Run the recipe's ``fetch`` on this host (it reaches PyPI; ``docker build`` does not),
+    filling ``dest``, which the image gets as its ``$ENVHUB_CACHE``."""
+    dest.mkdir()
+    if not plan.recipe.fetch:
+        return
+    proc = subprocess.run(
+        [sys.executable, "-c", plan.recipe.fetch],
+        env={**os.environ, "ENVHUB_FETCH_DIR": str(dest)}, capture_output=True, text=True,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise EnvhubError(
+            f"the fetch step of {plan.env}'s image recipe failed: {proc.stderr[-3000:]}"
+        )
 
 
 def _build_env(plan: BuildPlan) -> None:
@@ -185,6 +206,7 @@ def _build_env(plan: BuildPlan) -> None:
         src = plan.plugin.copy_to(ctx / "src" / plan.plugin.name)
         build_wheels(src, plan.plugin.requires, ctx / "wheels")
         shutil.rmtree(ctx / "src")
+        _fetch(plan, ctx / "fetched")
         (ctx / "prepare.py").write_text(plan.recipe.prepare or "pass\n")
         (ctx / "Dockerfile").write_text(
             _ENV_DOCKERFILE.format(

@@ -25,12 +25,20 @@ class EnvImageRecipe(BaseModel):
     """``recipes/<env>.yaml``.
 
     - ``base``: the sandbox image recipe the image starts from (``envhub sandbox build``
-      names: ``python``, or ``chromium`` for a browser);
+      names: ``python``, ``chromium`` for a browser, ``bwrap`` for bubblewrap);
     - ``extras``: the plugin distribution's extras to install;
+    - ``fetch``: Python run on the build host before ``docker build`` (which has no
+      network), with ``$ENVHUB_FETCH_DIR`` an empty folder: what it leaves there is
+      copied into the image's ``$ENVHUB_CACHE`` before ``prepare`` runs. For downloads
+      ``prepare`` needs (sdists, wheels), made with the plugin's own code on the host;
     - ``prepare``: Python run once at build time, as root, with ``$ENVHUB_CACHE`` pointing
       into the image: it builds the plugin's data (databases, indexes) with the plugin's
       own code, so containers start with everything in place and never write it;
     - ``read_only``: run with a read-only root file system (``tmpfs`` paths stay writable);
+    - ``nested_sandbox``: the environment makes its own ``bwrap`` sandboxes inside the
+      container, so its containers start with the relaxations bubblewrap needs (user
+      namespaces and mounts: :data:`envhub.images.run.NESTED_SANDBOX_OPTIONS`); no other
+      image gets them;
     - ``env``: environment variables baked into the image.
     """
 
@@ -38,8 +46,10 @@ class EnvImageRecipe(BaseModel):
 
     base: str = "python"
     extras: list[str] = Field(default_factory=list)
+    fetch: str = ""
     prepare: str = ""
     read_only: bool = True
+    nested_sandbox: bool = False
     tmpfs: list[str] = Field(default_factory=lambda: ["/tmp"])
     env: dict[str, str] = Field(default_factory=dict)
 

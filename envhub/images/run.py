@@ -9,6 +9,11 @@ iptables (a normal docker host) ``enable_icc=false`` also keeps the containers a
 Containers also run read-only where the image's recipe allows (tmpfs for what they must
 write), with every capability dropped, ``no-new-privileges`` and limits on memory (no
 swap beyond it), pids and, when asked, CPUs, as sandbox containers have.
+
+An image whose environment makes its own ``bwrap`` sandboxes (recipe ``nested_sandbox``:
+SWE) also gets :data:`NESTED_SANDBOX_OPTIONS`, and no other image does. The container still
+runs as uid 1000 with no capability: bubblewrap makes unprivileged user namespaces. The
+host Docker socket is never mounted into a container.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from envhub.images.build import CONTAINER_PORT, LABEL
 
 __all__ = [
     "CONTAINER_LABEL",
+    "NESTED_SANDBOX_OPTIONS",
     "NETWORK",
     "Container",
     "containers_labelled",
@@ -45,6 +51,17 @@ _NETWORK_OPTIONS = {
     "com.docker.network.bridge.enable_icc": "false",
     "com.docker.network.bridge.host_binding_ipv4": "127.0.0.1",
 }
+#: What bubblewrap needs inside a container, relaxed for ``nested_sandbox`` images only:
+#: docker's default seccomp profile refuses ``unshare``/``clone`` of namespaces and
+#: ``mount`` to a process without CAP_SYS_ADMIN; the kernel refuses a new ``/proc`` (bwrap's
+#: pid namespace) while docker's masks cover parts of the container's; docker-default
+#: AppArmor (hosts that have AppArmor) denies ``mount``. The model's commands still run in
+#: bwrap's user/pid/net/mount namespaces, without capabilities, under no-new-privileges.
+NESTED_SANDBOX_OPTIONS = (
+    "--security-opt", "seccomp=unconfined",
+    "--security-opt", "systempaths=unconfined",
+    "--security-opt", "apparmor=unconfined",
+)  # fmt: skip
 
 
 def _docker_proc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -87,7 +104,8 @@ def ensure_network() -> str:
 
 
 def _run_flags(image: str) -> list[str]:
-    """Read-only root and tmpfs as the image's recipe recorded them in its labels."""
+    """Read-only root, tmpfs and nested sandboxing as the image's recipe recorded them in
+    its labels."""
     labels = json.loads(_docker("image", "inspect", "-f", "{{json .Config.Labels}}", image))
     labels = labels or {}
     if labels.get(LABEL) != "env":
@@ -95,6 +113,8 @@ def _run_flags(image: str) -> list[str]:
     flags = ["--read-only"] if labels.get("envhub.run.read_only") == "1" else []
     for path in filter(None, labels.get("envhub.run.tmpfs", "").split(",")):
         flags += ["--tmpfs", f"{path}:rw,nosuid,nodev,size=512m"]
+    if labels.get("envhub.run.nested_sandbox") == "1":
+        flags += NESTED_SANDBOX_OPTIONS
     return flags
 
 

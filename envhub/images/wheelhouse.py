@@ -101,6 +101,28 @@ def envhub_source(extras: Iterable[str] = ("server",)) -> Source:
     return Source("envhub", version, root, tuple(sorted(paths)), _requirements("envhub", extras))
 
 
+def _envhub_extra_requirements(extras: Iterable[str]) -> list[str]:
+    """What envhub's ``extras`` add to it, read from the checkout's ``pyproject.toml``: the
+    runtime image's envhub is built from that file (an editable install's metadata may be
+    older), markers evaluated for this Python."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    import envhub
+
+    pyproject = Path(envhub.__file__).resolve().parent.parent / "pyproject.toml"
+    meta = read_configuration(pyproject, expand=False)
+    optional = meta["project"].get("optional-dependencies", {})
+    out: list[str] = []
+    for line in (line for extra in extras for line in optional.get(extra, [])):
+        req = Requirement(line)
+        if canonicalize_name(req.name) == "envhub":  # an extra made of others (``all``)
+            out += _envhub_extra_requirements(req.extras)
+        elif req.marker is None or req.marker.evaluate():
+            req.marker = None
+            out.append(str(req))
+    return out
+
+
 def plugin_source(env: str, extras: Iterable[str] = ()) -> Source:
     """The source checkout of the distribution that registers environment ``env``."""
     matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == env]
@@ -119,11 +141,15 @@ def plugin_source(env: str, extras: Iterable[str] = ()) -> Source:
         )
     root = Path(url.removeprefix("file://"))
     paths = tuple(sorted(p.name for p in root.iterdir() if not p.name.startswith(".")))
-    requires = tuple(
-        r for r in _requirements(dist_name, extras)
-        if canonicalize_name(Requirement(r).name) != "envhub"
-    )  # fmt: skip
-    return Source(dist_name, distribution(dist_name).version, root, paths, requires)
+    requires: list[str] = []
+    for line in _requirements(dist_name, extras):
+        req = Requirement(line)
+        if canonicalize_name(req.name) != "envhub":
+            requires.append(line)
+        else:  # envhub is in the runtime image; the extras it asks for (envhub[docker]) not
+            requires += _envhub_extra_requirements(req.extras)
+    version = distribution(dist_name).version
+    return Source(dist_name, version, root, paths, tuple(dict.fromkeys(requires)))
 
 
 def _pip_wheel(args: list[str]) -> subprocess.CompletedProcess[str]:
