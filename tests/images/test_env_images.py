@@ -61,6 +61,7 @@ def test_the_container_is_confined(containers: dict[str, Container]) -> None:
     assert state["Config"]["User"] == "1000:1000"
     assert host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"]
     assert "no-new-privileges" in host["SecurityOpt"]
+    assert not [o for o in host["SecurityOpt"] if "unconfined" in o]  # not a nested_sandbox
     assert host["Memory"] == host["MemorySwap"] == 4 * 2**30 and host["PidsLimit"] == 4096
     assert list(state["NetworkSettings"]["Networks"]) == [NETWORK]
     ports = state["NetworkSettings"]["Ports"]
