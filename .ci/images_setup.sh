@@ -9,7 +9,9 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ENVHUB="${ENVHUB_BIN:-$REPO/.venv/bin/envhub}"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
-# web is opt-in: its `chromium` base (Debian's Chromium, chroot apt-get) takes minutes
+# web is opt-in: its `chromium` base (Debian's Chromium, chroot apt-get) takes minutes;
+# so is swe (about 3 min cold: its `bwrap` base, chroot apt-get bubblewrap, is built on
+# the way, and its recipe's fetch step downloads the SWE sdists and wheels on the host)
 IMAGES="${ENVHUB_ENV_IMAGES:-calc sql search}"
 
 if [[ " $IMAGES " == *" web "* ]]; then
