@@ -25,6 +25,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from envhub.errors import EnvhubError
 from envhub.images.build import CONTAINER_PORT, LABEL
@@ -32,6 +33,7 @@ from envhub.images.build import CONTAINER_PORT, LABEL
 __all__ = [
     "CONTAINER_LABEL",
     "NESTED_SANDBOX_OPTIONS",
+    "NESTED_SANDBOX_SECCOMP",
     "NETWORK",
     "Container",
     "containers_labelled",
@@ -51,14 +53,22 @@ _NETWORK_OPTIONS = {
     "com.docker.network.bridge.enable_icc": "false",
     "com.docker.network.bridge.host_binding_ipv4": "127.0.0.1",
 }
+#: The seccomp profile of ``nested_sandbox`` containers. Docker's default profile (an
+#: allowlist, which the command line cannot extend) refuses ``unshare``/``clone`` of
+#: namespaces, ``mount`` and ``pivot_root`` to a process without CAP_SYS_ADMIN, which
+#: bubblewrap needs. This one allows every call but those it names, with EPERM: what
+#: docker's default also refuses that an unprivileged process, or one in a user namespace,
+#: could reach (the kernel keyring, eBPF, perf, userfaultfd, io_uring, the new mount API,
+#: ``setns``, and module, kexec, clock, swap and quota calls).
+NESTED_SANDBOX_SECCOMP = Path(__file__).with_name("nested_sandbox_seccomp.json")
 #: What bubblewrap needs inside a container, relaxed for ``nested_sandbox`` images only:
-#: docker's default seccomp profile refuses ``unshare``/``clone`` of namespaces and
-#: ``mount`` to a process without CAP_SYS_ADMIN; the kernel refuses a new ``/proc`` (bwrap's
-#: pid namespace) while docker's masks cover parts of the container's; docker-default
-#: AppArmor (hosts that have AppArmor) denies ``mount``. The model's commands still run in
-#: bwrap's user/pid/net/mount namespaces, without capabilities, under no-new-privileges.
+#: the seccomp profile above; ``systempaths=unconfined`` because the kernel refuses a new
+#: ``/proc`` (bwrap's pid namespace) while docker's masks cover parts of the container's;
+#: ``apparmor=unconfined`` because docker-default AppArmor (hosts that have AppArmor)
+#: denies ``mount``. The model's commands still run in bwrap's user/pid/net/mount
+#: namespaces, without capabilities, under no-new-privileges.
 NESTED_SANDBOX_OPTIONS = (
-    "--security-opt", "seccomp=unconfined",
+    "--security-opt", f"seccomp={NESTED_SANDBOX_SECCOMP}",
     "--security-opt", "systempaths=unconfined",
     "--security-opt", "apparmor=unconfined",
 )  # fmt: skip
