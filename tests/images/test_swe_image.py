@@ -16,13 +16,17 @@ from envhub.client import RemoteEnvironment
 from envhub.testing import call_tool
 from tests.images.conftest import TOKEN, docker_problem
 
-#: run by the model's `bash` tool: what the sandbox sees of the server and the network
+#: run by the model's `bash` tool: what the sandbox sees of the server and the network, and
+#: whether the container's seccomp profile refuses it the kernel keyring
 PROBE = (
     "id -u; cat /proc/sys/kernel/hostname; ls /opt/envhub 2>&1; env | grep -c ENVHUB_TOKEN; "
     "cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -c 'envhub[ ]serve'; "
     'python3 -c "import socket; s = socket.socket(); s.settimeout(3); '
     "print('api', s.connect_ex(('127.0.0.1', 8000)))\"; "
-    "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+    "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
+    "python3 -c \"import ctypes, os; nr = {'x86_64': 250, 'aarch64': 219}[os.uname().machine]; "
+    "libc = ctypes.CDLL(None, use_errno=True); libc.syscall(nr, 0, 0, 0, 0); "
+    "print('keyctl errno', ctypes.get_errno())\""
 )
 
 
@@ -65,7 +69,9 @@ def test_swe_image_checks_a_task_in_bwrap_sandboxes_inside_the_container(swe_ima
         assert state["Config"]["User"] == "1000:1000"  # bwrap needs no root in here
         assert host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"]
         assert "no-new-privileges" in host["SecurityOpt"]
-        assert "seccomp=unconfined" in host["SecurityOpt"]  # the nested_sandbox relaxation
+        # the nested_sandbox relaxation: envhub's seccomp profile, not none
+        (seccomp,) = [o for o in host["SecurityOpt"] if o.startswith("seccomp=")]
+        assert "keyctl" in seccomp and host["MaskedPaths"] == []  # systempaths=unconfined
         assert not any("docker.sock" in b for b in host["Binds"] or [])
 
         task_id = _first_task("inflection")
@@ -77,10 +83,11 @@ def test_swe_image_checks_a_task_in_bwrap_sandboxes_inside_the_container(swe_ima
     finally:
         stop_container(container.id)
     assert out.startswith("<returncode>0</returncode>"), out
-    lines = out.split("<output>\n", 1)[1].removesuffix("</output>").split("\n")
+    lines = out.split("<output>\n", 1)[1].removesuffix("</output>").rstrip("\n").split("\n")
     assert lines[:2] == ["1000", "envhub"]  # a bwrap sandbox, not the server's shell
     assert lines[2] == "ls: cannot access '/opt/envhub': No such file or directory"
     # the server's token, processes and API port are out of reach; only a loopback device
     assert lines[3:5] == ["0", "0"]
     assert lines[5] == "api 111"  # ECONNREFUSED: the sandbox's own empty network namespace
-    assert [x for x in lines[6:] if x] == ["lo"]
+    assert [x for x in lines[6:-1] if x] == ["lo"]
+    assert lines[-1] == "keyctl errno 1"  # EPERM: the profile holds inside the sandbox too
