@@ -2,7 +2,9 @@
 the capture proxy and the MCP endpoint.
 
 A 135M model says anything: the test checks that the episode completes and is recorded as
-a well-formed, scored trajectory, not what it scored. Skipped without llama-cpp-python
+a well-formed, scored trajectory, not what it scored. The server gets a small context,
+which bounds the runaway tool-call arguments llama-cpp-python writes past ``max_tokens``
+(see ``tests/rollout/test_local_llm_rollout.py``). Skipped without llama-cpp-python
 unless ``ENVHUB_REQUIRE_LOCAL_LLM=1`` (CI).
 """
 
@@ -31,7 +33,7 @@ else:
 async def test_openai_agents_on_the_local_llm(tmp_path: Path) -> None:
     out = tmp_path / "agent-smol.jsonl"
     env = envhub.make("calc", num_tasks=5)
-    async with local_llm_server() as base_url:
+    async with local_llm_server(n_ctx=640) as base_url:  # the first prompt is ~350 tokens
         policy = OpenAIPolicy(
             MODEL_NAME,
             [base_url],
@@ -40,7 +42,7 @@ async def test_openai_agents_on_the_local_llm(tmp_path: Path) -> None:
         )
         try:
             result = await run(env, policy, ["calc-0-00000"], agent=OpenAIAgentsRunner(),
-                               max_turns=3, output=out)
+                               max_turns=2, output=out)
         finally:
             await policy.aclose()
             await env.aclose()
@@ -50,8 +52,8 @@ async def test_openai_agents_on_the_local_llm(tmp_path: Path) -> None:
     assert trajectory.model == MODEL_NAME
     assert trajectory.reward is not None and 0.0 <= trajectory.reward <= 1.0
     assert trajectory.stop_reason in {"terminal_tool", "final_answer", "max_turns", "timeout",
-                                      "closed"}
-    assert 1 <= len(trajectory.turns) <= 3
+                                      "closed", "context_length"}
+    assert 1 <= len(trajectory.turns) <= 2
     assert trajectory.messages[:2] == (await env.task("calc-0-00000")).prompt
     for turn in trajectory.turns:
         assert trajectory.messages[turn.message_index]["role"] == "assistant"
