@@ -147,11 +147,12 @@ def test_a_dead_environment_server_stops_the_run_and_resume_finishes_it(
 ) -> None:
     model = scripted(ScriptConfig(latency_s=0.05))
     out = tmp_path / "dead.jsonl"
+    tasks = 80  # well above the bound on what a guarded run writes (below); resume runs the rest
     env_server = ThreadedUvicorn(server_app.create_app(["calc"]), lifespan="on").start()
     port = env_server.port
     args = [
         "rollout", "calc", "--env-url", env_server.url, "--model", "scripted", "--base-url",
-        model.base_url, "--tasks", "test[0:150]", "--concurrency", "4", "--max-env-attempts",
+        model.base_url, "--tasks", f"test[0:{tasks}]", "--concurrency", "4", "--max-env-attempts",
         "1", "--output", str(out),
     ]  # fmt: skip
     proc = subprocess.Popen([*CLI, *args], cwd=ROOT, stdout=subprocess.PIPE,
@@ -171,16 +172,16 @@ def test_a_dead_environment_server_stops_the_run_and_resume_finishes_it(
     assert proc.returncode == 1, message[-3000:]
     assert "in a row were masked" in message and "--resume" in message
     written = pairs_of(out)
-    # the breaker stopped dispatching: far from the 150 an unguarded run burns through
+    # the breaker stopped dispatching: far from the 80 an unguarded run burns through
     assert len(written) < 8 + 20 + 2 * 4 + 10
     summary = summary_of(out)
-    assert summary["stopped"] == "circuit_breaker" and summary["missing"] == 150 - len(written)
+    assert summary["stopped"] == "circuit_breaker" and summary["missing"] == tasks - len(written)
 
     with ThreadedUvicorn(server_app.create_app(["calc"]), port=port, lifespan="on"):
         result = subprocess.run([*CLI, *args, "--resume"], cwd=ROOT, capture_output=True,
                                 timeout=300)  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()[-3000:]
     records = list(read_records(out))
-    assert len(records) == 150 and len(set(pairs_of(out))) == 150
+    assert len(records) == tasks and len(set(pairs_of(out))) == tasks
     assert not any(r["masked"] for r in records)
     assert summary_of(out)["missing"] == 0 and summary_of(out)["stopped"] is None
