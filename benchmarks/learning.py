@@ -7,16 +7,20 @@
 
 Tasks are one ``calc`` level (``--level``): the warm-up and GRPO training tasks come from
 the train split and do not overlap; evaluation uses the first ``--eval-tasks`` of the test
-split, which nothing imitates or trains on.
+split, which nothing imitates or trains on. The tiny model's level is ``operation``
+(:class:`OperationCalc`): calc's easy word problems with every number replaced by 4, so
+reading the question means telling "gets ... more" from "gave away".
 
-1. **Warm-up** (tiny model): a random Llama cannot call a tool, so it first imitates
+1. **Warm-up**: a random Llama cannot call a tool, so it first imitates
    ``--warmup-tasks`` gold episodes (:func:`envhub.trainers.tiny.imitate_gold`); its
    held-out pass@1 is the warm-up level, which must lie strictly between 0 and 1 for GRPO
-   to have anything to show (the script warns otherwise). Held-out success needs the
-   model to copy three-digit operands out of an unseen question; on a shared 2-core CPU
-   the budgets tried so far did not get there (16 episodes x 120 full-batch steps, loss
-   0.18: pass@1 0/16; 128 episodes x 200 steps of 16, loss 0.31: 0/16), so the warm-up
-   budget that does is still to be measured, on a GPU or a free machine.
+   to have anything to show (the script warns otherwise). On ``operation``, 8 episodes
+   and 130 full-batch steps (loss 0.026) leave it at 0.5 on 16 held-out tasks: every
+   episode that submits an answer is right, half break the tool-call format at
+   temperature 1 (100 steps, loss 0.067: 0/16). On calc's ``easy`` level the tiny model
+   stays at 0 with any warm-up a CPU allows: it never learns to copy the operands out of
+   an unseen question (128 episodes x 200 steps of 16: held-out 0/16; one-digit
+   operands, 160 steps of 16: 0/64).
    SmolLM2-135M-Instruct answers these questions in prose and never calls a tool, so it
    imitates a few gold episodes too, on its LoRA adapters: 3 steps on 4 episodes leave it
    between 0 and 1 on easy tasks (8 steps: 8/8 held-out, nothing left to learn).
@@ -53,11 +57,17 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from envhub_calc.calculator import evaluate
+from envhub_calc.env import CalcEnv
+
+from envhub import GoldCall, Task, TaskSet
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -76,9 +86,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eval-every", type=int, default=4)
-    parser.add_argument("--level", default="easy", choices=["easy", "medium", "hard"])
-    parser.add_argument("--warmup-tasks", type=int, default=None, help="tiny 16, smollm2 4")
-    parser.add_argument("--warmup-steps", type=int, default=None, help="tiny 150, smollm2 3")
+    parser.add_argument("--level", default=None, choices=["operation", "easy", "medium", "hard"],
+                        help="tiny: operation, smollm2: easy")
+    parser.add_argument("--warmup-tasks", type=int, default=None, help="tiny 8, smollm2 4")
+    parser.add_argument("--warmup-steps", type=int, default=None, help="tiny 130, smollm2 3")
     parser.add_argument("--train-tasks", type=int, default=16)
     parser.add_argument("--eval-tasks", type=int, default=32)
     parser.add_argument("--group-size", type=int, default=4)
@@ -98,16 +109,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown := set(args.arms) - set(ARMS):
         parser.error(f"unknown arms {sorted(unknown)}; use {ARMS}")
     tiny = args.model == "tiny"
+    if args.level is None:
+        args.level = "operation" if tiny else "easy"
     if args.learning_rate is None:
         args.learning_rate = 1e-3 if tiny else 5e-4
     if args.warmup_tasks is None:
-        args.warmup_tasks = 16 if tiny else 4
+        args.warmup_tasks = 8 if tiny else 4
     if args.warmup_steps is None:
-        args.warmup_steps = 150 if tiny else 3
+        args.warmup_steps = 130 if tiny else 3
     return args
 
 
 # -- tasks, models, evaluation -------------------------------------------------------------
+
+OPERAND = "4"
+
+
+class OperationCalc(CalcEnv):
+    """``calc``'s easy word problems (same ids, splits and tools) with every number
+    replaced by :data:`OPERAND`, so the question's wording ("gets ... more" or "gave away")
+    is all there is to read: the level for a model that cannot copy numbers yet. The tiny
+    model does not learn to copy multi-digit operands out of an unseen question in a CPU
+    budget; this level still needs it to read the question, call both tools in the right
+    format and pass the answer on, which is what the learning check needs."""
+
+    def load_tasks(self) -> TaskSet:
+        return TaskSet(_same_operands(t) for t in super().load_tasks()
+                       if t.metadata.get("level") == "easy")
+
+
+def _same_operands(task: Task) -> Task:
+    question = re.sub(r"\d+", OPERAND, task.prompt[-1]["content"])
+    expression = re.sub(r"\d+", OPERAND, task.gold_actions[0].arguments["expression"])
+    value = evaluate(expression)
+    answer = str(int(value)) if float(value).is_integer() else str(value)
+    return task.model_copy(update={
+        "prompt": [*task.prompt[:-1], {"role": "user", "content": question}],
+        "answer": answer,
+        "gold_actions": [GoldCall(name="calculate", arguments={"expression": expression}),
+                         GoldCall(name="answer", arguments={"value": answer})],
+        "metadata": {**task.metadata, "level": "operation"},
+    })
+
 
 
 @dataclass
@@ -554,7 +597,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    env = envhub.make("calc", num_tasks=600)
+    env = envhub.make(OperationCalc if args.level == "operation" else "calc", num_tasks=600)
     tokenizer = smollm2_tokenizer()
     warmup_ids, train_ids, eval_ids = split_tasks(env, args)
     setup = Setup(args, env, tokenizer, warmup_ids, train_ids, eval_ids)
