@@ -147,11 +147,12 @@ def test_grpo_trainer_learns_from_envhub_rewards(
 
     factory = environment_factory(calc)
     dataset = task_dataset(calc, split=None).filter(lambda row: row["task_id"] in TRAIN_TASKS)
+    steps, batch = 2, 4  # each step: two groups of two, one group per task
     args = GRPOConfig(
         output_dir=str(tmp_path),
-        max_steps=2,
-        per_device_train_batch_size=8,
-        num_generations=4,
+        max_steps=steps,
+        per_device_train_batch_size=batch,
+        num_generations=2,
         max_completion_length=128,
         max_tool_calling_iterations=3,
         learning_rate=1e-3,
@@ -176,15 +177,15 @@ def test_grpo_trainer_learns_from_envhub_rewards(
     trainer.train()
 
     # every rollout was an envhub episode of a dataset task, scored by envhub
-    assert len(factory.episodes) == 2 * 8
+    assert len(factory.episodes) == steps * batch
     assert {e.task_id for e in factory.episodes} == set(TRAIN_TASKS)
     logged = [
         h["rewards/envhub_reward/mean"]
         for h in trainer.state.log_history
         if "rewards/envhub_reward/mean" in h
     ]
-    per_step = [factory.episodes[i * 8 : (i + 1) * 8] for i in range(2)]
-    assert logged == pytest.approx([sum(e.reward for e in step) / 8 for step in per_step])
+    per_step = [factory.episodes[i * batch : (i + 1) * batch] for i in range(steps)]
+    assert logged == pytest.approx([sum(e.reward for e in step) / batch for step in per_step])
     rewards = {e.reward for e in factory.episodes}
     assert rewards == {0.0, 1.0}  # the imitation model succeeds sometimes: a GRPO signal
     assert any(e.stop_reason == "terminal_tool" for e in factory.episodes)
