@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.level is None:
         args.level = "operation" if tiny else "easy"
     if args.learning_rate is None:
-        args.learning_rate = 1e-3 if tiny else 5e-4
+        args.learning_rate = 1e-4 if tiny else 5e-4
     if args.warmup_tasks is None:
         args.warmup_tasks = 8 if tiny else 4
     if args.warmup_steps is None:
