@@ -33,7 +33,7 @@ else:
 async def test_openai_agents_on_the_local_llm(tmp_path: Path) -> None:
     out = tmp_path / "agent-smol.jsonl"
     env = envhub.make("calc", num_tasks=5)
-    async with local_llm_server(n_ctx=640) as base_url:  # the first prompt is ~350 tokens
+    async with local_llm_server(n_ctx=640) as base_url:  # room for the prompt and a reply
         policy = OpenAIPolicy(
             MODEL_NAME,
             [base_url],
