@@ -20,7 +20,7 @@ reading the question means telling "gets ... more" from "gave away".
    temperature 1 (100 steps, loss 0.067: 0/16). On calc's ``easy`` level the tiny model
    stays at 0 with any warm-up a CPU allows: it never learns to copy the operands out of
    an unseen question (128 episodes x 200 steps of 16: held-out 0/16; one-digit
-   operands, 160 steps of 16: 0/64).
+   operands, 256 episodes x 150 steps of 16: 0/64 held-out gold episodes right greedily).
    SmolLM2-135M-Instruct answers these questions in prose and never calls a tool, so it
    imitates a few gold episodes too, on its LoRA adapters: 3 steps on 4 episodes leave it
    between 0 and 1 on easy tasks (8 steps: 8/8 held-out, nothing left to learn).
