@@ -22,6 +22,11 @@ from envhub.trainers.token_policy import Sample, TokenPolicy
 
 __all__ = ["HFSampler", "transformers_policy"]
 
+# torch's default generator is one per process: a seeded draw reseeds it and restores it on
+# exit, so two samplers generating at once in different threads (a held-out evaluation
+# beside a training stream) would draw each other's numbers. All generation takes this lock.
+_TORCH_RNG = threading.Lock()
+
 
 class HFSampler:
     """Samples a completion for prompt ids; logprobs are taken from the processed
@@ -57,7 +62,7 @@ class HFSampler:
     def _sample(self, prompt_ids: list[int]) -> Sample:
         import torch
 
-        with self.lock, torch.no_grad(), self._seeded(prompt_ids):
+        with self.lock, _TORCH_RNG, torch.no_grad(), self._seeded(prompt_ids):
             was_training = self.lm.training
             self.lm.eval()
             try:
