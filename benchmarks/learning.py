@@ -11,18 +11,19 @@ split, which nothing imitates or trains on. The tiny model's level is ``operatio
 (:class:`OperationCalc`): calc's easy word problems with every number replaced by 4, so
 reading the question means telling "gets ... more" from "gave away".
 
-1. **Warm-up**: a random Llama cannot call a tool, so it first imitates
-   ``--warmup-tasks`` gold episodes (:func:`envhub.trainers.tiny.imitate_gold`); its
-   held-out pass@1 is the warm-up level, which must lie strictly between 0 and 1 for GRPO
-   to have anything to show (the script warns otherwise). On ``operation``, 8 episodes
-   and 130 full-batch steps (loss 0.026) leave it at pass@1 0.28 at temperature 1 (32
-   held-out tasks x 2 samples; answered 0.31: nearly every episode that submits an answer
-   is right, the rest break the tool-call format) and 0.25 on the 16 GRPO training tasks
-   x 4 (one sample of each of the first 16 held-out tasks said 0.5: noise). 100 steps
-   (loss 0.067) leave it at 0/16. On calc's ``easy`` level the tiny model stays at 0
-   with any warm-up a CPU allows: it never learns to copy the operands out of an unseen
-   question (128 episodes x 200 steps of 16: held-out 0/16; one-digit
-   operands, 256 episodes x 150 steps of 16: 0/64 held-out gold episodes right greedily).
+1. **Warm-up**: a random Llama cannot call a tool, so it first imitates demonstrations
+   (:func:`envhub.trainers.tiny.imitate_gold`); its held-out pass@1 is the warm-up level,
+   which must lie strictly between 0 and 1 for GRPO to have anything to show (the script
+   warns otherwise). On ``operation`` the demonstrations teach the format, not the task:
+   each of ``--warmup-tasks`` questions is shown once with ``+`` and once with ``-``
+   (:func:`split_tasks` says why). 8 questions (16 demonstrations) and 130 full-batch
+   steps leave the tiny model at held-out pass@1 0.52 at temperature 0.7 (32 tasks x 2;
+   answered 1.00) and every one of 16 training groups of 4 mixed. At temperature 1.0 the
+   tail of its 49k-token vocabulary breaks the tool-call format in most episodes (answered
+   0.33), hence the tiny model's default of 0.7. On calc's ``easy`` level the tiny model
+   stays at 0 with any warm-up a CPU allows: it never learns to copy the operands out of
+   an unseen question (128 episodes x 200 steps of 16: held-out 0/16; one-digit operands,
+   256 episodes x 150 steps of 16: 0/64 held-out gold episodes right greedily).
    SmolLM2-135M-Instruct answers these questions in prose and never calls a tool, so it
    imitates a few gold episodes too, on its LoRA adapters: 3 steps on 4 episodes leave it
    between 0 and 1 on easy tasks (8 steps: 8/8 held-out, nothing left to learn).
@@ -62,6 +63,7 @@ import random
 import re
 import statistics
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--groups-per-step", type=int, default=4)
     parser.add_argument("--max-staleness", type=int, default=1)
     parser.add_argument("--learning-rate", type=float, default=None, help="default per model")
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="tiny 0.7 (at 1.0 its vocabulary's tail breaks the format), "
+                             "smollm2 1.0")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--sampler", choices=["hf", "vllm"], default="hf")
@@ -115,6 +119,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     tiny = args.model == "tiny"
     if args.level is None:
         args.level = "operation" if tiny else "easy"
+    if args.temperature is None:
+        args.temperature = 0.7 if tiny else 1.0
     if args.learning_rate is None:
         args.learning_rate = 1e-4 if tiny else 5e-4
     if args.warmup_tasks is None:
@@ -135,26 +141,48 @@ class OperationCalc(CalcEnv):
     is all there is to read: the level for a model that cannot copy numbers yet. The tiny
     model does not learn to copy multi-digit operands out of an unseen question in a CPU
     budget; this level still needs it to read the question, call both tools in the right
-    format and pass the answer on, which is what the learning check needs."""
+    format and pass the answer on, which is what the learning check needs.
+
+    ``mirrored``: ids of tasks that also appear as ``ID/other``, a copy whose gold episode
+    uses the other operator (and submits what it computes): with the original, a
+    demonstration of the format that says nothing about the operator (:func:`split_tasks`)."""
+
+    def __init__(self, num_tasks: int = 3000, seed: int = 0,
+                 mirrored: Collection[str] = ()) -> None:  # fmt: skip
+        self.mirrored = frozenset(mirrored)
+        super().__init__(num_tasks, seed)
 
     def load_tasks(self) -> TaskSet:
-        return TaskSet(_same_operands(t) for t in super().load_tasks()
-                       if t.metadata.get("level") == "easy")
+        tasks = []
+        for task in super().load_tasks():
+            if task.metadata.get("level") == "easy":
+                tasks.append(_same_operands(task))
+                if task.id in self.mirrored:
+                    tasks.append(_same_operands(task, flip=True))
+        return TaskSet(tasks)
 
 
-def _same_operands(task: Task) -> Task:
+def _same_operands(task: Task, *, flip: bool = False) -> Task:
     question = re.sub(r"\d+", OPERAND, task.prompt[-1]["content"])
     expression = re.sub(r"\d+", OPERAND, task.gold_actions[0].arguments["expression"])
-    value = evaluate(expression)
-    answer = str(int(value)) if float(value).is_integer() else str(value)
+    shown = expression.translate(_OTHER_OPERATOR) if flip else expression
     return task.model_copy(update={
+        "id": f"{task.id}{OTHER_SUFFIX if flip else ''}",
         "prompt": [*task.prompt[:-1], {"role": "user", "content": question}],
-        "answer": answer,
-        "gold_actions": [GoldCall(name="calculate", arguments={"expression": expression}),
-                         GoldCall(name="answer", arguments={"value": answer})],
+        "answer": _value(expression),
+        "gold_actions": [GoldCall(name="calculate", arguments={"expression": shown}),
+                         GoldCall(name="answer", arguments={"value": _value(shown)})],
         "metadata": {**task.metadata, "level": "operation"},
     })
 
+
+def _value(expression: str) -> str:
+    value = evaluate(expression)
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+_OTHER_OPERATOR = str.maketrans("+-", "-+")
+OTHER_SUFFIX = "/other"
 
 
 @dataclass
@@ -164,9 +192,7 @@ class Setup:
     args: argparse.Namespace
     env: Any
     tokenizer: Any
-    warmup_ids: list[str]
-    train_ids: list[str]
-    eval_ids: list[str]
+    split: Split
     tools: list[dict[str, Any]] | None = None  # the tool schemas rendered into prompts
     start: dict[str, Any] = field(default_factory=dict)  # trainable state to start from
     model: Any = None  # the model whose trainable state arms reset to ``start``
@@ -177,16 +203,41 @@ class Setup:
         return budget is not None and time.monotonic() - self.started > budget
 
 
-def split_tasks(env: Any, args: argparse.Namespace) -> tuple[list[str], list[str], list[str]]:
-    """(warm-up, GRPO training, held-out evaluation) task ids of ``args.level``."""
+@dataclass
+class Split:
+    """Task ids of one level: ``warmup`` (the demonstrations imitated), ``train`` (GRPO)
+    and ``heldout`` (evaluation only); ``mirrored``: warm-up tasks also demonstrated with
+    the other operator (the ``operation`` level, see :func:`split_tasks`)."""
+
+    warmup: list[str]
+    train: list[str]
+    heldout: list[str]
+    mirrored: list[str] = field(default_factory=list)
+
+
+def split_tasks(env: Any, args: argparse.Namespace) -> Split:
+    """The task split of ``args.level``: warm-up and GRPO tasks from the train split, no
+    overlap; held-out tasks from the test split.
+
+    On the ``operation`` level the warm-up demonstrates the format, not the task: each
+    warm-up question is shown twice, once with ``+`` and once with ``-``. The model then
+    calls both tools reliably and picks the operator by a coin flip on every question
+    (held-out pass@1 near 0.5, every GRPO group mixed), and reading the question is what
+    GRPO has to teach. Imitating true gold episodes instead leaves nothing to learn at
+    temperature 0.7 (held-out pass@1 0.97); showing each question once with a random
+    operator makes the model pick one operator per question by spurious cues (names),
+    nearly deterministically, so most groups are all right or all wrong and give no
+    gradient."""
     tasks = [t for t in env.tasks if t.metadata.get("level") == args.level]
     train = [t.id for t in tasks if t.split == "train"]
-    test = [t.id for t in tasks if t.split == "test"]
-    warmup_n = args.warmup_tasks
-    need = warmup_n + args.train_tasks
-    if len(train) < need or len(test) < args.eval_tasks:
+    heldout = [t.id for t in tasks if t.split == "test"][: args.eval_tasks]
+    n = args.warmup_tasks
+    if len(train) < n + args.train_tasks or len(heldout) < args.eval_tasks:
         raise SystemExit("not enough calc tasks of that level: lower the task counts")
-    return train[:warmup_n], train[warmup_n:need], test[: args.eval_tasks]
+    if args.level != "operation":
+        return Split(train[:n], train[n : n + args.train_tasks], heldout)
+    warmup = [*train[:n], *(f"{i}{OTHER_SUFFIX}" for i in train[:n])]
+    return Split(warmup, train[n : n + args.train_tasks], heldout, mirrored=train[:n])
 
 
 def load_model(args: argparse.Namespace, tokenizer: Any) -> Any:
@@ -249,7 +300,7 @@ async def heldout_pass1(setup: Setup, model: Any, seed: int) -> list[float]:
     from envhub.rollout import run
 
     policy, _ = make_sampler(setup, model, seed=10_000 + seed)
-    result = await run(setup.env, policy, setup.eval_ids, group_size=setup.args.eval_samples,
+    result = await run(setup.env, policy, setup.split.heldout, group_size=setup.args.eval_samples,
                        concurrency=8)
     scored = [t for t in result.trajectories or [] if not t.masked]
     if not scored:
@@ -278,14 +329,18 @@ class _ToolsOverride:
 
 
 def warm_up(setup: Setup) -> dict[str, Any]:
-    """Imitate the warm-up gold episodes (tiny model); the resulting trainable state."""
+    """Imitate the warm-up demonstrations; the resulting trainable state."""
+    import envhub
     from envhub.trainers.tiny import imitate_gold
 
     model = setup.model
-    if setup.warmup_ids:
-        losses = imitate_gold(model, setup.tokenizer, setup.env, setup.warmup_ids,
+    split = setup.split
+    if split.warmup:
+        demos = (envhub.make(OperationCalc, num_tasks=600, mirrored=split.mirrored)
+                 if split.mirrored else setup.env)  # fmt: skip
+        losses = imitate_gold(model, setup.tokenizer, demos, split.warmup,
                               steps=setup.args.warmup_steps, tools=setup.tools)
-        print(f"warm-up on {len(setup.warmup_ids)} gold episodes: "
+        print(f"warm-up on {len(split.warmup)} demonstrations: "
               f"loss {losses[0]:.2f} -> {losses[-1]:.3f}")
     return trainable_state(model)
 
@@ -352,7 +407,7 @@ async def stream_arm(
     async with stream(
         setup.env,
         policy,
-        setup.train_ids,
+        setup.split.train,
         group_size=args.group_size,
         batch_size=args.groups_per_step,
         max_staleness=args.max_staleness,
@@ -411,7 +466,7 @@ def trl_arm(setup: Setup, arm: str, seed: int, before: list[float]) -> list[list
     load_trainable(model, setup.start)
     factory = environment_factory(setup.env)
     dataset = task_dataset(setup.env, split=None)
-    rows = dataset.filter(lambda row: row["task_id"] in set(setup.train_ids))
+    rows = dataset.filter(lambda row: row["task_id"] in set(setup.split.train))
     rows = Dataset.from_dict(rows[:])  # plain rows, cycled by TRL's sampler
     rng = random.Random(seed)
 
@@ -606,8 +661,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.use_deterministic_algorithms(True, warn_only=True)
     env = envhub.make(OperationCalc if args.level == "operation" else "calc", num_tasks=600)
     tokenizer = smollm2_tokenizer()
-    warmup_ids, train_ids, eval_ids = split_tasks(env, args)
-    setup = Setup(args, env, tokenizer, warmup_ids, train_ids, eval_ids)
+    setup = Setup(args, env, tokenizer, split_tasks(env, args))
     setup.model = load_model(args, tokenizer)
     setup.start = trainable_state(setup.model)
     paths = ["stream", "trl"] if args.trainer == "both" else [args.trainer]
@@ -625,7 +679,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("warning: GRPO has nothing to show on held-out tasks at a pass@1 of "
               f"{level:.0f}; for the tiny model raise --warmup-tasks/--warmup-steps")
     results: dict[str, Any] = {"model": args.model, "config": vars(args), "warmup_pass1": level,
-                               "eval_tasks": eval_ids, "paths": {}, "summary": {}}
+                               "eval_tasks": setup.split.heldout, "paths": {}, "summary": {}}
     for path in paths:
         if path == "stream":
             curves = run_sync(run_stream_path(setup, before))
