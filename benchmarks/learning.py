@@ -222,13 +222,13 @@ def split_tasks(env: Any, args: argparse.Namespace) -> Split:
     On the ``operation`` level the warm-up demonstrates the format, not the task: each
     warm-up question is shown twice, once with ``+`` and once with ``-``. The tiny model
     then calls both tools reliably and picks the operator by a coin flip on every
-    question, and the answer by another: it submits the calculator's result only half
-    the time (held-out pass@1 near 0.5, every GRPO group mixed). Answering what the
+    question, and the answer by another: it submits the calculator's result in 24 of 61
+    episodes (held-out pass@1 near 0.5, every GRPO group mixed). Answering what the
     question asks is what GRPO has to teach. Imitating true gold episodes instead leaves
-    nothing to learn at temperature 0.7 (held-out pass@1 0.97); showing each question once with a random
-    operator makes the model pick one operator per question by spurious cues (names),
-    nearly deterministically, so most groups are all right or all wrong and give no
-    gradient."""
+    nothing to learn at temperature 0.7 (held-out pass@1 0.97); showing each question
+    once with a random operator makes the model pick one operator per question by
+    spurious cues (names), nearly deterministically, so most groups are all right or all
+    wrong and give no gradient."""
     tasks = [t for t in env.tasks if t.metadata.get("level") == args.level]
     train = [t.id for t in tasks if t.split == "train"]
     heldout = [t.id for t in tasks if t.split == "test"][: args.eval_tasks]
