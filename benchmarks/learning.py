@@ -14,12 +14,13 @@ reading the question means telling "gets ... more" from "gave away".
 1. **Warm-up**: a random Llama cannot call a tool, so it first imitates demonstrations
    (:func:`envhub.trainers.tiny.imitate_gold`); its held-out pass@1 is the warm-up level,
    which must lie strictly between 0 and 1 for GRPO to have anything to show (the script
-   warns otherwise). On ``operation`` the demonstrations teach the format, not the task:
-   each of ``--warmup-tasks`` questions is shown once with ``+`` and once with ``-``
-   (:func:`split_tasks` says why). 8 questions (16 demonstrations) and 130 full-batch
-   steps leave the tiny model at held-out pass@1 0.52 at temperature 0.7 (32 tasks x 2;
-   answered 1.00) and every one of 16 training groups of 4 mixed. At temperature 1.0 the
-   tail of its 49k-token vocabulary breaks the tool-call format in most episodes (answered
+   warns otherwise). On ``operation`` the demonstrations leave the task half learnt:
+   each of ``--warmup-tasks`` questions is shown ``--right-demos`` (3) times with the
+   right operator and once with the wrong one (:func:`split_tasks` says why). 8 questions
+   (32 demonstrations) and 130 full-batch steps leave the tiny model at held-out pass@1
+   0.67 at temperature 0.7 (32 tasks x 2; answered 0.98) and 0.66 on 64 training tasks
+   x 4, 48 of their 64 groups mixed. At temperature 1.0 the tail of its 49k-token
+   vocabulary breaks the tool-call format in most episodes (answered
    0.33), hence the tiny model's default of 0.7. On calc's ``easy`` level the tiny model
    stays at 0 with any warm-up a CPU allows: it never learns to copy the operands out of
    an unseen question (128 episodes x 200 steps of 16: held-out 0/16; one-digit operands,
@@ -88,12 +89,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trainer", choices=["stream", "trl", "both"], default="both")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--eval-every", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=24)
+    parser.add_argument("--eval-every", type=int, default=8)
     parser.add_argument("--level", default=None, choices=["operation", "easy", "medium", "hard"],
                         help="tiny: operation, smollm2: easy")
     parser.add_argument("--warmup-tasks", type=int, default=None, help="tiny 8, smollm2 4")
     parser.add_argument("--warmup-steps", type=int, default=None, help="tiny 130, smollm2 3")
+    parser.add_argument("--right-demos", type=int, default=3,
+                        help="operation level: demonstrations of each warm-up question with "
+                             "the right operator, next to one with the wrong one")
     parser.add_argument("--train-tasks", type=int, default=16)
     parser.add_argument("--eval-tasks", type=int, default=32)
     parser.add_argument("--eval-samples", type=int, default=4,
@@ -122,7 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.temperature is None:
         args.temperature = 0.7 if tiny else 1.0
     if args.learning_rate is None:
-        args.learning_rate = 1e-4 if tiny else 5e-4
+        args.learning_rate = 3e-4 if tiny else 5e-4
     if args.warmup_tasks is None:
         args.warmup_tasks = 8 if tiny else 4
     if args.warmup_steps is None:
@@ -144,8 +148,8 @@ class OperationCalc(CalcEnv):
     format and pass the answer on, which is what the learning check needs.
 
     ``mirrored``: ids of tasks that also appear as ``ID/other``, a copy whose gold episode
-    uses the other operator (and submits what it computes): with the original, a
-    demonstration of the format that says nothing about the operator (:func:`split_tasks`)."""
+    uses the other operator (and submits what it computes): the warm-up's wrong
+    demonstrations (:func:`split_tasks`)."""
 
     def __init__(self, num_tasks: int = 3000, seed: int = 0,
                  mirrored: Collection[str] = ()) -> None:  # fmt: skip
@@ -219,16 +223,18 @@ def split_tasks(env: Any, args: argparse.Namespace) -> Split:
     """The task split of ``args.level``: warm-up and GRPO tasks from the train split, no
     overlap; held-out tasks from the test split.
 
-    On the ``operation`` level the warm-up demonstrates the format, not the task: each
-    warm-up question is shown twice, once with ``+`` and once with ``-``. The tiny model
-    then calls both tools reliably and picks the operator by a coin flip on every
-    question, and the answer by another: it submits the calculator's result in 24 of 61
-    episodes (held-out pass@1 near 0.5, every GRPO group mixed). Answering what the
-    question asks is what GRPO has to teach. Imitating true gold episodes instead leaves
-    nothing to learn at temperature 0.7 (held-out pass@1 0.97); showing each question
-    once with a random operator makes the model pick one operator per question by
-    spurious cues (names), nearly deterministically, so most groups are all right or all
-    wrong and give no gradient."""
+    On the ``operation`` level the warm-up leaves the task half learnt: each warm-up
+    question is demonstrated ``--right-demos`` times with the right operator and once
+    with the wrong one. With 3 to 1 the tiny model calls both tools reliably and reads
+    the question, but not reliably (held-out pass@1 0.67 at temperature 0.7, most GRPO
+    groups mixed), and GRPO sharpens what it reads. Other starts give GRPO nothing it can
+    use in a CPU budget: true gold episodes alone leave nothing to learn at temperature
+    0.7 (held-out 0.97); 1 to 1 teaches the format without the task, and the model then
+    picks the operator and the answer by coin flips that do not depend on the question
+    (it submits the calculator's result in 24 of 61 episodes), a feature 20 GRPO steps do
+    not create (held-out 0.52 -> 0.50); each question once with a random operator makes
+    the model pick one operator per question by spurious cues (names), so most groups are
+    all right or all wrong and give no gradient."""
     tasks = [t for t in env.tasks if t.metadata.get("level") == args.level]
     train = [t.id for t in tasks if t.split == "train"]
     heldout = [t.id for t in tasks if t.split == "test"][: args.eval_tasks]
@@ -237,7 +243,7 @@ def split_tasks(env: Any, args: argparse.Namespace) -> Split:
         raise SystemExit("not enough calc tasks of that level: lower the task counts")
     if args.level != "operation":
         return Split(train[:n], train[n : n + args.train_tasks], heldout)
-    warmup = [*train[:n], *(f"{i}{OTHER_SUFFIX}" for i in train[:n])]
+    warmup = [*train[:n] * args.right_demos, *(f"{i}{OTHER_SUFFIX}" for i in train[:n])]
     return Split(warmup, train[n : n + args.train_tasks], heldout, mirrored=train[:n])
 
 
