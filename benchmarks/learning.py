@@ -20,8 +20,8 @@ reading the question means telling "gets ... more" from "gave away".
    (32 demonstrations) and 130 full-batch steps leave the tiny model at held-out pass@1
    0.67 at temperature 0.7 (32 tasks x 2; answered 0.98) and 0.66 on 64 training tasks
    x 4, 48 of their 64 groups mixed. At temperature 1.0 the tail of its 49k-token
-   vocabulary breaks the tool-call format in most episodes (answered
-   0.33), hence the tiny model's default of 0.7. On calc's ``easy`` level the tiny model
+   vocabulary breaks the tool-call format in most episodes (answered 0.33), hence the
+   tiny model's default of 0.7. On calc's ``easy`` level the tiny model
    stays at 0 with any warm-up a CPU allows: it never learns to copy the operands out of
    an unseen question (128 episodes x 200 steps of 16: held-out 0/16; one-digit operands,
    256 episodes x 150 steps of 16: 0/64 held-out gold episodes right greedily).
@@ -137,6 +137,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # -- tasks, models, evaluation -------------------------------------------------------------
 
 OPERAND = "4"
+NUM_TASKS = 600  # calc tasks generated; the warm-up's environment must draw the same ones
 
 
 class OperationCalc(CalcEnv):
@@ -343,7 +344,7 @@ def warm_up(setup: Setup) -> dict[str, Any]:
     model = setup.model
     split = setup.split
     if split.warmup:
-        demos = (envhub.make(OperationCalc, num_tasks=600, mirrored=split.mirrored)
+        demos = (envhub.make(OperationCalc, num_tasks=NUM_TASKS, mirrored=split.mirrored)
                  if split.mirrored else setup.env)  # fmt: skip
         losses = imitate_gold(model, setup.tokenizer, demos, split.warmup,
                               steps=setup.args.warmup_steps, tools=setup.tools)
@@ -666,7 +667,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    env = envhub.make(OperationCalc if args.level == "operation" else "calc", num_tasks=600)
+    env = envhub.make(OperationCalc if args.level == "operation" else "calc", num_tasks=NUM_TASKS)
     tokenizer = smollm2_tokenizer()
     setup = Setup(args, env, tokenizer, split_tasks(env, args))
     setup.model = load_model(args, tokenizer)
