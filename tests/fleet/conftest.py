@@ -84,9 +84,21 @@ class RayCluster:
     nodes: dict[str, RayNode] = field(default_factory=dict)
 
     def _start(
-        self, name: str, args: list[str], num_cpus: int, resources: dict[str, float]
+        self,
+        name: str,
+        args: list[str],
+        num_cpus: int,
+        resources: dict[str, float],
+        attempts_left: int = 1,
     ) -> RayNode:
-        """``ray start`` one node (``args`` say head or worker) and learn its node id."""
+        """``ray start`` one node (``args`` say head or worker) and learn its node id.
+
+        ``ray start`` gives up when its raylet has not registered with the GCS within a
+        hard-coded 30 s, which happens on a loaded 2-core CI machine; the raylet it left
+        running often registers a little later. So a failed start still waits for the
+        node to appear, and only if it never does is that raylet killed and the start
+        retried (``attempts_left`` times) on fresh ports.
+        """
         manager_port = free_port()
         done = subprocess.run(
             [_RAY, "start", *args, "--node-ip-address", "127.0.0.1", "--disable-usage-stats",
@@ -95,17 +107,23 @@ class RayCluster:
              "--dashboard-agent-listen-port", str(free_port())],
             env={**os.environ, **_CLUSTER_ENV}, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"ray start ({name}) failed:\n{done.stdout}\n{done.stderr}")
-        node = RayNode(name, self._node_id(manager_port), manager_port,
-                       {"CPU": num_cpus, **resources})  # fmt: skip
+        try:
+            node_id = self._node_id(manager_port, wait_s=60 if done.returncode == 0 else 30)
+        except RuntimeError:
+            if attempts_left <= 0:
+                raise RuntimeError(
+                    f"ray start ({name}) failed:\n{done.stdout}\n{done.stderr}"
+                ) from None
+            self._kill_raylet(manager_port)
+            return self._start(name, args, num_cpus, resources, attempts_left - 1)
+        node = RayNode(name, node_id, manager_port, {"CPU": num_cpus, **resources})
         self.nodes[name] = node
         return node
 
-    def _node_id(self, manager_port: int) -> str:
+    def _node_id(self, manager_port: int, wait_s: float = 60) -> str:
         """The id of the node whose raylet listens on ``manager_port`` (asks the GCS)."""
         self.connect()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             for node in ray.nodes():
                 if node["NodeManagerPort"] == manager_port and node["Alive"]:
@@ -128,17 +146,24 @@ class RayCluster:
         self.connect()
         return {node["NodeID"] for node in ray.nodes() if node["Alive"]}
 
-    def _raylet(self, node: RayNode) -> psutil.Process:
-        flag = f"--node_manager_port={node.manager_port}"
+    def _raylet(self, manager_port: int) -> psutil.Process:
+        flag = f"--node_manager_port={manager_port}"
         for proc in psutil.process_iter(["name", "cmdline"]):
             if proc.info["name"] == "raylet" and flag in (proc.info["cmdline"] or []):
                 return proc
-        raise LookupError(f"no raylet for node {node.name}")
+        raise LookupError(f"no raylet listens on node manager port {manager_port}")
+
+    def _kill_raylet(self, manager_port: int) -> None:
+        """Kill what a failed ``ray start`` left behind, if anything."""
+        try:
+            _kill_tree([self._raylet(manager_port)])
+        except LookupError:
+            pass
 
     def kill_node(self, name: str) -> None:
         """SIGKILL the node's raylet and everything under it; waits until Ray sees it dead."""
         node = self.nodes.pop(name)
-        _kill_tree([self._raylet(node)])
+        _kill_tree([self._raylet(node.manager_port)])
         deadline = time.monotonic() + 60
         while node.node_id in self.alive_node_ids():
             if time.monotonic() > deadline:
