@@ -387,7 +387,8 @@ def grpo_update(model: Any, optimizer: Any, batch: Any, sampler: Any, rows: int 
                 **{f: getattr(batch, f)[start : start + rows].to(device) for f in _FIELDS}
             )
             logprobs = token_logprobs(model, part.input_ids, part.attention_mask,
-                                      temperature=sampler.temperature)
+                                      temperature=sampler.temperature,
+                                      loss_mask=part.loss_mask)  # fmt: skip
             loss = policy_loss(logprobs, part) * (float(part.loss_mask.sum()) / total)
             loss.backward()
             loss_value += float(loss.item())

@@ -45,7 +45,11 @@ def update(model: Any, optimizer: Any, batch: Any, sampler: Any) -> float:
     with sampler.lock:
         model.train()
         logprobs = token_logprobs(
-            model, batch.input_ids, batch.attention_mask, temperature=sampler.temperature
+            model,
+            batch.input_ids,
+            batch.attention_mask,
+            temperature=sampler.temperature,
+            loss_mask=batch.loss_mask,
         )
         loss = policy_loss(logprobs, batch)
         optimizer.zero_grad()

@@ -20,19 +20,45 @@ __all__ = ["policy_loss", "token_logprobs"]
 
 
 def token_logprobs(
-    model: Any, input_ids: Any, attention_mask: Any, *, temperature: float = 1.0
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    *,
+    temperature: float = 1.0,
+    loss_mask: Any = None,
 ) -> Any:
     """``logp[i, t]`` = log-probability of ``input_ids[i, t]`` given the tokens before it
     (0 at position 0, which nothing predicts), under the distribution sampled at
     ``temperature``: the behaviour logprobs a sampler records (vLLM, ``HFSampler``) are
     of the temperature-scaled distribution, and a ratio against unscaled logprobs would be
-    off-policy from the first step (clipped away where it should not be)."""
+    off-policy from the first step (clipped away where it should not be).
+
+    ``loss_mask``: compute only the logprobs of the tokens it selects (the others are 0,
+    which :func:`policy_loss` ignores), through the model's ``logits_to_keep``. The
+    vocabulary projection of every position is most of a small model's cost (49k tokens
+    against a hidden size of 64) and most of a large one's activation memory, while the
+    sampled tokens are a fraction of an agent's sequence (tool results and prompts are
+    not). Needs a model whose ``forward`` takes a boolean ``logits_to_keep`` (transformers'
+    causal LMs since 5.0)."""
     import torch
 
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+    if loss_mask is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        return torch.nn.functional.pad(picked, (1, 0))
+    targets = loss_mask.bool().clone()
+    targets[:, 0] = False  # nothing predicts the first token
+    predictors = torch.nn.functional.pad(targets[:, 1:], (0, 1))  # position t predicts t+1
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=predictors
+    ).logits
+    logits = logits.reshape(-1, logits.shape[-1])  # one row per kept position
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.nn.functional.pad(picked, (1, 0))
+    picked = logp.gather(-1, input_ids[targets].unsqueeze(-1)).squeeze(-1)
+    full = torch.zeros(input_ids.shape, dtype=picked.dtype, device=picked.device)
+    full[targets] = picked
+    return full
 
 
 def policy_loss(logprobs: Any, batch: Any, *, clip_eps: float = 0.2) -> Any:

@@ -81,6 +81,36 @@ def test_policy_loss_is_the_clipped_surrogate() -> None:
     assert torch.isfinite(loss) and logprobs.grad.abs().sum() > 0
 
 
+def test_logprobs_of_the_loss_mask_alone_equal_the_full_ones_with_their_gradient(
+    tokenizer: Any,
+) -> None:
+    from envhub.trainers.grpo import build_batch
+    from envhub.trainers.loss import policy_loss, token_logprobs
+    from envhub.trainers.tiny import tiny_llama
+    from tests.trainers.factories import two_turn
+
+    model = tiny_llama(tokenizer, seed=5)
+    batch = build_batch([two_turn("g", 0, 1.0), two_turn("g", 1, 0.0)], estimator="dr_grpo")
+    batch.attention_mask[1, -1] = 0  # a padded position too
+    batch.loss_mask[0, 0] = 1  # a masked-in first token: nothing predicts it
+    full = token_logprobs(model, batch.input_ids, batch.attention_mask, temperature=0.7)
+    kept = token_logprobs(model, batch.input_ids, batch.attention_mask, temperature=0.7,
+                          loss_mask=batch.loss_mask)  # fmt: skip
+    selected = batch.loss_mask.bool()
+    selected[:, 0] = False
+    assert selected.sum() > 0 and (~selected).sum() > 0
+    assert torch.equal(kept[selected], full[selected])
+    assert torch.count_nonzero(kept[~selected]) == 0
+    gradients = []
+    for logprobs in (full, kept):
+        model.zero_grad()
+        policy_loss(logprobs, batch).backward()
+        gradients.append([p.grad.clone() for p in model.parameters()])
+    for with_all, with_kept in zip(*gradients, strict=True):
+        assert torch.allclose(with_all, with_kept, atol=1e-7)
+    assert any(g.abs().sum() > 0 for g in gradients[1])
+
+
 def test_a_seeded_sampler_draws_the_same_samples_in_any_call_order(tokenizer: Any) -> None:
     from envhub.trainers.hf_sampler import HFSampler
     from envhub.trainers.tiny import tiny_llama
