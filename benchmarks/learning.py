@@ -620,6 +620,9 @@ def summarize(curves: dict[str, list[list[list[float]]]]) -> dict[str, Any]:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
+    """One panel per trainer path: held-out pass@1 against step per arm, the mean over
+    seeds with their range as a band; the dashed line is that path's start (its runs'
+    step 0), so the results of separate runs (other evaluation sets) can share a figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -633,10 +636,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
             if not runs:
                 continue
             steps = [point[0] for point in max(runs, key=len)]
-            means = [statistics.fmean(r[i][1] for r in runs if i < len(r))
-                     for i in range(len(steps))]
-            ax.plot(steps, means, marker="o", label=arm)
-        ax.axhline(results["warmup_pass1"], color="grey", lw=0.8, ls="--", label="warm-up")
+            points = [[r[i][1] for r in runs if i < len(r)] for i in range(len(steps))]
+            line = ax.plot(steps, [statistics.fmean(p) for p in points], marker="o", label=arm)
+            if len(runs) > 1:  # the band spans the seeds
+                ax.fill_between(steps, [min(p) for p in points], [max(p) for p in points],
+                                color=line[0].get_color(), alpha=0.15, lw=0)
+        starts = [r[0][1] for runs in curves.values() for r in runs]
+        ax.axhline(statistics.fmean(starts), color="grey", lw=0.8, ls="--", label="warm-up")
         ax.set_title(f"{results['model']}: GRPO via {name}", fontsize=9)
         ax.set_xlabel("GRPO step")
         ax.set_ylabel("held-out pass@1")
