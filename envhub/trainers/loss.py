@@ -44,8 +44,7 @@ def token_logprobs(
 
     if loss_mask is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
-        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-        picked = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        picked = _logprobs_of(logits, input_ids[:, 1:], temperature)
         return torch.nn.functional.pad(picked, (1, 0))
     targets = loss_mask.bool().clone()
     targets[:, 0] = False  # nothing predicts the first token
@@ -54,11 +53,18 @@ def token_logprobs(
         input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=predictors
     ).logits
     logits = logits.reshape(-1, logits.shape[-1])  # one row per kept position
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    picked = logp.gather(-1, input_ids[targets].unsqueeze(-1)).squeeze(-1)
+    picked = _logprobs_of(logits, input_ids[targets], temperature)
     full = torch.zeros(input_ids.shape, dtype=picked.dtype, device=picked.device)
     full[targets] = picked
     return full
+
+
+def _logprobs_of(logits: Any, tokens: Any, temperature: float) -> Any:
+    """The log-probability of each of ``tokens`` under its row of ``logits / T``."""
+    import torch
+
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def policy_loss(logprobs: Any, batch: Any, *, clip_eps: float = 0.2) -> Any:
