@@ -113,28 +113,40 @@ def histogram(values: Sequence[float | None], title: str, unit: str = "", bins: 
 def bars(
     items: Sequence[tuple[str, float]], title: str, value_format: str = "{:g}", limit: int = 30
 ) -> Markup:
-    """Horizontal bars, one per (label, value), in the order given (the first ``limit``)."""
+    """Horizontal bars, one per (label, value), in the order given (the first ``limit``).
+
+    Bars grow from a zero line: right for positive values, left for negative ones (mean
+    rewards can be negative), on one scale, so lengths compare across signs."""
     rows = list(items)[:limit]
     if not rows:
         return _empty(title)
-    peak = max((v for _, v in rows), default=0) or 1
     label_w = 150
     row_h = 18
     height = row_h * len(rows) + 6
+    low = min(0.0, *(v for _, v in rows))
+    scale = (_WIDTH - label_w - 60) / ((max(0.0, *(v for _, v in rows)) - low) or 1)
+    zero_x = label_w - low * scale
     parts = [
         Markup(
             '<svg class="chart" role="img" width="{w}" height="{h}" viewBox="0 0 {w} {h}">'
             "<title>{t}</title>"
         ).format(w=_WIDTH, h=height, t=title)
     ]
+    if low < 0:
+        parts.append(
+            Markup('<line class="axis" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{h}"/>').format(
+                x=zero_x, h=height
+            )
+        )
     for i, (label, value) in enumerate(rows):
         y = 3 + i * row_h
-        width = max((_WIDTH - label_w - 60) * value / peak, 0)
+        x = zero_x + min(value, 0.0) * scale
+        width = abs(value) * scale
         short = label if len(label) <= 22 else label[:21] + "…"
         parts.append(
             Markup(
                 '<text x="{lx}" y="{ty}" class="tick" text-anchor="end">{short}<title>{label}'
-                '</title></text><rect class="bar" x="{x}" y="{y}" width="{bw:.1f}" '
+                '</title></text><rect class="bar" x="{x:.1f}" y="{y}" width="{bw:.1f}" '
                 'height="{bh}"><title>{label}: {value}</title></rect>'
                 '<text x="{vx:.1f}" y="{ty}" class="tick">{value}</text>'
             ).format(
@@ -142,12 +154,12 @@ def bars(
                 ty=y + 12,
                 short=short,
                 label=label,
-                x=label_w,
+                x=x,
                 y=y,
                 bw=width,
                 bh=row_h - 4,
                 value=escape(value_format.format(value)),
-                vx=label_w + width + 4,
+                vx=max(x + width, zero_x) + 4,
             )
         )
     parts.append(Markup("</svg>"))
