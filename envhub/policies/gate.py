@@ -89,14 +89,21 @@ class GenerationGate:
     # -- the policy's side -----------------------------------------------------------
 
     async def wait_open(self) -> None:
-        """Return once no weight update is in progress."""
-        await self._open.wait()
+        """Return once no weight update is in progress.
+
+        ``Event.wait()`` alone is not enough: a waiter that ``reopen()`` woke still returns
+        when the next update's ``close()`` ran before it was scheduled (back-to-back
+        updates), and its request would then start under a closed gate, after ``drained()``
+        had counted the requests in flight. So the state is checked again on waking; the
+        caller starts its request without yielding in between."""
+        while not self._open.is_set():
+            await self._open.wait()
 
     async def request(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run one model request: wait while the gate is closed, then run ``call()`` as a
         tracked task. Raises :class:`GenerationAborted` when the gate cancelled it; a
         cancellation of the caller cancels the request too."""
-        await self._open.wait()
+        await self.wait_open()
         task: asyncio.Task[T] = asyncio.ensure_future(call())
         self._inflight.add(task)
         self._idle.clear()
@@ -118,7 +125,7 @@ class GenerationGate:
         """Called by a policy whose request an update aborted: wait for the update to end;
         raise :class:`GenerationDropped` when the update drops partial episodes."""
         self.aborted += 1
-        await self._open.wait()
+        await self.wait_open()
         if self._abort_mode == "drop":
             self.dropped += 1
             raise GenerationDropped("an abort-and-drop weight update discarded this episode")
@@ -163,4 +170,3 @@ class GateAware(Protocol):
     """A policy whose model requests go through a :class:`GenerationGate`."""
 
     def attach_gate(self, gate: GenerationGate | None) -> None: ...
-
