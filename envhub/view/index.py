@@ -221,6 +221,9 @@ class RunIndex:
             return False  # nothing appended (an unfinished last line is not read again)
         fh.seek(start)
         line = int(self._meta("lines", "0"))
+        # the last line indexed was a complete record without its newline: the bytes that
+        # follow end that line (the writer's newline), they do not start line + 1
+        open_line = same_file and self._meta("open_line") == "1"
         self._db.execute("BEGIN")
         (last_id,) = self._db.execute("SELECT coalesce(max(id), 0) FROM episodes").fetchone()
         rows: list[tuple[Any, ...]] = []
@@ -231,7 +234,9 @@ class RunIndex:
                 if _parse(raw)[0] is None:
                     pending = len(raw)  # torn, or a line still being written
                     break
-            line += 1
+            if not open_line:
+                line += 1
+            open_line = not raw.endswith(b"\n")
             self._index_line(raw, offset, line, rows)
             offset += len(raw)
             if len(rows) >= _BATCH:
@@ -243,7 +248,8 @@ class RunIndex:
         head_len = min(offset + pending, _HEAD_BYTES)
         fh.seek(0)
         self._set_meta(
-            indexed_bytes=offset, pending_bytes=pending, lines=line, inode=stat.st_ino,
+            indexed_bytes=offset, pending_bytes=pending, lines=line, open_line=int(open_line),
+            inode=stat.st_ino,
             file_bytes=max(stat.st_size, offset + pending),
             head_len=head_len, head_sha1=hashlib.sha1(fh.read(head_len)).hexdigest(),
         )  # fmt: skip

@@ -113,6 +113,13 @@ def test_growing_replaced_and_repeated_records(tmp_path: Path) -> None:
         list(latest_records(path))
     )
 
+    other = dict(lines[1], trajectory_id="rerun-2")
+    with open(path, "ab") as fh:
+        fh.write(b"\n" + orjson.dumps(other) + b"\n")  # the writer ends that line, then one more
+    index.refresh()
+    assert [r.line for r in index.find(other["task_id"])] == [5]  # type: ignore[arg-type]
+    assert [r.line for r in index.find(lines[0]["task_id"])] == [4]  # type: ignore[arg-type]
+
     generation = index.state().generation
     replacement = tmp_path / "new.jsonl"
     replacement.write_bytes(encoded[2])
