@@ -43,6 +43,10 @@ def _fail(message: str, code: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _missing_extra(exc: ImportError) -> typer.Exit:
+    return _fail(f"{exc.name} is missing: pip install 'envhub[view]'", "missing_extra")
+
+
 @app.command("view")
 def view_command(
     runs: Annotated[list[Path], typer.Argument(help="trajectory JSONL files (envhub rollout -o)")],
@@ -54,12 +58,14 @@ def view_command(
 ) -> None:
     """Browse runs in a local web app: summaries, charts, filterable episodes, chats,
     tokens, and run-vs-run comparison. Files still being written are followed live."""
-    import uvicorn
+    try:
+        import uvicorn
 
-    from envhub.view.app import create_app
-    from envhub.view.catalog import Catalog
-    from envhub.view.tokens import load_decoder
-
+        from envhub.view.app import create_app
+        from envhub.view.catalog import Catalog
+        from envhub.view.tokens import load_decoder
+    except ImportError as exc:
+        raise _missing_extra(exc) from None
     try:
         decoder = load_decoder(tokenizer) if tokenizer else None
     except EnvhubError as exc:
@@ -93,9 +99,11 @@ def report_command(
     success_threshold: ThresholdOption = 1.0,
 ) -> None:
     """Write one self-contained HTML report of a run (inline CSS and SVG, opens offline)."""
-    from envhub.view.report import write_report
-    from envhub.view.tokens import load_decoder
-
+    try:
+        from envhub.view.report import write_report
+        from envhub.view.tokens import load_decoder
+    except ImportError as exc:
+        raise _missing_extra(exc) from None
     try:
         decoder = load_decoder(tokenizer) if tokenizer else None
         size = write_report(

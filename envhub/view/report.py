@@ -32,7 +32,8 @@ def write_report(
     """Write the report of ``run_path`` to ``output``; returns its size in bytes.
 
     ``episodes``: how many of the lowest- and of the highest-reward scored episodes it
-    includes in full (plus as many masked ones, when there are any).
+    includes in full (plus as many masked ones, when there are any); an episode that is
+    among both is shown once, under the worst.
     """
     catalog = Catalog([run_path], cache_dir, success_threshold=success_threshold)
     try:
@@ -41,6 +42,7 @@ def write_report(
         decode = decoder or decode_ids
         scored = EpisodeFilter(masked=False)
         groups = []
+        shown: set[int] = set()  # a run with fewer than 2N scored episodes: worst meets best
         for heading, rows in (
             (f"Worst {episodes} episodes", index.page(scored, "reward", 0, episodes)),
             (f"Best {episodes} episodes", index.page(scored, "-reward", 0, episodes)),
@@ -52,7 +54,9 @@ def write_report(
             items = [
                 (r, pages.episode_context(catalog, 0, r.id, decode, decoder is not None)["conv"])
                 for r in rows
+                if r.id not in shown
             ]
+            shown.update(r.id for r, _ in items)
             if items:
                 groups.append((heading, items))
         html = render(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import html as html_module
 import re
+import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
@@ -35,6 +37,27 @@ def test_report_is_one_self_contained_file(viewer: Viewer, tmp_path: Path) -> No
 
     missing = runner.invoke(app, ["report", str(tmp_path / "nope.jsonl"), "-o", str(out)])
     assert missing.exit_code == 2 and "(not_found)" in missing.output
+
+    every = tmp_path / "every.html"  # worst and best overlap: each episode is shown once
+    result = runner.invoke(
+        app,
+        ["report", str(viewer.runs.scripted), "-o", str(every), "--episodes", "1000",
+         "--cache-dir", str(tmp_path / "cache")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    ids = re.findall(r'\bid="([^"]+)"', every.read_text())
+    assert ids and len(ids) == len(set(ids)), "element ids repeat"
+
+
+def test_view_and_report_without_the_view_extra_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # `import uvicorn` raises ImportError
+    monkeypatch.setitem(sys.modules, "envhub.view.report", None)
+    for args in (["view", str(tmp_path)], ["report", str(tmp_path), "-o", str(tmp_path / "r")]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert "(missing_extra)" in result.output and "envhub[view]" in result.output
 
 
 def test_view_refuses_arguments_it_cannot_show(tmp_path: Path) -> None:
