@@ -146,6 +146,21 @@ def test_live_page_follows_lines_as_they_are_appended(viewer: Viewer, watched: W
         "document.querySelector('#episodes').innerText.trim() === '3'", timeout=10_000
     )
     assert page.locator("#pending").count() == 0
+
+    page.goto(f"{viewer.url}/runs/3/episodes")  # typing a filter while lines arrive
+    assert _text(page, "#match-count") == "3 episodes"
+    page.evaluate("window.notReloaded = true")
+    page.fill("input[name=task]", "task-")
+    with open(runs.live, "ab") as fh:
+        fh.write(lines[3])
+    page.wait_for_timeout(3_500)  # two polls: the page knows of the new line, and waits
+    assert page.evaluate("window.notReloaded === true")
+    assert page.input_value("input[name=task]") == "task-"
+    page.locator("input[name=task]").evaluate("e => e.blur()")
+    page.wait_for_function(
+        "document.querySelector('#match-count').innerText.trim() === '4 episodes'",
+        timeout=10_000,
+    )
     assert watched.errors == []
     assert all(u.startswith(viewer.url + "/") for u in watched.requests)
 
