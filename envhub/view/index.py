@@ -44,7 +44,7 @@ from envhub.view.filters import EpisodeFilter, EpisodeOrder
 
 __all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "Problem", "RunIndex"]
 
-INDEX_FORMAT: Final = 1
+INDEX_FORMAT: Final = 2
 _HEAD_BYTES: Final = 4096  # how much of the file's start identifies it
 _BATCH: Final = 2000
 _NUMERIC: Final = (int, float)
@@ -54,6 +54,7 @@ _COLUMNS: Final = (
     "stop_reason", "error_kind", "error_kinds", "tools_used", "turns", "tool_calls",
     "tool_errors", "prompt_tokens", "completion_tokens", "llm_s", "env_s", "total_s",
     "policy_version", "served_by", "has_tokens", "model", "env_name", "env_version", "retried",
+    "llm_latencies",
 )  # fmt: skip
 
 _SCHEMA: Final = f"""
@@ -65,7 +66,7 @@ CREATE TABLE episodes (
     tool_calls INTEGER, tool_errors INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER,
     llm_s REAL, env_s REAL, total_s REAL, policy_version INTEGER, served_by TEXT,
     has_tokens INTEGER NOT NULL, model TEXT, env_name TEXT, env_version TEXT, retried TEXT,
-    superseded INTEGER NOT NULL DEFAULT 0
+    llm_latencies TEXT, superseded INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX episodes_pair ON episodes (task_id, sample_index);
 CREATE INDEX episodes_reward ON episodes (superseded, reward);
@@ -405,6 +406,16 @@ class RunIndex:
             ).fetchall()
         return [r[0] for r in rows]
 
+    def request_latencies(self) -> list[float]:
+        """Every model request's latency (``turns[].latency_s``) of the current episodes:
+        the per-request distribution, which per-episode LLM time blurs by turn count."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT llm_latencies FROM episodes"
+                " WHERE superseded=0 AND llm_latencies IS NOT NULL ORDER BY line"
+            ).fetchall()
+        return [latency for (encoded,) in rows for latency in orjson.loads(encoded)]
+
     def grouped(self, key: str, value: str = "count(*)") -> list[tuple[Any, ...]]:
         """``SELECT key, value ... GROUP BY key`` over current episodes (for charts)."""
         if key not in _COLUMNS:
@@ -553,6 +564,7 @@ def _columns(record: dict[str, Any], offset: int, length: int, line: int) -> tup
     error = _dict(record.get("error"))
     turns = [t for t in record.get("turns") or [] if isinstance(t, dict)]
     versions = [t["policy_version"] for t in turns if isinstance(t.get("policy_version"), int)]
+    latencies = [t["latency_s"] for t in turns if _number(t.get("latency_s")) is not None]
     kinds = set(_dict(metrics.get("errors_by_kind")))
     if error.get("kind"):
         kinds.add(str(error["kind"]))
@@ -569,6 +581,7 @@ def _columns(record: dict[str, Any], offset: int, length: int, line: int) -> tup
         1 if any(t.get("completion_token_ids") for t in turns) else 0,
         record.get("model"), env.get("name"), env.get("version"),
         orjson.dumps(retried).decode() if retried else None,
+        orjson.dumps(latencies).decode() if latencies else None,
     )  # fmt: skip
 
 

@@ -33,7 +33,8 @@ def write_report(
 
     ``episodes``: how many of the lowest- and of the highest-reward scored episodes it
     includes in full (plus as many masked ones, when there are any); an episode that is
-    among both is shown once, under the worst.
+    among both (ties, or fewer than 2N scored) is shown once, under the worst, and the
+    best are the next ones.
     """
     catalog = Catalog([run_path], cache_dir, success_threshold=success_threshold)
     try:
@@ -42,19 +43,16 @@ def write_report(
         decode = decoder or decode_ids
         scored = EpisodeFilter(masked=False)
         groups = []
-        shown: set[int] = set()  # a run with fewer than 2N scored episodes: worst meets best
-        for heading, rows in (
-            (f"Worst {episodes} episodes", index.page(scored, "reward", 0, episodes)),
-            (f"Best {episodes} episodes", index.page(scored, "-reward", 0, episodes)),
-            (
-                f"Masked episodes (first {episodes})",
-                index.page(EpisodeFilter(masked=True), "line", 0, episodes),
-            ),
+        shown: set[int] = set()  # worst and best can meet: ties, or under 2N scored
+        for heading, where, order in (
+            (f"Worst {episodes} episodes", scored, "reward"),
+            (f"Best {episodes} episodes", scored, "-reward"),
+            (f"Masked episodes (first {episodes})", EpisodeFilter(masked=True), "line"),
         ):
+            rows = index.page(where, order, 0, episodes + len(shown))
             items = [
                 (r, pages.episode_context(catalog, 0, r.id, decode, decoder is not None)["conv"])
-                for r in rows
-                if r.id not in shown
+                for r in [r for r in rows if r.id not in shown][:episodes]
             ]
             shown.update(r.id for r, _ in items)
             if items:

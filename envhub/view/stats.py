@@ -106,6 +106,7 @@ def _charts(index: RunIndex, summary: RunSummary, tasks: list[TaskStats]) -> dic
         "masked": charts.bars(
             sorted(summary.errors.items(), key=lambda kv: -kv[1]), "masked by cause"
         ),
+        "llm_request": charts.histogram(index.request_latencies(), "LLM latency per request", "s"),
         "llm_s": charts.histogram(index.column("llm_s"), "LLM time per episode", "s"),
         "env_s": charts.histogram(index.column("env_s"), "env time per episode", "s"),
         "tokens": charts.histogram(

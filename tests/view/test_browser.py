@@ -75,7 +75,8 @@ def test_runs_run_episodes_episode_and_compare_pages(
     assert _text(page, "#mean-reward") == f"{summary['mean_reward']:.3f}"
     assert _text(page, "#pass-at-2") == f"{summary['pass_at_k']['pass@2']:.3f}"
     assert _text(page, "#tasks") == str(summary["tasks"])
-    assert page.locator("svg.chart").count() == 10
+    assert page.locator("svg.chart").count() == 11
+    assert page.locator("#chart-llm_request svg.chart").count() == 1  # per model request
     assert "90–100%" in _text(page, "#chart-over_time")  # reward by tenth of the run
     assert f"v{POLICY_VERSION}" in _text(page, "#chart-policy_version")
     assert page.locator("#tasks-table tbody tr").count() == summary["tasks"]

@@ -129,6 +129,13 @@ def test_growing_replaced_and_repeated_records(tmp_path: Path) -> None:
     index.close()
 
 
+def test_request_latencies_are_every_turn_of_the_current_episodes(viewer: Viewer) -> None:
+    index = viewer.catalog.index(0)  # the scripted run: 3-turn episodes, one masked
+    expected = [t["latency_s"] for r in latest_records(viewer.runs.scripted) for t in r["turns"]]
+    assert len(expected) > index.state().episodes  # more requests than episodes
+    assert sorted(index.request_latencies()) == sorted(expected)
+
+
 def test_bad_lines_are_named_and_the_rest_is_indexed(viewer: Viewer) -> None:
     index = viewer.catalog.index(2)
     state = index.state()
