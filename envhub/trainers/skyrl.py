@@ -24,6 +24,15 @@ after the step's tool messages, so SkyRL templates them like any observation and
 them out of the loss. SkyRL renders the tools once per episode: a tool list a user turn
 changed is reported in the step's ``metadata["tools"]`` only, and calls to the new tools
 work although the prompt does not list them.
+
+Per-token policy versions (:attr:`~envhub.trajectory.Turn.completion_versions`) do not
+pass through this adapter, because there are none on this side to pass: SkyRL's generator
+samples every token on its own inference engines and builds ``GeneratorOutput``
+(``response_ids``, ``loss_masks``, ``rollout_logprobs``) itself, while this environment
+only ever sees decoded action text. Which weights sampled which token is known to SkyRL's
+generator alone, and an off-policy correction for its weight updates belongs there; the
+envhub-side adapters that do hand tokens to a trainer (:mod:`envhub.trainers.verl`,
+:mod:`envhub.trainers.trl_rollout`, :mod:`envhub.trainers.grpo`) carry the versions.
 """
 
 from __future__ import annotations

@@ -4,6 +4,14 @@ The inference server (vLLM with ``return_token_ids``, SGLang, ...) generates; en
 episode runner plays whole episodes against it, and TRL gets the token ids the server
 sampled, ``env_mask`` = 1 exactly on sampled tokens and the sampled logprobs, never
 re-tokenized text. Use with ``reward_funcs=envhub_reward`` (:mod:`envhub.trainers.trl`).
+
+Each sample also carries ``policy_versions``: per completion token, the policy version
+that sampled it (several within one turn when a mid-rollout weight update split it,
+:attr:`~envhub.trajectory.Turn.completion_versions`), ``-1`` where ``env_mask`` is 0.
+TRL's own loss ignores it (its importance correction uses ``logprobs`` only); like every
+key beyond ``prompt_ids``/``completion_ids``/``logprobs`` TRL keeps it per sample and
+passes it to the reward functions as a keyword (``envhub_reward`` accepts and ignores
+it), so a trainer subclass can weight each token by its own version's importance ratio.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from typing import Any
 from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient
 from envhub.sync import run_sync
-from envhub.trainers.tokens import TokenRow, trajectory_rows
+from envhub.trainers.tokens import NOT_SAMPLED, TokenRow, trajectory_rows
 from envhub.trajectory import Trajectory
 from envhub.types import Message
 
@@ -32,6 +40,9 @@ def trl_sample(row: TokenRow, eos_token_id: int) -> dict[str, Any]:
 
     A row with a ``mask_reason`` keeps its tokens but gets ``env_mask`` all 0; an empty
     completion becomes one EOS token with mask 0 (TRL needs at least one token).
+    ``policy_versions`` is the row's (:attr:`~envhub.trainers.tokens.TokenRow.policy_versions`)
+    after the prompt, one per ``completion_ids`` token: the version that sampled it, ``-1``
+    on tokens the policy did not sample (and on the EOS stand-in).
     """
     cut = row.prompt_length
     prompt_ids = row.input_ids[:cut] or [eos_token_id]
@@ -41,13 +52,15 @@ def trl_sample(row: TokenRow, eos_token_id: int) -> dict[str, Any]:
     else:
         env_mask = row.loss_mask[cut:]
     logprobs = row.old_logprobs[cut:]
+    versions = row.policy_versions[cut:]
     if not completion_ids:
-        completion_ids, env_mask, logprobs = [eos_token_id], [0], [0.0]
+        completion_ids, env_mask, logprobs, versions = [eos_token_id], [0], [0.0], [NOT_SAMPLED]
     return {
         "prompt_ids": prompt_ids,
         "completion_ids": completion_ids,
         "logprobs": logprobs,
         "env_mask": env_mask,
+        "policy_versions": versions,
     }
 
 
@@ -72,9 +85,10 @@ class EnvhubRollout:
     times in a row; every prompt is mapped back to its task (by its messages), each run of
     ``num_generations`` becomes one GRPO group, and the episodes run concurrently through
     :class:`~envhub.rollout.episode.EpisodeRunner`. ``policy_version`` is the trainer's
-    ``global_step``. Returns the sampled ids, ``env_mask`` and ``logprobs`` per sample plus
-    ``env_reward`` (for :func:`envhub_reward`) and ``trajectory_id``; the trajectories of
-    the last call are kept in :attr:`last_trajectories` (and appended to ``output``).
+    ``global_step``. Returns the sampled ids, ``env_mask``, ``logprobs`` and
+    ``policy_versions`` per sample plus ``env_reward`` (for :func:`envhub_reward`) and
+    ``trajectory_id``; the trajectories of the last call are kept in
+    :attr:`last_trajectories` (and appended to ``output``).
     """
 
     def __init__(
@@ -199,6 +213,7 @@ class EnvhubRollout:
                 "completion_ids",
                 "logprobs",
                 "env_mask",
+                "policy_versions",
                 "env_reward",
                 "trajectory_id",
             )

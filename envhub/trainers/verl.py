@@ -20,6 +20,16 @@ earlier turns differently (token drift) is kept with ``response_mask`` all 0 and
 ``extra_fields["envhub_mask_reason"] = "token_drift"``; masked trajectories (infra
 failures) get ``reward_score=None`` and ``extra_fields["envhub_masked"] = True`` and
 should be filtered before advantage estimation rather than scored 0.
+
+Per-token policy versions: ``extra_fields["envhub_policy_versions"]`` has one entry per
+``response_ids`` token, the version that sampled it (a turn split by a mid-rollout weight
+update carries several, :attr:`~envhub.trajectory.Turn.completion_versions`) and ``-1``
+where ``response_mask`` is 0 (tool results, template glue, drifted or masked rows) or no
+version was recorded. verl has no per-token version field of its own (its
+``min_global_steps``/``max_global_steps`` are per trajectory), and it turns every
+``extra_fields`` key into a ``non_tensor_batch`` entry, so the list reaches the trainer
+unpadded, aligned with the first ``len`` positions of ``responses``: an off-policy
+correction can weight each token by its own version's importance ratio.
 """
 
 from __future__ import annotations
@@ -39,8 +49,11 @@ def agent_loop_output(
 ) -> dict[str, Any]:
     """The ``AgentLoopOutput`` fields of one trajectory (``metrics`` excepted).
 
-    ``response_length`` (verl's ``rollout.response_length``) cuts the response fields,
-    and records ``envhub_truncated`` in ``extra_fields``.
+    ``response_length`` (verl's ``rollout.response_length``) cuts the response fields
+    (``envhub_policy_versions`` included), and records ``envhub_truncated`` in
+    ``extra_fields``. The versions are the token row's
+    (:attr:`~envhub.trainers.tokens.TokenRow.policy_versions`) after the prompt, so they
+    stay aligned with ``response_ids`` token for token.
     """
     row = trajectory_rows(trajectory, drift="mask")[0]
     cut = row.prompt_length
@@ -50,12 +63,14 @@ def agent_loop_output(
         response_mask = row.loss_mask[cut:]
     else:
         response_mask = [0] * len(response_ids)
+    policy_versions = row.policy_versions[cut:]  # NOT_SAMPLED (-1) where the mask is 0
     has_logprobs = all(turn.completion_logprobs is not None for turn in trajectory.turns)
     response_logprobs = row.old_logprobs[cut:] if has_logprobs and trajectory.turns else None
     truncated = response_length is not None and len(response_ids) > response_length
     if truncated:
         response_ids = response_ids[:response_length]
         response_mask = response_mask[:response_length]
+        policy_versions = policy_versions[:response_length]
         if response_logprobs is not None:
             response_logprobs = response_logprobs[:response_length]
     return {
@@ -73,6 +88,7 @@ def agent_loop_output(
             "envhub_masked": trajectory.masked,
             "envhub_mask_reason": row.mask_reason,
             "envhub_truncated": truncated,
+            "envhub_policy_versions": policy_versions,
             "envhub_reward_components": dict(trajectory.reward_components),
             "turn_scores": [],
             "tool_rewards": [],

@@ -62,3 +62,12 @@ def drifted(group: str, index: int, reward: float) -> Trajectory:
     first = turn([1, 2, 3], [10, 11])
     second = turn([1, 2, 3, 10, 99, 20, 21], [12, 13], version=1)
     return trajectory(group, index, reward, [first, second])
+
+
+def split_turn(group: str, index: int, reward: float) -> Trajectory:
+    """A weight update (version 3 -> 4) split the first turn mid-completion:
+    prompt [1 2 3] -> sampled [10 11 | 12 13] -> tool glue [20 21] -> sampled [14 15] (v4)."""
+    first = turn([1, 2, 3], [10, 11, 12, 13], version=3)
+    first.completion_versions = [3, 3, 4, 4]
+    second = turn([1, 2, 3, 10, 11, 12, 13, 20, 21], [14, 15], version=4)
+    return trajectory(group, index, reward, [first, second])

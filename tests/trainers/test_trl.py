@@ -15,6 +15,7 @@ from envhub.trainers.trl import envhub_reward, environment_factory, task_dataset
 from envhub.trainers.trl_rollout import EnvhubRollout
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 from tests.trainers.conftest import TRAIN_TASKS
+from tests.trainers.factories import split_turn, trajectory, turn
 
 pytest.importorskip("trl")
 
@@ -130,6 +131,21 @@ def test_rollout_func_marks_exactly_the_sampled_tokens(calc: envhub.LocalEnviron
     assert sampled == [i for t in turns for i in t.completion_token_ids]
     logprobs = [lp for lp, m in zip(out["logprobs"][0], out["env_mask"][0], strict=True) if m]
     assert logprobs == [lp for t in turns for lp in t.completion_logprobs]
+
+
+def test_rollout_func_carries_per_token_policy_versions(calc: envhub.LocalEnvironment) -> None:
+    """A weight update split the first turn: each completion token carries the version
+    that sampled it (-1 where env_mask is 0), aligned with completion_ids."""
+    rollout = EnvhubRollout(calc, task_for_prompt=lambda _: TRAIN_TASKS[0])
+    empty = trajectory("g", 1, 0.0, [turn([1, 2], [], version=5)])
+    out = rollout.to_trl([split_turn("g", 0, 1.0), empty], eos_token_id=2)
+    assert out["completion_ids"][0] == [10, 11, 12, 13, 20, 21, 14, 15]
+    assert out["env_mask"][0] == [1, 1, 1, 1, 0, 0, 1, 1]
+    assert out["policy_versions"][0] == [3, 3, 4, 4, -1, -1, 4, 4]
+    # an empty completion is one EOS stand-in, never sampled
+    assert out["completion_ids"][1] == [2] and out["policy_versions"][1] == [-1]
+    for key in ("logprobs", "env_mask", "policy_versions"):
+        assert [len(v) for v in out[key]] == [len(c) for c in out["completion_ids"]]
 
 
 def _changed(model: Any, before: dict[str, Any]) -> list[str]:

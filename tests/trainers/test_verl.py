@@ -18,7 +18,7 @@ from envhub.rollout import EpisodeRunner, EpisodeSpec
 from envhub.trainers.token_policy import TokenPolicy
 from envhub.trainers.verl import agent_loop_output, verl_sampler
 from tests.trainers.conftest import TRAIN_TASKS
-from tests.trainers.factories import drifted, trajectory, turn, two_turn
+from tests.trainers.factories import drifted, split_turn, trajectory, turn, two_turn
 
 # -- conversion ------------------------------------------------------------------------------
 
@@ -47,6 +47,21 @@ def test_response_length_cuts_every_response_field() -> None:
     out = agent_loop_output(two_turn("g", 0, 1.0), response_length=4)
     assert out["response_ids"] == [10, 11, 20, 21] and out["response_mask"] == [1, 1, 0, 0]
     assert len(out["response_logprobs"]) == 4 and out["extra_fields"]["envhub_truncated"]
+
+
+def test_per_token_policy_versions_follow_the_response_tokens() -> None:
+    """A weight update split the first turn: each response token carries the version that
+    sampled it (-1 on tool glue), so verl can weight it by its own importance ratio."""
+    out = agent_loop_output(split_turn("g", 0, 1.0))
+    assert out["response_ids"] == [10, 11, 12, 13, 20, 21, 14, 15]
+    assert out["response_mask"] == [1, 1, 1, 1, 0, 0, 1, 1]
+    versions = out["extra_fields"]["envhub_policy_versions"]
+    assert versions == [3, 3, 4, 4, -1, -1, 4, 4]
+    cut = agent_loop_output(split_turn("g", 0, 1.0), response_length=5)
+    assert cut["extra_fields"]["envhub_policy_versions"] == [3, 3, 4, 4, -1]
+    # versions of tokens that are not trained on (drift) are never reported
+    drift = agent_loop_output(drifted("g", 0, 1.0))
+    assert drift["extra_fields"]["envhub_policy_versions"] == [-1] * len(drift["response_ids"])
 
 
 def test_missing_logprobs_stay_missing() -> None:
