@@ -203,6 +203,11 @@ def rollout_command(
         str, typer.Option(help="response header in which the model server reports the weight "
                           "version it serves, recorded on each turn ('': none)")
     ] = "",
+    weight_version_field: Annotated[
+        str, typer.Option(help="field of the model's entry in the server's GET /v1/models that "
+                          "reports the weight version it serves, recorded on each turn (read "
+                          "once per server and weight update; '': none)")
+    ] = "",
     tokenizer: Annotated[
         str | None, typer.Option(help="tito: the model's tokenizer (a model directory or a "
                                  ".gguf file)")
@@ -269,6 +274,7 @@ def rollout_command(
             "api_key": api_key,
             "token_ids": token_ids,
             "weight_version_header": weight_version_header or None,
+            "weight_version_field": weight_version_field or None,
             "request_timeout_s": request_timeout,
             "endpoint_concurrency": endpoint_concurrency,
             "routing": routing,
@@ -282,6 +288,7 @@ def rollout_command(
             "backend": tito_backend,
             "tool_parser": tool_parser,
             "weight_version_header": weight_version_header or None,
+            "weight_version_field": weight_version_field or None,
             "api_key": api_key,
             "request_timeout_s": request_timeout,
             "endpoint_concurrency": endpoint_concurrency,

@@ -12,7 +12,14 @@ from typing import Any, Protocol, runtime_checkable
 from envhub.task import Task
 from envhub.types import Message, ToolCall
 
-__all__ = ["Completion", "GenerateRequest", "Policy", "SamplingParams"]
+__all__ = [
+    "Completion",
+    "EpisodeAware",
+    "GenerateRequest",
+    "Policy",
+    "SamplingParams",
+    "end_episode",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +100,24 @@ class Policy(Protocol):
     async def generate(self, request: GenerateRequest) -> Completion: ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class EpisodeAware(Protocol):
+    """A policy that keeps state per episode between its turns (the ``tito`` policy's
+    token ids) and must be told when an episode is over, so that it can let that state
+    go: otherwise it holds every finished episode's until its own bound evicts them."""
+
+    def end_episode(self, episode_id: str) -> None:
+        """Forget episode ``episode_id`` (a :attr:`GenerateRequest.episode_id`). Called
+        once an attempt of the episode is over, however it ended; a later request of the
+        same id starts again at turn 0. Must not raise."""
+        ...
+
+
+def end_episode(policy: Policy, episode_id: str) -> None:
+    """Tell ``policy`` that episode ``episode_id`` is over, if it keeps per-episode state
+    (:class:`EpisodeAware`); a no-op for any other policy. Episode runners call it when
+    an attempt ends."""
+    if isinstance(policy, EpisodeAware):
+        policy.end_episode(episode_id)

@@ -18,8 +18,11 @@ way; :func:`is_context_overflow` knows vLLM's, SGLang's, llama.cpp's and OpenAI'
 episode rather than a failure.
 
 Weight versions and updates (:mod:`envhub.policies.gate`): with ``weight_version_header``
-(e.g. ``X-Weight-Version``) the version a server reports in that response header is
-recorded on the turn instead of the client's ``policy_version``. A stream that updates
+(e.g. ``X-Weight-Version``) the version a server reports in that response header, or with
+``weight_version_field`` (e.g. ``weight_version``) the one in that field of the model's
+entry in the server's ``GET /models`` (read once per server and weight update, not per
+turn: :mod:`envhub.policies.transport`), is recorded on the turn instead of the client's
+``policy_version``. A stream that updates
 weights attaches its gate (:meth:`OpenAIPolicy.attach_gate`); a request an
 ``abort-and-resume`` update ends early is sent again with the partial assistant message
 last and vLLM's ``continue_final_message`` (``add_generation_prompt`` off), so the model
@@ -56,7 +59,7 @@ class OpenAIPolicy(PooledPolicy):
 
     The connection options (``api_key``, ``request_timeout_s``, ``endpoint_concurrency``,
     ``eject_after``, ``probe_interval_s``, ``routing``, ``sticky_max_outstanding``,
-    ``session_header``, ``weight_version_header``) are
+    ``session_header``, ``weight_version_header``, ``weight_version_field``) are
     :class:`~envhub.policies.transport.PooledTransport`'s: episode- or group-sticky
     routing keeps a session's turns on the server that caches its prefix, and every
     request of an episode carries its session id in ``session_header``.
@@ -72,7 +75,7 @@ class OpenAIPolicy(PooledPolicy):
         retry: RetryPolicy | None = None,
         **transport: Unpack[TransportOptions],
     ) -> None:
-        super().__init__(base_urls, "/models", transport)
+        super().__init__(base_urls, "/models", transport, model=model)
         self.model = model
         self.sampling = sampling or SamplingParams()
         self.retry = retry or RetryPolicy()

@@ -12,6 +12,21 @@ other 4xx is a :class:`~envhub.errors.PolicyError`. A policy reads its own 4xx c
 (:data:`ClientErrorHook`). Each failed request is reported to the observer here; what a
 reply produced (or a reply the policy cannot read) is the policy's to report.
 
+Weight versions the servers report (recorded per turn in place of the client's
+``policy_version``): a response header (``weight_version_header``), read on every reply;
+or a field of the model's entry in ``GET /models`` (``weight_version_field``), which
+costs a request of its own and so is not read per turn: each endpoint's value is read
+once, by the first reply that needs it, and kept until it may be stale, which is when the
+attached gate's version changes (the stream sets it once an update loaded the servers, or
+the trainer set ``policy_version``) or the endpoint comes back from ejection (a restarted
+server). The read happens inside the request's gated call, after the reply and before the
+call returns, and no update completes while a call is in flight, so the value read is the
+one of the weights that sampled the reply. Without a gate (a plain rollout) the value is
+read once per endpoint: a server updated behind envhub's back is seen only through the
+header. A ``/models`` read that fails (network, 5xx) records no version for that reply
+and is tried again by the next one; a 4xx or a reply without the field is kept as "no
+version" like any other read.
+
 :class:`PooledPolicy` is the part of a policy around it: the pool, observer and weight
 update gate that the rollout (:mod:`envhub.rollout.metrics`, :mod:`envhub.rollout.stream`)
 reaches through the policy.
@@ -34,7 +49,7 @@ from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyErr
 from envhub.policies.endpoints import Endpoint, EndpointPool, RoutingMode
 from envhub.policies.gate import GenerationGate
 from envhub.policies.observer import RequestObserver
-from envhub.policies.weight_sync import reported_version
+from envhub.policies.weight_sync import parse_version, reported_version
 
 __all__ = [
     "ClientErrorHook",
@@ -69,6 +84,7 @@ class TransportOptions(TypedDict, total=False):
     sticky_max_outstanding: int | None
     session_header: str | None
     weight_version_header: str | None
+    weight_version_field: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +107,12 @@ class PooledTransport:
     session carries its id (:meth:`EndpointPool.session_key`) in ``session_header``
     (``None``: no header), so that a router in front of several servers can keep the
     session on one server too. With ``weight_version_header`` the version a server reports
-    in that response header comes back on the :class:`Reply`. The key is ``api_key``, else
-    ``OPENAI_API_KEY``. An ejected endpoint is probed with ``GET {url}{probe_path}``.
+    in that response header comes back on the :class:`Reply`; without the header, with
+    ``weight_version_field`` the version is that field of the entry of ``model`` (or the
+    only entry) in the endpoint's ``GET /models`` reply (``{url}/models`` for a URL ending
+    in ``/v1``, else ``{url}/v1/models``), cached as the module docstring says. The key is
+    ``api_key``, else ``OPENAI_API_KEY``. An ejected endpoint is probed with ``GET
+    {url}{probe_path}``.
     """
 
     def __init__(
@@ -109,6 +129,8 @@ class PooledTransport:
         sticky_max_outstanding: int | None = None,
         session_header: str | None = "X-Session-ID",
         weight_version_header: str | None = None,
+        weight_version_field: str | None = None,
+        model: str | None = None,
     ) -> None:
         key = api_key or os.environ.get("OPENAI_API_KEY")
         self._headers = {"content-type": "application/json"}
@@ -131,6 +153,12 @@ class PooledTransport:
         )
         self.session_header = session_header or None
         self.weight_version_header = weight_version_header or None
+        self.weight_version_field = weight_version_field or None
+        self.model = model
+        self.version_epoch: Callable[[], object] = lambda: None
+        """When its value changes, the ``/models`` versions read before are stale (the
+        policy sets it to its gate's version)."""
+        self._served: dict[str, tuple[object, asyncio.Task[tuple[bool, int | None]]]] = {}
         self.observer: RequestObserver | None = None
 
     def observe(self, observer: RequestObserver | None) -> None:
@@ -163,7 +191,51 @@ class PooledTransport:
             if self.observer is not None:
                 self.observer.request_failed(url, time.perf_counter() - started, _kind(exc))
             raise
-        return Reply(data, url, time.perf_counter() - started, version)
+        seconds = time.perf_counter() - started
+        if version is None and self.weight_version_field is not None:
+            version = await self.served_version(url)
+        return Reply(data, url, seconds, version)
+
+    async def served_version(self, url: str) -> int | None:
+        """The version endpoint ``url`` serves per its ``/models`` field (module docs):
+        the cached read while it is fresh, else one new read that concurrent callers
+        share; ``None`` when the field is missing or not an integer, or the read failed
+        (then the next call reads again)."""
+        epoch = self.version_epoch()
+        entry = self._served.get(url)
+        if entry is None or entry[0] != epoch:
+            entry = (epoch, asyncio.ensure_future(self._read_served_version(url)))
+            self._served[url] = entry
+        # shielded: a cancelled caller does not cancel the read the others wait for
+        read, version = await asyncio.shield(entry[1])
+        if not read and self._served.get(url) is entry:
+            del self._served[url]
+        return version
+
+    async def _read_served_version(self, url: str) -> tuple[bool, int | None]:
+        """``GET /models`` on ``url``: whether it answered, and the version field of the
+        model's entry (``model``'s, or the only one)."""
+        models_url = f"{url}/models" if url.endswith("/v1") else f"{url}/v1/models"
+        try:
+            async with self._session(url).get(
+                models_url, timeout=aiohttp.ClientTimeout(total=10)
+            ) as response:
+                if response.status >= 500:  # transient: the next reply reads again
+                    return False, None
+                if response.status >= 400:  # no /models here: no version to read
+                    return True, None
+                data = orjson.loads(await response.read())
+        except (aiohttp.ClientError, asyncio.TimeoutError, orjson.JSONDecodeError):
+            return False, None
+        entries = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            return True, None
+        models = [e for e in entries if isinstance(e, dict)]
+        entry = next((e for e in models if e.get("id") == self.model), None)
+        if entry is None and len(models) == 1:
+            entry = models[0]
+        field = self.weight_version_field
+        return True, parse_version(entry.get(field)) if entry is not None and field else None
 
     async def _exchange(
         self, endpoint: Endpoint, path: str, payload: bytes, headers: dict[str, str] | None
@@ -203,12 +275,18 @@ class PooledTransport:
             async with self._session(url).get(
                 f"{url}{self._probe_path}", timeout=aiohttp.ClientTimeout(total=5)
             ) as response:
-                return response.status < 500
+                answered = response.status < 500
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
+        if answered:  # it may have restarted with other weights: read its version again
+            self._served.pop(url, None)
+        return answered
 
     async def aclose(self) -> None:
         await self.pool.aclose()
+        for _, read in self._served.values():
+            read.cancel()
+        self._served.clear()
         for session in self._sessions.values():
             await session.close()
         self._sessions.clear()
@@ -220,8 +298,15 @@ class PooledPolicy:
     the ``gate`` a weight-update stream attaches
     (:class:`~envhub.policies.gate.GateAware`)."""
 
-    def __init__(self, base_urls: list[str], probe_path: str, options: TransportOptions) -> None:
-        self.transport = PooledTransport(base_urls, probe_path=probe_path, **options)
+    def __init__(
+        self,
+        base_urls: list[str],
+        probe_path: str,
+        options: TransportOptions,
+        *,
+        model: str | None = None,
+    ) -> None:
+        self.transport = PooledTransport(base_urls, probe_path=probe_path, model=model, **options)
         self.pool = self.transport.pool
         self.gate: GenerationGate | None = None
 
@@ -237,14 +322,21 @@ class PooledPolicy:
     def weight_version_header(self) -> str | None:
         return self.transport.weight_version_header
 
+    @property
+    def weight_version_field(self) -> str | None:
+        return self.transport.weight_version_field
+
     def observe(self, observer: RequestObserver | None) -> None:
         """Report every request and every ejected endpoint to ``observer`` (``None``:
         stop; :class:`~envhub.policies.observer.ObservablePolicy`)."""
         self.transport.observe(observer)
 
     def attach_gate(self, gate: GenerationGate | None) -> None:
-        """Send every request through ``gate`` (a stream's, during weight updates)."""
+        """Send every request through ``gate`` (a stream's, during weight updates). Its
+        version also tells the transport when the ``/models`` versions it read are stale:
+        a change means the servers were updated (module docstring)."""
         self.gate = gate
+        self.transport.version_epoch = (lambda: None) if gate is None else (lambda: gate.version)
 
     async def aclose(self) -> None:
         await self.transport.aclose()
@@ -256,9 +348,7 @@ def is_context_overflow(error_text: str) -> bool:
     return _CONTEXT_OVERFLOW.search(error_text) is not None
 
 
-def _read_reply(
-    url: str, status: int, content: bytes, client_error: ClientErrorHook | None
-) -> Any:
+def _read_reply(url: str, status: int, content: bytes, client_error: ClientErrorHook | None) -> Any:
     """The reply's JSON, or the typed error its status means (module docs)."""
     if status == 429 or status >= 500:
         raise TransientPolicyError(f"{url}: HTTP {status}: {content[:200]!r}")

@@ -14,8 +14,9 @@ Implementations:
   actor, ...); the sync only awaits an optional ``on_load(version)`` hook.
 * :class:`SGLangSync`: SGLang's HTTP API: ``POST /pause_generation`` (``mode`` ``abort``
   or ``in_place``), ``POST /update_weights_from_disk`` (``model_path``,
-  ``weight_version``), ``POST /continue_generation``; afterwards ``GET /get_model_info``
-  must report the new ``weight_version`` (servers that omit the field are trusted).
+  ``weight_version``, and ``load_format`` when one is given), ``POST
+  /continue_generation``; afterwards ``GET /get_model_info`` must report the new
+  ``weight_version`` (servers that omit the field are trusted).
 * :class:`VLLMSync`: vLLM's RL endpoints: ``POST /pause?mode=abort|wait``, ``POST
   /collective_rpc`` (``reload_weights`` by default: the workers reload the checkpoint
   from the path the server was started with, which the trainer overwrites; another
@@ -39,18 +40,39 @@ import orjson
 
 from envhub.errors import WeightUpdateFailed
 
-__all__ = ["NoopSync", "SGLangSync", "VLLMSync", "WeightSync", "reported_version"]
+__all__ = [
+    "NoopSync",
+    "SGLangSync",
+    "VLLMSync",
+    "WeightSync",
+    "parse_version",
+    "reported_version",
+]
+
+
+def parse_version(value: Any) -> int | None:
+    """A weight version a server reported (a header, a ``/models`` field, SGLang's
+    ``meta_info.weight_version``): an integer, or a string of one (``"7"``); ``None`` for
+    anything else. Servers' labels are free text (SGLang's is ``"default"`` until an update
+    names one) while envhub's versions are integers, so a label that is not one is not a
+    version envhub can record, and the turn keeps the client's."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
 
 
 def reported_version(headers: Any, name: str | None) -> int | None:
     """The weight version a server reports in response header ``name`` (a policy's
-    ``weight_version_header``); ``None`` when unset, absent or not an integer (SGLang's
-    labels are free text; envhub's versions are integers)."""
-    value = headers.get(name) if name is not None else None
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+    ``weight_version_header``); ``None`` when unset, absent or not an integer
+    (:func:`parse_version`)."""
+    return parse_version(headers.get(name)) if name is not None else None
 
 
 @runtime_checkable
@@ -135,7 +157,10 @@ class SGLangSync(_HTTPSync):
     """SGLang servers loading each version from disk (see the module docstring).
 
     ``model_path(version)`` is the checkpoint directory the trainer wrote for that
-    version (a ``str.format`` template with ``{version}`` works too)."""
+    version (a ``str.format`` template with ``{version}`` works too). ``load_format``
+    (e.g. ``"safetensors"``, ``"auto"``) is sent with each load when given: the
+    checkpoint's format when it differs from what the server was started with;
+    without it SGLang uses its own (the server's ``--load-format``)."""
 
     def __init__(
         self,
@@ -147,6 +172,7 @@ class SGLangSync(_HTTPSync):
     ) -> None:
         super().__init__(urls, timeout_s=timeout_s)
         self.model_path = model_path
+        self.load_format = load_format
 
     async def pause(self, *, abort: bool) -> None:
         await self._all("POST", "/pause_generation", {"mode": "abort" if abort else "in_place"})
@@ -158,6 +184,8 @@ class SGLangSync(_HTTPSync):
             else self.model_path(version)
         )
         body: dict[str, Any] = {"model_path": path, "weight_version": str(version)}
+        if self.load_format is not None:
+            body["load_format"] = self.load_format
         for url, reply in zip(
             self.urls, await self._all("POST", "/update_weights_from_disk", body), strict=True
         ):

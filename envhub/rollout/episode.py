@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from envhub.cleanup import abort_quietly
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
-from envhub.policies.base import Completion, GenerateRequest, Policy, SamplingParams
+from envhub.policies.base import (
+    Completion,
+    GenerateRequest,
+    Policy,
+    SamplingParams,
+    end_episode,
+)
 from envhub.policies.gate import (
     GateAware,
     GenerationAborted,
@@ -215,6 +221,8 @@ class EpisodeRunner:
         except BaseException:
             await abort_quietly(session, "rollout episode abort")
             raise
+        finally:  # a retry reuses the id and starts again at turn 0
+            end_episode(self.policy, record.trajectory_id)
         return self._trajectory(
             spec,
             record,
@@ -232,9 +240,7 @@ class EpisodeRunner:
             ),
         )
 
-    async def _loop(
-        self, spec: EpisodeSpec, record: _Record, session: SessionHandle
-    ) -> str | None:
+    async def _loop(self, spec: EpisodeSpec, record: _Record, session: SessionHandle) -> str | None:
         """Alternate model and environment until the session ends; returns ``"max_turns"``
         when this runner's own turn cap (not the session's budget) stopped the episode, or
         ``"context_length"`` when the conversation outgrew the model's context."""
@@ -387,7 +393,8 @@ def record_turn(
             finish_reason=completion.finish_reason,
             latency_s=latency_s,
             policy_version=(
-                completion.weight_version if completion.weight_version is not None
+                completion.weight_version
+                if completion.weight_version is not None
                 else policy_version
             ),
             completion_versions=completion.completion_versions,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from envhub.view import pages
 from envhub.view.catalog import Catalog
-from envhub.view.filters import EpisodeFilter
+from envhub.view.filters import EpisodeFilter, EpisodeOrder
 from envhub.view.render import ReportLinks, render
 from envhub.view.tokens import Decoder, decode_ids
 
@@ -44,11 +44,12 @@ def write_report(
         scored = EpisodeFilter(masked=False)
         groups = []
         shown: set[int] = set()  # worst and best can meet: ties, or under 2N scored
-        for heading, where, order in (
+        groups_to_show: list[tuple[str, EpisodeFilter, EpisodeOrder]] = [
             (f"Worst {episodes} episodes", scored, "reward"),
             (f"Best {episodes} episodes", scored, "-reward"),
             (f"Masked episodes (first {episodes})", EpisodeFilter(masked=True), "line"),
-        ):
+        ]
+        for heading, where, order in groups_to_show:
             rows = index.page(where, order, 0, episodes + len(shown))
             items = [
                 (r, pages.episode_context(catalog, 0, r.id, decode, decoder is not None)["conv"])

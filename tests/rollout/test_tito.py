@@ -29,6 +29,7 @@ from envhub.cli._app import app
 from envhub.errors import ContextLengthExceeded, InvalidRequest, PolicyError
 from envhub.local import LocalEnvironment
 from envhub.policies import GenerateRequest, SamplingParams, make_policy
+from envhub.policies.base import EpisodeAware
 from envhub.policies.tito import TitoPolicy, VLLMBackend, tito_backend
 from envhub.policies.tito.backends import LlamaCppBackend, SGLangBackend
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
@@ -72,6 +73,8 @@ class _Model:
         self.tokenizer = tokenizer
         self.script = SCRIPT
         self.requests: list[tuple[str, dict[str, Any], dict[str, str]]] = []
+        self.weight_version: Any = "default"  # SGLang's meta_info.weight_version
+        self.models_version: Any = None  # GET /v1/models' "weight_version", when set
 
     def sample(self, prompt: list[int]) -> tuple[list[int], list[float]]:
         turn = self.tokenizer.decode(prompt).count("<|im_start|>assistant") - 1
@@ -118,6 +121,14 @@ def _app(model: _Model) -> FastAPI:
             "tokens_predicted": len(ids),
         }
 
+    @app.get("/v1/models")
+    async def models(request: Request) -> Any:
+        model.requests.append(("models", {}, dict(request.headers)))
+        entry: dict[str, Any] = {"id": "some/checkpoint", "object": "model"}
+        if model.models_version is not None:
+            entry["weight_version"] = model.models_version
+        return {"object": "list", "data": [entry]}
+
     @app.post("/v1/completions")
     async def vllm(request: Request) -> Any:
         body = await received(request, "vllm")
@@ -125,6 +136,10 @@ def _app(model: _Model) -> FastAPI:
         if isinstance(prompt, JSONResponse):
             return prompt
         ids, logprobs = model.sample(prompt)
+        finish_reason = "stop"
+        limit = body.get("max_tokens", 16)  # vLLM's CompletionRequest default; null: no limit
+        if limit is not None and len(ids) > limit:
+            ids, logprobs, finish_reason = ids[:limit], logprobs[:limit], "length"
         return {
             "id": "cmpl-1",
             "object": "text_completion",
@@ -139,7 +154,7 @@ def _app(model: _Model) -> FastAPI:
                         "tokens": [f"token_id:{t}" for t in ids],
                         "top_logprobs": [],
                     },
-                    "finish_reason": "stop",
+                    "finish_reason": finish_reason,
                     "stop_reason": None,
                     "token_ids": ids if body.get("return_token_ids") else None,
                     "prompt_token_ids": prompt if body.get("return_token_ids") else None,
@@ -165,6 +180,7 @@ def _app(model: _Model) -> FastAPI:
                 "prompt_tokens": len(prompt),
                 "completion_tokens": len(ids),
                 "output_token_logprobs": entries if body.get("return_logprob") else [],
+                "weight_version": model.weight_version,
             },
         }
 
@@ -409,6 +425,70 @@ async def test_context_overflow_and_missing_episode_state(
         await policy.aclose()
 
 
+async def test_episode_state_is_released_when_the_episode_ends(
+    server: tuple[str, _Model], tokenizer: Any, calc: LocalEnvironment
+) -> None:
+    """The runner tells the policy when an episode is over, so its ids do not stay until
+    ``max_episodes`` newer episodes evict them (and then evict live ones)."""
+    url, model = server
+    model.script = SCRIPT
+    policy = _policy(url, "vllm", tokenizer)
+    assert isinstance(policy, EpisodeAware)
+    task_id = (await calc.task_ids())[0]
+    try:
+        for max_turns in (6, 1):  # ended by the environment, then by the runner's cap
+            runner = EpisodeRunner(calc, policy, max_turns=max_turns)
+            trajectory = await runner.run(EpisodeSpec(task_id, 0, "g0"))
+            assert not trajectory.masked, trajectory.error
+            assert len(trajectory.turns) == min(max_turns, 3)
+            assert not policy._episodes, "the ended episode's token state is still held"
+        policy.end_episode("never-seen")  # an unknown episode is no error
+    finally:
+        await policy.aclose()
+
+
+@pytest.mark.parametrize(("label", "recorded"), [("7", 7), (3, 3), ("default", None)])
+async def test_sglang_reports_the_weight_version_per_turn(
+    server: tuple[str, _Model], tokenizer: Any, calc: LocalEnvironment,
+    label: Any, recorded: int | None,
+) -> None:  # fmt: skip
+    """SGLang names the weights that served a request in ``meta_info.weight_version``: an
+    integer label is the turn's version; another (SGLang's ``"default"``) is ignored and
+    the client's version (here none) is recorded."""
+    url, model = server
+    model.script = SCRIPT
+    model.weight_version = label
+    try:
+        trajectory = await _episode(calc, _policy(url, "sglang", tokenizer))
+    finally:
+        model.weight_version = "default"
+    assert not trajectory.masked, trajectory.error
+    assert [t.policy_version for t in trajectory.turns] == [recorded] * 3
+    parsed = SGLangBackend().weight_version({"meta_info": {"weight_version": label}})
+    assert parsed == recorded
+    assert VLLMBackend().weight_version({"meta_info": {"weight_version": "7"}}) is None
+
+
+async def test_the_models_endpoint_reports_the_version_once_per_server(
+    server: tuple[str, _Model], tokenizer: Any, calc: LocalEnvironment
+) -> None:
+    """``weight_version_field``: the version is read from the model's entry of the server's
+    ``/v1/models`` (a root URL gets ``/v1`` added), once for the episode's three turns
+    (no gate: no update can make it stale), and recorded on each turn."""
+    url, model = server
+    model.script = SCRIPT
+    model.requests.clear()
+    model.models_version = "12"
+    try:
+        policy = _policy(url, "sglang", tokenizer, weight_version_field="weight_version")
+        trajectory = await _episode(calc, policy)
+    finally:
+        model.models_version = None
+    assert not trajectory.masked, trajectory.error
+    assert [t.policy_version for t in trajectory.turns] == [12] * 3
+    assert [r[0] for r in model.requests] == ["sglang", "models", "sglang", "sglang"]
+
+
 def test_make_policy_builds_tito_and_names_bad_choices(tokenizer: Any) -> None:
     policy = make_policy(
         "tito", model="m", base_urls=["http://127.0.0.1:1"], tokenizer=tokenizer,
@@ -460,6 +540,9 @@ def test_backend_bodies_ask_for_ids_and_logprobs() -> None:
     vllm = VLLMBackend().body("m", [1, 2], sampling)
     assert vllm["prompt"] == [1, 2] and vllm["return_token_ids"] and vllm["logprobs"] == 0
     assert (vllm["model"], vllm["max_tokens"], vllm["seed"]) == ("m", 7, 3)
+    # unset: an explicit null (the rest of the context), since vLLM reads a missing field as 16
+    unbounded = VLLMBackend().body("m", [1, 2], SamplingParams())
+    assert "max_tokens" in unbounded and unbounded["max_tokens"] is None
     sglang = SGLangBackend().body("m", [1, 2], sampling)
     assert sglang["input_ids"] == [1, 2] and sglang["return_logprob"]
     assert sglang["sampling_params"] == {
@@ -533,4 +616,7 @@ def test_rollout_cli_runs_tito_from_a_gguf_tokenizer(
     assert [r[1]["prompt"] for r in model.requests] == [
         t.prompt_token_ids for t in trajectory.turns
     ]
+    # no --max-tokens: sent as null, not left out (vLLM would cut every turn at 16 tokens)
+    assert all("max_tokens" in r[1] and r[1]["max_tokens"] is None for r in model.requests)
+    assert [t.finish_reason for t in trajectory.turns] == ["tool_calls"] * 3
     assert trajectory.sampling["temperature"] == 0.5

@@ -136,11 +136,14 @@ def all_turns(groups: list[Group]) -> list[Turn]:
 
 
 async def test_finish_lets_requests_end_on_the_old_weights(calc, server) -> None:
-    groups, reports, dropped = await rollout_with_updates(
-        calc, server, "finish", SGLangSync([server.url], "/ckpt/step-{version}")
-    )
+    sync = SGLangSync([server.url], "/ckpt/step-{version}", load_format="safetensors")
+    groups, reports, dropped = await rollout_with_updates(calc, server, "finish", sync)
     assert [r.aborted for r in reports] == [0, 0] and dropped == 0
     assert server.stats.aborted == 0 and server.stats.updates == [1, 2]
+    assert server.stats.load_bodies == [
+        {"model_path": f"/ckpt/step-{v}", "weight_version": str(v), "load_format": "safetensors"}
+        for v in (1, 2)
+    ]
     assert all(turn.completion_versions is None for turn in all_turns(groups))
     delivered = sum(len(turn.completion_token_ids or []) for turn in all_turns(groups))
     assert delivered == sum(server.stats.tokens_by_version.values())
@@ -171,6 +174,31 @@ async def test_abort_and_resume_continues_partial_completions(calc, server) -> N
     sampled = [v for v, m in zip(row.policy_versions, row.loss_mask, strict=True) if m]
     assert sampled == [v for turn in trajectory.turns for v in sampled_by(turn)]
     assert len(set(sampled)) > 1 and NOT_SAMPLED not in sampled
+
+
+@pytest.mark.parametrize("policy", ["finish", "abort-and-resume"])
+async def test_versions_read_from_the_models_endpoint(calc, policy: UpdatePolicy) -> None:
+    """A server that reports the version it serves in ``/v1/models`` (and no header): each
+    turn records the server's version, not the stream's ``policy_version``, the new one
+    after each update (per token where an update split the turn), and ``/v1/models`` is
+    read once per weight version, not per turn."""
+    config = VersionConfig(
+        version=5, token_latency_s=0.002, slow_fraction=0.3, models_field="weight_version",
+        header=False,
+    )  # fmt: skip
+    with VersionedServer(config) as server:
+
+        async def trainer_loads(version: int) -> None:
+            server.config.version = 5 + version  # the server numbers its weights its own way
+
+        sync = NoopSync(trainer_loads) if policy == "finish" else VLLMSync([server.url])
+        model = openai_policy(server.base_url, weight_version_field="weight_version")
+        groups, reports, _ = await rollout_with_updates(calc, server, policy, sync, model=model)
+    turns = all_turns(groups)
+    assert {turn.policy_version for turn in turns} == {5, 6, 7}  # never the client's 0-2
+    if policy == "abort-and-resume":
+        assert any(turn.completion_versions for turn in turns)
+    assert server.stats.models_requests == len(reports) + 1
 
 
 async def test_abort_and_drop_discards_and_counts_partial_episodes(calc, server) -> None:

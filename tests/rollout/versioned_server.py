@@ -23,7 +23,10 @@ until continued), ``POST /update_weights_from_disk`` (``weight_version``; waits
 continues a partial assistant message (it must be a prefix of the turn's text).
 ``GET /stats`` and :class:`VersionStats` count segments, sampled tokens per version,
 aborts, and ``mixed``: tokens sampled after the version changed under a running request
-(a correct update protocol keeps it 0).
+(a correct update protocol keeps it 0); ``load_bodies`` are the bodies
+``/update_weights_from_disk`` received. ``GET /v1/models`` lists the model, with the
+version in ``models_field`` when :class:`VersionConfig` names one (counted in
+``models_requests``); ``header=False`` leaves ``X-Weight-Version`` off the replies.
 
 Token in, token out (``tokenizer`` given): vLLM's ``POST /v1/completions`` with the prompt
 as ids samples the turn's hermes-style text (``tito_text``) plus EOS, tokenised with that
@@ -90,6 +93,8 @@ class VersionConfig:
     load_s: float = 0.0
     fail_updates: int = 0
     seed: int = 0
+    models_field: str | None = None  # GET /v1/models reports the version in this field
+    header: bool = True  # replies carry X-Weight-Version
 
 
 @dataclass
@@ -106,6 +111,8 @@ class VersionStats:
     budgets: set[int] = field(default_factory=set)  # chat max_tokens + tokens continued
     updates: list[int] = field(default_factory=list)
     failed_updates: int = 0
+    load_bodies: list[dict[str, Any]] = field(default_factory=list)
+    models_requests: int = 0
 
 
 class _Server:
@@ -171,9 +178,11 @@ class _Server:
             ],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids)},
         }
-        return Response(
-            orjson.dumps(reply), media_type="application/json", headers={HEADER: str(version)}
-        )
+        return self._reply(reply, version)
+
+    def _reply(self, reply: dict[str, Any], version: int) -> Response:
+        headers = {HEADER: str(version)} if self.config.header else None
+        return Response(orjson.dumps(reply), media_type="application/json", headers=headers)
 
     async def completions(self, request: Request) -> Response:
         """vLLM's token-in ``/v1/completions`` (see the module docstring)."""
@@ -208,9 +217,7 @@ class _Server:
             "finish_reason": "abort" if aborted else "stop",
         }
         reply = {"id": "cmpl", "object": "text_completion", "choices": [choice]}
-        return Response(
-            orjson.dumps(reply), media_type="application/json", headers={HEADER: str(version)}
-        )
+        return self._reply(reply, version)
 
     async def _sample(self, items: Sequence[T], request: Request) -> tuple[list[T], int, bool]:
         """Sample ``items`` one at a time; stops early when aborted, and raises
@@ -271,7 +278,11 @@ def create_app(config: VersionConfig, stats: VersionStats, tokenizer: Any = None
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
+        stats.models_requests += 1
+        entry: dict[str, Any] = {"id": "scripted", "object": "model"}
+        if config.models_field is not None:
+            entry[config.models_field] = str(config.version)
+        return {"object": "list", "data": [entry]}
 
     @app.post("/pause_generation")
     async def pause_generation(request: Request) -> dict[str, Any]:
@@ -282,6 +293,7 @@ def create_app(config: VersionConfig, stats: VersionStats, tokenizer: Any = None
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request) -> dict[str, Any]:
         body = await request.json()
+        stats.load_bodies.append(body)
         return await server.load(int(body["weight_version"]))
 
     @app.post("/continue_generation")

@@ -11,11 +11,19 @@ Each server names things its own way (checked against their documentation and so
   ``stop_type`` is ``eos``, ``limit`` or ``word``.
 - vLLM: ``POST /v1/completions`` with ``prompt`` as a list of ids, ``return_token_ids``
   (``choices[0].token_ids``, ``choices[0].prompt_token_ids``) and ``logprobs: 0`` (only
-  the sampled token's, ``choices[0].logprobs.token_logprobs``).
+  the sampled token's, ``choices[0].logprobs.token_logprobs``). ``max_tokens`` is always
+  sent, as ``null`` when unset: vLLM's ``CompletionRequest.max_tokens`` defaults to 16 (the
+  OpenAI completions default), so an omitted field cut every turn at 16 tokens, while an
+  explicit ``null`` lets it sample up to the rest of the context (or the model's
+  generation-config default, where the server has one).
 - SGLang: ``POST /generate`` with ``input_ids`` and ``return_logprob``; the sampled ids
   and their logprobs are ``meta_info.output_token_logprobs`` (``[logprob, id, text]``
   each; ``output_ids`` where logprobs are absent), ``meta_info.finish_reason.type`` is
-  ``stop``/``length``/``abort``.
+  ``stop``/``length``/``abort``. ``meta_info.weight_version`` is the label of the weights
+  that served the request (what ``/update_weights_from_disk`` was given;
+  :class:`~envhub.policies.weight_sync.SGLangSync` sends the integer version):
+  :meth:`SGLangBackend.weight_version` reads it as the turn's version when it is an
+  integer (``7`` or ``"7"``) and ignores other labels (SGLang's default is ``"default"``).
 
 Replies become a :class:`~envhub.trainers.token_policy.Sample` (``finished`` is false
 when the token limit cut the completion, ``aborted`` true when the server ended it early:
@@ -30,6 +38,7 @@ from typing import Any, Protocol
 
 from envhub.errors import InvalidRequest, PolicyError
 from envhub.policies.base import SamplingParams
+from envhub.policies.weight_sync import parse_version
 from envhub.trainers.token_policy import Sample
 
 __all__ = [
@@ -48,10 +57,16 @@ class TitoBackend(Protocol):
     name: str
     path: str
 
-    def body(self, model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
-        ...
+    def body(
+        self, model: str, prompt_ids: list[int], sampling: SamplingParams
+    ) -> dict[str, Any]: ...
 
     def parse(self, data: Any) -> Sample: ...
+
+    def weight_version(self, data: Any) -> int | None:
+        """The weight version the reply itself names (``None``: it names none; the
+        policy then records the transport's, from a header or ``/models``)."""
+        ...
 
 
 def _reply_error(backend: str, detail: str, data: Any) -> PolicyError:
@@ -101,6 +116,9 @@ class LlamaCppBackend:
         logprobs = _logprobs(values, len(ids), self.name, data)
         return Sample(ids, logprobs, finished=data.get("stop_type") != "limit")
 
+    def weight_version(self, data: Any) -> int | None:
+        return None  # llama-server has no weight updates
+
 
 class VLLMBackend:
     """vLLM ``/v1/completions`` (base URL ending in ``/v1``)."""
@@ -109,13 +127,15 @@ class VLLMBackend:
     path = "/completions"
 
     def body(self, model: str, prompt_ids: list[int], sampling: SamplingParams) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "model": model,
             "prompt": prompt_ids,
             **sampling.to_request(),
             "logprobs": 0,
             "return_token_ids": True,
         }
+        body.setdefault("max_tokens", None)  # omitted means 16 tokens (module docstring)
+        return body
 
     def parse(self, data: Any) -> Sample:
         choices = data.get("choices") if isinstance(data, dict) else None
@@ -129,6 +149,9 @@ class VLLMBackend:
         reason = choice.get("finish_reason")
         logprobs = _logprobs(logprobs, len(ids), self.name, data)
         return Sample(ids, logprobs, reason != "length", aborted=reason == "abort")
+
+    def weight_version(self, data: Any) -> int | None:
+        return None  # not in the reply: a response header or /v1/models (the transport)
 
 
 class SGLangBackend:
@@ -159,6 +182,12 @@ class SGLangBackend:
         reason = meta.get("finish_reason")
         kind = reason.get("type") if isinstance(reason, dict) else reason
         return Sample(ids, logprobs, finished=kind != "length", aborted=kind == "abort")
+
+    def weight_version(self, data: Any) -> int | None:
+        """``meta_info.weight_version`` when it is an integer or an integer's digits;
+        ``None`` for any other label (``"default"`` until an update names one)."""
+        meta = data.get("meta_info") if isinstance(data, dict) else None
+        return parse_version(meta.get("weight_version")) if isinstance(meta, dict) else None
 
 
 TITO_BACKENDS: dict[str, type[TitoBackend]] = {

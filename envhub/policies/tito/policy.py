@@ -15,12 +15,16 @@ Tool calls are parsed from the decoded completion by a named parser
 and the session answers it with an error observation, as for any policy.
 
 An episode's ids live in the policy between its turns, keyed by
-:attr:`~envhub.policies.base.GenerateRequest.episode_id`; the ``max_episodes`` most
-recently active episodes are kept, and a later turn of one that was dropped fails with
-a :class:`~envhub.errors.PolicyError` (the trajectory is masked, nothing drifts). A turn
-offered other tools than the episode started with (a user turn changed them) renders its
-prompt afresh, since templates put the tools at the top: that turn's ``prefix_ok`` is
-false and trainers start a new row there.
+:attr:`~envhub.policies.base.GenerateRequest.episode_id`, until the episode ends: the
+episode runner calls :meth:`TitoPolicy.end_episode` (the policy is
+:class:`~envhub.policies.base.EpisodeAware`) when an attempt of the episode is over,
+however it ended, so the state held is that of the episodes in flight. As a bound for
+callers that never say (a loop of one's own calling :meth:`~TitoPolicy.generate`), only
+the ``max_episodes`` most recently active episodes are kept, and a later turn of one that
+was dropped fails with a :class:`~envhub.errors.PolicyError` (the trajectory is masked,
+nothing drifts). A turn offered other tools than the episode started with (a user turn
+changed them) renders its prompt afresh, since templates put the tools at the top: that
+turn's ``prefix_ok`` is false and trainers start a new row there.
 
 Requests go through an :class:`~envhub.policies.endpoints.EndpointPool` (balancing,
 sticky routing, ejection) with the session id header, as in
@@ -31,13 +35,19 @@ each reply's status into a typed error and reports failures to the observer.
 Weight updates (:mod:`envhub.policies.gate`): a stream attaches its gate; a request an
 ``abort-and-resume`` update ends early continues on the new weights from the prompt plus
 the ids sampled so far (with ``max_tokens`` reduced by them), and since tool calls are
-parsed from the whole joined completion, a call the abort cut in two is read whole. With
-``weight_version_header`` the version a server reports there is recorded per turn (per
-token when an update split it). Without a gate, an aborted reply is retried from scratch.
+parsed from the whole joined completion, a call the abort cut in two is read whole. The
+version a server reports is recorded per turn (per token when an update split it): the
+one the reply names (SGLang's integer ``meta_info.weight_version``,
+:meth:`~envhub.policies.tito.backends.SGLangBackend.weight_version`), else the
+``weight_version_header`` response header, else the ``weight_version_field`` of the
+server's ``/models`` entry (:mod:`envhub.policies.transport`); without any, the client's
+``policy_version``. Without a gate, an aborted reply is retried from scratch.
 
 Set ``max_tokens`` with SGLang: without it the request names no ``max_new_tokens`` and
-SGLang's own default (128 tokens) cuts completions short (llama.cpp and vLLM then sample
-up to the context length).
+SGLang's own default (128 tokens) cuts completions short. Without it llama.cpp samples
+until the end of the turn or the context (``n_predict: -1``), and vLLM is sent
+``"max_tokens": null``, which it reads as the rest of the context (or the model's
+generation-config default): an omitted field would mean its default of 16 tokens.
 """
 
 from __future__ import annotations
@@ -104,7 +114,8 @@ class TitoPolicy(PooledPolicy):
         **transport: Unpack[TransportOptions],
     ) -> None:
         self.backend = tito_backend(backend) if isinstance(backend, str) else backend
-        super().__init__(base_urls, _PROBE_PATHS.get(self.backend.name, "/models"), transport)
+        probe_path = _PROBE_PATHS.get(self.backend.name, "/models")
+        super().__init__(base_urls, probe_path, transport, model=model)
         self.model = model
         self.renderer = ChatRenderer(tokenizer)
         self.parse_tools = _tool_parser(tool_parser)
@@ -134,6 +145,7 @@ class TitoPolicy(PooledPolicy):
             )
             seconds += reply.seconds
             sample: Sample = self.backend.parse(reply.data)
+            version = self.backend.weight_version(reply.data)
             if sample.aborted and self.gate is None:  # no update to wait for: ask again
                 raise TransientPolicyError(f"{reply.endpoint}: the server aborted the request")
             reason = ABORTED if sample.aborted else ("stop" if sample.finished else "length")
@@ -144,7 +156,7 @@ class TitoPolicy(PooledPolicy):
                 completion_token_ids=list(sample.token_ids),
                 completion_logprobs=sample.logprobs,
                 endpoint=reply.endpoint,
-                weight_version=reply.version,
+                weight_version=reply.version if version is None else version,
             )
 
         _, sampled = await until_complete(self.gate, segment)
@@ -226,6 +238,13 @@ class TitoPolicy(PooledPolicy):
         )
         while len(self._episodes) > self.max_episodes:
             self._episodes.popitem(last=False)
+
+    def end_episode(self, episode_id: str) -> None:
+        """Release the episode's token state: its next turn, if any, is a new attempt that
+        starts at turn 0 (:class:`~envhub.policies.base.EpisodeAware`). Without this the
+        ids of ended episodes stay until ``max_episodes`` newer ones push them out, and
+        with that many in flight the oldest live ones go first."""
+        self._episodes.pop(episode_id, None)
 
     async def aclose(self) -> None:
         await super().aclose()
