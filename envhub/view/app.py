@@ -84,6 +84,13 @@ def create_app(
     named = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in Host
     allowed = ["*"] if exposed else [named, "localhost", "127.0.0.1", "[::1]"]
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed)
+
+    @app.middleware("http")
+    async def requests_first(request: Request, call_next: Any) -> Response:
+        with catalog.serving():  # the follower reads no new chunk meanwhile
+            response: Response = await call_next(request)
+        return response
+
     decoded = decoder is not None
     decode = decoder or decode_ids
 

@@ -6,14 +6,18 @@ index changed).
 Indexes are read in chunks of :data:`CHUNK_BYTES`. Opening reads the first one; then
 :meth:`Catalog.follow` (a thread of the web app) reads the rest and whatever is appended
 later, one chunk at a time so that page queries get the index between chunks. The first
-page of a big file comes at once and says how much of the file it covers. Without a
-follower, each page request reads at most one chunk before answering."""
+page of a big file comes at once and says how much of the file it covers. Page requests
+come first: while one is being answered (:meth:`Catalog.serving`) the follower starts no
+new chunk, since parsing takes the interpreter and the index from the request (the first
+page of a cold 100,000-line file took 2-3 s beside it). Without a follower, each page
+request reads at most one chunk before answering."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from envhub.view.stats import RunStats, run_stats
 __all__ = ["CHUNK_BYTES", "Catalog", "RunEntry"]
 
 CHUNK_BYTES = 1 << 20
+MAX_YIELD_S = 2.0  # the follower waits for page requests at most this long per chunk
 
 
 @dataclass(eq=False)
@@ -44,6 +49,8 @@ class Catalog:
         self.runs = [RunEntry(i, Path(p)) for i, p in enumerate(paths)]
         self._lock = threading.Lock()
         self._followed = False
+        self._requests = 0  # page requests being answered
+        self._quiet = threading.Condition()
         for entry in self.runs:
             self._open(entry)
 
@@ -90,6 +97,25 @@ class Catalog:
             cached = entry._stats[detail] = (version, stats)
         return cached[1]
 
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around a page request: the follower starts no new chunk until it is answered."""
+        with self._quiet:
+            self._requests += 1
+        try:
+            yield
+        finally:
+            with self._quiet:
+                self._requests -= 1
+                if not self._requests:
+                    self._quiet.notify_all()
+
+    def _after_requests(self) -> None:
+        """Wait until no page request is being answered (at most :data:`MAX_YIELD_S`, so
+        that a page polled without pause cannot stop the reading)."""
+        with self._quiet:
+            self._quiet.wait_for(lambda: not self._requests, timeout=MAX_YIELD_S)
+
     def follow(self, stopped: Callable[[], bool], interval_s: float = 0.5) -> None:
         """Until ``stopped()``: read every file to its end, then what is appended to it
         (page requests then leave reading to this loop)."""
@@ -100,6 +126,7 @@ class Catalog:
                 for entry in self.runs:
                     try:
                         index = self.index(entry.number, refresh=False)
+                        self._after_requests()
                         index.refresh(CHUNK_BYTES)
                     except EnvhubError:
                         continue  # shown on its pages; tried again next round

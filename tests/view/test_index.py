@@ -251,3 +251,29 @@ def test_pages_answer_while_a_big_file_is_still_being_indexed(tmp_path: Path) ->
         page = httpx.get(f"{server.url}/runs/0").text
     catalog.close()
     assert 'id="indexing"' not in page and 'id="episodes">20000<' in page
+
+
+def test_the_follower_reads_no_chunk_while_a_page_request_is_answered(tmp_path: Path) -> None:
+    from envhub.view.catalog import CHUNK_BYTES, Catalog
+
+    path = tmp_path / "run.jsonl"
+    big_run(path, 20_000)
+    catalog = Catalog([path], tmp_path / "cache")  # reads one chunk
+    first = catalog.index(0, refresh=False).state().indexed_bytes
+    assert 0 < first < 2 * CHUNK_BYTES < path.stat().st_size  # a chunk, to a line's end
+    stop = threading.Event()
+    follower = threading.Thread(target=catalog.follow, args=(stop.is_set,), daemon=True)
+    try:
+        with catalog.serving():
+            follower.start()
+            stop.wait(0.5)  # time for several chunks, were it reading
+            assert catalog.index(0, refresh=False).state().indexed_bytes == first
+        for _ in range(200):  # answered: the follower reads on to the end
+            if not catalog.index(0, refresh=False).state().behind:
+                break
+            stop.wait(0.05)
+        assert catalog.index(0, refresh=False).state().episodes == 20_000
+    finally:
+        stop.set()
+        follower.join(10)
+        catalog.close()
