@@ -21,15 +21,20 @@ from tests.view.conftest import Viewer
 runner = CliRunner()
 
 
-def test_report_is_one_self_contained_file(viewer: Viewer, tmp_path: Path) -> None:
-    out = tmp_path / "out" / "report.html"
+def _report(viewer: Viewer, out: Path, episodes: int) -> str:
+    """``envhub report`` of the scripted run into ``out``; the HTML it wrote."""
     result = runner.invoke(
         app,
-        ["report", str(viewer.runs.scripted), "-o", str(out), "--episodes", "1",
-         "--cache-dir", str(tmp_path / "cache")],
+        ["report", str(viewer.runs.scripted), "-o", str(out), "--episodes", str(episodes),
+         "--cache-dir", str(out.parent / "cache")],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    html = out.read_text()
+    return out.read_text()
+
+
+def test_report_is_one_self_contained_file(viewer: Viewer, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "report.html"
+    html = _report(viewer, out, 1)
     assert "<svg" in html and "<style>" in html and "Worst 1 episodes" in html
     assert "<script" not in html  # nothing to run, nothing to fetch
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
@@ -38,14 +43,8 @@ def test_report_is_one_self_contained_file(viewer: Viewer, tmp_path: Path) -> No
     missing = runner.invoke(app, ["report", str(tmp_path / "nope.jsonl"), "-o", str(out)])
     assert missing.exit_code == 2 and "(not_found)" in missing.output
 
-    every = tmp_path / "every.html"  # worst and best overlap: each episode is shown once
-    result = runner.invoke(
-        app,
-        ["report", str(viewer.runs.scripted), "-o", str(every), "--episodes", "1000",
-         "--cache-dir", str(tmp_path / "cache")],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    ids = re.findall(r'\bid="([^"]+)"', every.read_text())
+    every = _report(viewer, tmp_path / "every.html", 1000)  # worst meets best: shown once
+    ids = re.findall(r'\bid="([^"]+)"', every)
     assert ids and len(ids) == len(set(ids)), "element ids repeat"
 
 
