@@ -23,7 +23,7 @@ until continued), ``POST /update_weights_from_disk`` (``weight_version``; waits
 continues a partial assistant message (it must be a prefix of the turn's text).
 ``GET /stats`` and :class:`VersionStats` count segments, sampled tokens per version,
 aborts, and ``mixed``: tokens sampled after the version changed under a running request
-(a correct update protocol keeps it 0); ``load_bodies`` are the bodies
+whose client still waits for it (a correct update protocol keeps it 0); ``load_bodies`` are the bodies
 ``/update_weights_from_disk`` received. ``GET /v1/models`` lists the model, with the
 version in ``models_field`` when :class:`VersionConfig` names one (counted in
 ``models_requests``); ``header=False`` leaves ``X-Weight-Version`` off the replies.
@@ -243,6 +243,9 @@ class _Server:
                 raise ClientDisconnect
             mixed += config.version != version
             sampled.append(item)
+        if mixed and await _gone(request):
+            self.stats.disconnected += 1  # cancelled client-side just before the update
+            raise ClientDisconnect
         self.stats.mixed += mixed
         return sampled, version, False
 
@@ -268,6 +271,19 @@ class _Server:
         self.config.version = version
         self.stats.updates.append(version)
         return {"success": True, "message": "ok", "num_paused_requests": 0}
+
+
+async def _gone(request: Request, grace_s: float = 0.5) -> bool:
+    """Whether the client went away, allowing ``grace_s`` for its disconnect to reach the
+    server: a request the gate cancelled on the client side (``NoopSync``) can sample its
+    last tokens under the new version before the server sees the connection close, and
+    those tokens reach no one, so they are not a reply sampled across an update."""
+    deadline = asyncio.get_running_loop().time() + grace_s
+    while not await request.is_disconnected():
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def create_app(config: VersionConfig, stats: VersionStats, tokenizer: Any = None) -> FastAPI:
