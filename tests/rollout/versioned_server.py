@@ -23,8 +23,8 @@ until continued), ``POST /update_weights_from_disk`` (``weight_version``; waits
 continues a partial assistant message (it must be a prefix of the turn's text).
 ``GET /stats`` and :class:`VersionStats` count segments, sampled tokens per version,
 aborts, and ``mixed``: tokens sampled after the version changed under a running request
-whose client still waits for it (a correct update protocol keeps it 0); ``load_bodies`` are the bodies
-``/update_weights_from_disk`` received. ``GET /v1/models`` lists the model, with the
+whose client still waits for it (a correct update protocol keeps it 0); ``load_bodies``
+are the bodies ``/update_weights_from_disk`` received. ``GET /v1/models`` lists the model, with the
 version in ``models_field`` when :class:`VersionConfig` names one (counted in
 ``models_requests``); ``header=False`` leaves ``X-Weight-Version`` off the replies.
 
