@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 __all__ = ["chromium_pids", "pss_mib"]
@@ -24,21 +25,30 @@ def _process_table() -> tuple[dict[int, int], dict[int, str]]:
     return parents, names
 
 
-def chromium_pids(root: int | None = None) -> set[int]:
-    """PIDs of Chromium processes descending from ``root`` (default: this process)."""
+def _descends(parents: dict[int, int], pid: int, roots: set[int]) -> bool:
+    for _ in range(64):
+        pid = parents.get(pid, 0)
+        if pid in roots:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+def chromium_pids(root: int | None = None, *, outside: Collection[int] = ()) -> set[int]:
+    """PIDs of Chromium processes descending from ``root`` (default: this process), except
+    those descending from a process in ``outside``. Chromium starts helper processes
+    (renderers, utilities) whenever it likes, so the processes one browser launch added
+    are the new ones outside the browsers that were already running."""
     root = os.getpid() if root is None else root
     parents, names = _process_table()
-
-    def descends(pid: int) -> bool:
-        for _ in range(64):
-            pid = parents.get(pid, 0)
-            if pid == root:
-                return True
-            if pid <= 1:
-                return False
-        return False
-
-    return {pid for pid, name in names.items() if "chrom" in name and descends(pid)}
+    return {
+        pid
+        for pid, name in names.items()
+        if "chrom" in name
+        and _descends(parents, pid, {root})
+        and not _descends(parents, pid, set(outside))
+    }
 
 
 def pss_mib(pids: set[int]) -> float:
