@@ -21,18 +21,19 @@ class HoldAtSecondTurn:
         self.model = self.inner.model
         self.concurrency = concurrency
         self.armed = False
+        self.finished = 0  # episodes finished so far (counted by the arm_after callback)
         self.held = 0
         self.all_held = asyncio.Event()
         self.released = asyncio.Event()
 
     def arm_after(self, episodes: int) -> Callable[[object], None]:
-        """An ``on_result`` callback that arms the hold once ``episodes`` have finished."""
-        finished = 0
+        """An ``on_result`` callback that arms the hold once ``episodes`` have finished.
+        Episodes past their second turn when it arms finish too, so more than ``episodes``
+        can end before the hold: :attr:`finished` says how many."""
 
         def count(_: object) -> None:
-            nonlocal finished
-            finished += 1
-            if finished == episodes:
+            self.finished += 1
+            if self.finished == episodes:
                 self.armed = True
 
         return count
