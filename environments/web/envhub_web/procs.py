@@ -40,14 +40,15 @@ def chromium_pids(root: int | None = None, *, outside: Collection[int] = ()) -> 
     those descending from a process in ``outside``. Chromium starts helper processes
     (renderers, utilities) whenever it likes, so the processes one browser launch added
     are the new ones outside the browsers that were already running."""
-    root = os.getpid() if root is None else root
+    roots = {os.getpid() if root is None else root}
+    excluded = set(outside)
     parents, names = _process_table()
     return {
         pid
         for pid, name in names.items()
         if "chrom" in name
-        and _descends(parents, pid, {root})
-        and not _descends(parents, pid, set(outside))
+        and _descends(parents, pid, roots)
+        and not (excluded and _descends(parents, pid, excluded))
     }
 
 
