@@ -2,6 +2,8 @@
 
 ``call_tool``: one turn with one tool call, for tool tests. ``replay_calls``: an episode
 of scripted calls through the rollout engine, for hostile-action tests.
+``check_hostile_answers``: the shared hostile-answer corpus (:mod:`envhub.hostile`) through
+an environment, each answer scored as a plain wrong one.
 ``check_environment``: for every selected task, replaying the gold actions must score 1 and
 doing nothing must score 0 (:mod:`envhub.rollout.check` runs both through the rollout
 engine). ``serve_in_thread``: uvicorn on 127.0.0.1 for tests that need real HTTP.
@@ -27,6 +29,7 @@ from typing import Any
 
 from envhub.conformance import ConformanceReport as ConformanceReport
 from envhub.conformance import check_client_conformance as check_client_conformance
+from envhub.hostile import hostile_answers
 from envhub.local import make
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
@@ -43,6 +46,7 @@ __all__ = [
     "call_tool",
     "check_client_conformance",
     "check_environment",
+    "check_hostile_answers",
     "check_tasks",
     "first_uses_at_once",
     "replay_calls",
@@ -137,6 +141,51 @@ async def replay_calls(
         task_of=lambda _: task,
     )
     return await runner.run(EpisodeSpec(task_id=task_id, sample_index=0, group_id="replay"))
+
+
+async def check_hostile_answers(
+    env: EnvironmentClient,
+    task_id: str,
+    answer_calls: Callable[[str], list[GoldCall]],
+    *,
+    plain_wrong: str = "0",
+    answers: Iterable[str] | None = None,
+) -> None:
+    """Every hostile answer (default: :data:`envhub.hostile.HOSTILE_ANSWERS`) through
+    ``replay_calls``, ``answer_calls(text)`` making the episode's calls: each episode is
+    scored (not masked, one attempt) with the reward ``plain_wrong`` gets, no ``{marker}``
+    file appears on this machine, and a clean wrong and a clean gold episode scored after
+    the corpus get the rewards they got before it (no episode influences another's reward).
+    Raises ``AssertionError`` listing every answer that did not hold."""
+    task = await env.task(task_id)
+    with tempfile.TemporaryDirectory(prefix="envhub-hostile-") as folder:
+        marker = Path(folder) / "ran-on-the-host"
+
+        async def reward_of(calls: list[GoldCall]) -> float | None:
+            trajectory = await replay_calls(env, task_id, calls)
+            if trajectory.masked or trajectory.metrics.episode_attempts != 1:
+                return None
+            return trajectory.reward
+
+        clean = [answer_calls(plain_wrong), list(task.gold_actions)]
+        before = [await reward_of(calls) for calls in clean]
+        assert before[0] is not None, f"the plain wrong answer {plain_wrong!r} was masked"
+        failures = []
+        texts = hostile_answers(str(marker)) if answers is None else list(answers)
+        for text in texts:
+            reward = await reward_of(answer_calls(text))
+            if reward != before[0]:
+                failures.append(f"{text[:80]!r}: reward {reward} (masked: None), "
+                                f"a plain wrong answer gets {before[0]}")  # fmt: skip
+            if marker.exists():
+                failures.append(f"{text[:80]!r}: wrote {marker} on the host")
+                marker.unlink()
+        after = [await reward_of(calls) for calls in clean]
+        if after != before:
+            failures.append(f"clean episodes after the corpus scored {after}, before {before}")
+    if failures:
+        raise AssertionError(f"{len(failures)} hostile answer(s) did not hold:\n"
+                             + "\n".join(failures))  # fmt: skip
 
 
 #: runs a test's script in a fresh interpreter: set up, say ready, wait for go, first_use()
