@@ -14,6 +14,7 @@ episode is masked whatever the agent does with the error it gets.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Protocol, runtime_checkable
@@ -67,13 +68,19 @@ class AgentCrashed(EnvhubError):
     code = "agent_error"
 
 
-def make_agent(kind: str) -> AgentRunner:
+def make_agent(kind: str, *, pass_env: Sequence[str] = ()) -> AgentRunner:
     """The runner for an ``--agent`` value: a built-in name, ``module:Class`` (built
-    with no arguments) or ``command:ARGV`` (a shell-quoted command line)."""
+    with no arguments) or ``command:ARGV`` (a shell-quoted command line), whose child also
+    gets the variables of envhub's environment that ``pass_env`` names (``--agent-env``)."""
     if kind.startswith(COMMAND_PREFIX):
         from envhub.agents.command import CommandAgentRunner
 
-        return CommandAgentRunner(kind[len(COMMAND_PREFIX):])
+        return CommandAgentRunner(kind[len(COMMAND_PREFIX) :], pass_env=pass_env)
+    if pass_env:
+        raise InvalidRequest(
+            f"--agent-env passes variables to a command: agent's child; agent {kind!r} "
+            "runs in envhub's own process"
+        )
     target = AGENT_KINDS.get(kind, kind)
     module_name, _, class_name = target.partition(":")
     if not class_name:

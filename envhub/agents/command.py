@@ -6,10 +6,16 @@ MCP adapter needs the 1.x ``mcp`` SDK, envhub the 2.x one) runs from its own vir
 environment. The child gets its episode through its environment and stdin:
 
 - ``ENVHUB_MCP_URL``: the episode's Streamable-HTTP MCP endpoint (its tools);
-- ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``: the capture proxy and its per-episode key
-  (the operator's own key is not passed on); ``ENVHUB_MODEL``: the model name;
+- ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``: the capture proxy and its per-episode key;
+  ``ENVHUB_MODEL``: the model name;
 - ``ENVHUB_MAX_TURNS`` (when the run caps turns), ``ENVHUB_TASK_ID``;
 - stdin: the task's opening messages as a JSON list of chat messages.
+
+The child's environment is built, not inherited: besides the variables above it holds
+only :data:`INHERITED` from envhub's own environment (what any program needs to run), the
+names the operator lists in ``pass_env`` (``--agent-env NAME``) and the values given in
+``env``. envhub's process holds secrets the agent must not see (``ENVHUB_TOKEN``, the
+operator's ``OPENAI_API_KEY``, cloud credentials), and the agent is driven by the model.
 
 Exit status 0 means the agent finished (whatever it achieved: the session scores it); any
 other status, or running past ``timeout_s``, is a crash: the episode is retried and then
@@ -24,7 +30,7 @@ import contextlib
 import json
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from envhub.agents.base import AgentEpisode
 from envhub.errors import InvalidRequest
@@ -34,14 +40,18 @@ __all__ = ["CommandAgentRunner"]
 STDERR_TAIL = 2000
 """Characters of a failed child's stderr kept in the masked trajectory's error."""
 
+INHERITED = ("PATH", "HOME", "LANG", "TMPDIR", "TERM")
+"""Variables of envhub's environment every child gets (with ``LC_*``, the locale)."""
+
 
 class AgentProcessFailed(RuntimeError):
     """The child exited non-zero or ran past its time limit."""
 
 
 class CommandAgentRunner:
-    """Runs ``argv`` once per episode (see the module docstring); ``env`` adds variables
-    to the child's environment, ``timeout_s`` bounds one episode's child."""
+    """Runs ``argv`` once per episode (see the module docstring): ``pass_env`` names more
+    variables of envhub's environment to pass on, ``env`` gives variables their values,
+    ``timeout_s`` bounds one episode's child."""
 
     name = "command"
 
@@ -50,34 +60,43 @@ class CommandAgentRunner:
         argv: Sequence[str] | str,
         *,
         env: Mapping[str, str] | None = None,
+        pass_env: Iterable[str] = (),
         timeout_s: float | None = None,
     ) -> None:
         self.argv = shlex.split(argv) if isinstance(argv, str) else list(argv)
         if not self.argv:
             raise InvalidRequest("the agent command is empty")
         self.env = dict(env or {})
+        self.pass_env = tuple(pass_env)
         self.timeout_s = timeout_s
 
-    async def run(self, episode: AgentEpisode) -> None:
+    def child_environment(self, episode: AgentEpisode) -> dict[str, str]:
+        """The child's whole environment (see the module docstring)."""
+        passed = {*INHERITED, *self.pass_env}
         variables = {
-            **os.environ,
-            **self.env,
-            "ENVHUB_MCP_URL": episode.mcp_url,
-            "OPENAI_BASE_URL": episode.base_url,
-            "OPENAI_API_KEY": episode.api_key,
-            "ENVHUB_MODEL": episode.model,
-            "ENVHUB_TASK_ID": episode.task_id,
+            name: value
+            for name, value in os.environ.items()
+            if name in passed or name.startswith("LC_")
         }
+        variables.update(self.env)
+        variables.update(
+            ENVHUB_MCP_URL=episode.mcp_url,
+            OPENAI_BASE_URL=episode.base_url,
+            OPENAI_API_KEY=episode.api_key,
+            ENVHUB_MODEL=episode.model,
+            ENVHUB_TASK_ID=episode.task_id,
+        )
         if episode.max_turns is not None:
             variables["ENVHUB_MAX_TURNS"] = str(episode.max_turns)
-        else:
-            variables.pop("ENVHUB_MAX_TURNS", None)
+        return variables
+
+    async def run(self, episode: AgentEpisode) -> None:
         child = await asyncio.create_subprocess_exec(
             *self.argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=variables,
+            env=self.child_environment(episode),
         )
         task = json.dumps(episode.messages).encode()
         try:

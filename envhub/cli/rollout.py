@@ -243,6 +243,12 @@ def rollout_command(
                      "model calls recorded by a capture proxy: openai-agents | module:Class | "
                      "'command:ARGV' (a child process per episode)"),
     ] = None,
+    agent_env: Annotated[
+        list[str] | None,
+        typer.Option(help="a variable of envhub's environment to pass on to a 'command:' "
+                     "agent (repeatable); its child gets only PATH, HOME, LANG, LC_*, TMPDIR, "
+                     "TERM and the episode's own variables otherwise"),
+    ] = None,
 ) -> None:
     """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
 
@@ -319,7 +325,9 @@ def rollout_command(
         if agent is not None:
             from envhub.agents import make_agent
 
-            run_options["agent"] = make_agent(agent)
+            run_options["agent"] = make_agent(agent, pass_env=agent_env or ())
+        elif agent_env:
+            raise _fail("--agent-env passes variables to a 'command:' agent: give --agent too")
         chosen = make_policy(policy, model=model, base_urls=base_url, sampling=sampling, **options)
         result = run_async(
             _rollout(

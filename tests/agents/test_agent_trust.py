@@ -1,0 +1,103 @@
+"""The trust boundary around an external agent: what its process inherits from envhub's,
+and who may reach its episode's MCP endpoint (issue 29, items 7 and 8)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from envhub.agents import AgentEpisodeRunner, CommandAgentRunner, make_agent
+from envhub.cli._app import app
+from envhub.errors import InvalidRequest
+from envhub.local import LocalEnvironment
+from envhub.rollout import EpisodeSpec
+from envhub.trajectory import Trajectory
+from tests.rollout.helpers import openai_policy
+from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
+
+TASK_ID = "calc-0-00000"
+ENV_DUMP_AGENT = Path(__file__).with_name("env_dump_agent.py")
+
+
+async def run_one(runner: AgentEpisodeRunner) -> Trajectory:
+    try:
+        return await runner.run(EpisodeSpec(TASK_ID, 0, f"{TASK_ID}#0"))
+    finally:
+        await runner.policy.aclose()
+
+
+async def dumped_environment(
+    scripted: Callable[..., ScriptedServer], calc: LocalEnvironment, dump: Path, **options: Any
+) -> dict[str, str]:
+    """The environment a command agent ran with, in a real episode that it completed."""
+    server = scripted(ScriptConfig(turns=[{"content": "done"}]))
+    agent = CommandAgentRunner([sys.executable, str(ENV_DUMP_AGENT), str(dump)], **options)
+    trajectory = await run_one(
+        AgentEpisodeRunner(
+            calc, openai_policy(server.base_url), agent, env_version="test", max_env_attempts=1
+        )
+    )
+    assert not trajectory.masked, trajectory.error  # it reached the model with what it got
+    environment: dict[str, str] = json.loads(await asyncio.to_thread(dump.read_text))
+    return environment
+
+
+async def test_envhubs_secrets_do_not_reach_a_command_agent(
+    scripted: Callable[..., ScriptedServer],
+    calc: LocalEnvironment,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """envhub's secrets stay in envhub's process: the child sees the basics and the
+    episode's own variables, nothing else of envhub's environment."""
+    monkeypatch.setenv("ENVHUB_TOKEN", "secret")
+    monkeypatch.setenv("FOO_SECRET", "x")
+    monkeypatch.setenv("OPENAI_API_KEY", "the-operators-key")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    seen = await dumped_environment(scripted, calc, tmp_path / "env.json")
+    assert "ENVHUB_TOKEN" not in seen and "FOO_SECRET" not in seen
+    assert seen["OPENAI_API_KEY"] != "the-operators-key"  # the proxy's per-episode key
+    assert seen["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+    assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C.UTF-8"
+
+
+async def test_the_operator_names_what_else_a_command_agent_gets(
+    scripted: Callable[..., ScriptedServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--agent-env NAME`` passes one more variable on; an agent that is no child process
+    has nothing to pass it to."""
+    monkeypatch.setenv("AGENT_CONFIG", "passed-on")
+    monkeypatch.setenv("FOO_SECRET", "x")
+    server = scripted(ScriptConfig(turns=[{"content": "done"}]))
+    dump = tmp_path / "env.json"
+    args = [
+        "rollout",
+        "calc",
+        "--model",
+        "scripted",
+        "--base-url",
+        server.base_url,
+        "--tasks",
+        TASK_ID,
+        "--output",
+        str(tmp_path / "out.jsonl"),
+        "--agent",
+        f"command:{shlex.join([sys.executable, str(ENV_DUMP_AGENT), str(dump)])}",
+        "--agent-env",
+        "AGENT_CONFIG",
+    ]
+    result = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert result.exit_code == 0, result.output
+    seen = json.loads(await asyncio.to_thread(dump.read_text))
+    assert seen["AGENT_CONFIG"] == "passed-on" and "FOO_SECRET" not in seen
+    with pytest.raises(InvalidRequest, match="command: agent"):
+        make_agent("openai-agents", pass_env=["AGENT_CONFIG"])
