@@ -62,7 +62,21 @@ class ServerTool(ToolSpec):
         if error is not None:
             where = ".".join(str(p) for p in error.absolute_path) or "arguments"
             raise ToolArgumentError(f"invalid arguments for {self.name}: {where}: {error.message}")
+        self._check_sendable(arguments)
         return {"tool": self.name, "arguments": arguments}
+
+    def _check_sendable(self, arguments: dict[str, Any]) -> None:
+        """Arguments the transport cannot encode are the model's error: JSON tool-call
+        arguments may carry unpaired surrogates (``"\\ud800"``), which no UTF-8 stream
+        can send, and a stdio or HTTP transport that meets one drops the connection
+        (a lost server: the episode would be masked)."""
+        try:
+            json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ToolArgumentError(
+                f"invalid arguments for {self.name}: a string is not valid Unicode "
+                "(an unpaired surrogate)"
+            ) from None
 
 
 def server_tool(tool: mcp_types.Tool) -> ServerTool:

@@ -1,0 +1,69 @@
+"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against mcp, with real servers:
+each text is forwarded to the server's tools first (the model's tool input reaches a
+third-party server over the MCP transport) and is then the answer. Every episode is
+scored as a plain wrong answer, nothing runs on the host, and the episodes scored
+afterwards get a clean run's rewards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import envhub
+from envhub.hostile import HOSTILE_ANSWERS, hostile_answers
+from envhub.task import GoldCall
+from envhub.testing import check_hostile_answers
+
+#: how the corpus's shell injections start: ``$(...)``, backquotes, ``1; touch``
+_SHELL_INJECTIONS = ("$(", "`", "1; ")
+
+
+def _convert_then_answer(text: str) -> list[GoldCall]:
+    return [
+        GoldCall(name="convert_time", arguments={
+            "source_timezone": "Asia/Tokyo", "time": text, "target_timezone": "Asia/Kathmandu"}),
+        GoldCall(name="get_current_time", arguments={"timezone": text}),
+        GoldCall(name="answer", arguments={"value": text}),
+    ]  # fmt: skip
+
+
+def _git_then_answer(text: str) -> list[GoldCall]:
+    return [
+        GoldCall(name="git_show", arguments={"repo_path": ".", "revision": text}),
+        GoldCall(name="git_diff", arguments={"repo_path": ".", "target": text}),
+        GoldCall(name="answer", arguments={"value": text}),
+    ]
+
+
+async def test_hostile_answers_to_a_shared_server_score_as_a_plain_wrong_answer() -> None:
+    env = envhub.make("mcp", task_set="time-zones")  # one mcp-server-time for every episode
+    try:
+        await check_hostile_answers(env, "time-zones-01", _convert_then_answer, plain_wrong="0")
+    finally:
+        await env.aclose()
+
+
+async def test_hostile_revisions_reach_git_and_score_as_a_plain_wrong_answer(
+    tmp_path: Path,
+) -> None:
+    """mcp-server-git runs git with the model's revision: the corpus's shell injections
+    and its strings that are not valid Unicode (a server per episode: a subset). The
+    checker does not put its marker into ``answers=``, so this test checks its own."""
+    marker = tmp_path / "ran-on-the-host"
+    subset = [text for raw, text in zip(HOSTILE_ANSWERS, hostile_answers(str(marker)), strict=True)
+              if raw.startswith(_SHELL_INJECTIONS) or not _is_unicode(raw)]  # fmt: skip
+    env = envhub.make("mcp")
+    try:
+        await check_hostile_answers(
+            env, "git-history-01", _git_then_answer, plain_wrong="0", answers=subset
+        )
+    finally:
+        await env.aclose()
+    assert not marker.exists()
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
