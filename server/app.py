@@ -14,6 +14,7 @@ from envhub.local import LocalEnvironment
 from envhub.server.auth import BearerAuth
 from envhub.server.errors import install_error_handlers
 from envhub.server.fastpath import SessionFastPath
+from envhub.server.hosts import HostAllowList, TrustedHosts
 from envhub.server.limits import BodySizeLimit, SizeLimit
 from envhub.server.metrics import ServerMetrics
 from envhub.server.routes import environments_router, service_router, sessions_router
@@ -59,6 +60,8 @@ def create_app(
     max_body_bytes: int = 4 * 1024 * 1024,
     token: str | None = None,
     mcp: bool = False,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
 ) -> FastAPI:
     """An app hosting ``envs`` (ids to load with their default options, or prepared
     ``LocalEnvironment`` objects by name, e.g. from ``envhub.make`` with budgets).
@@ -70,6 +73,12 @@ def create_app(
     ``WS /v1/sessions/{id}/ws`` (``websocket``). ``mcp``: each environment is also a
     Streamable HTTP MCP server at ``/mcp/{env}``, one MCP session per envhub session
     (:mod:`envhub.server.mcp`; needs the ``mcp`` extra).
+
+    Every door serves only requests whose ``Host`` names a loopback name, ``host`` (the
+    address the server listens on) or one of ``allowed_hosts``, and whose ``Origin``, when
+    a browser sends one, is one of those or the request's own
+    (:mod:`envhub.server.hosts`: DNS rebinding); listening on every address with no
+    ``allowed_hosts`` takes any ``Host``. ``"*"`` in ``allowed_hosts`` turns the check off.
     """
     from envhub import __version__
 
@@ -115,7 +124,8 @@ def create_app(
         metrics.errors.labels(code).inc()
 
     # Added last = runs first. The doors (FastAPI routes, the fast path, WebSockets, MCP)
-    # sit behind one token check and one size limit, and call the same store methods.
+    # sit behind one Host/Origin check, one token check and one size limit, and call the
+    # same store methods.
     limit = SizeLimit(max_body_bytes)
     app.add_middleware(SessionFastPath, store=store, metrics=metrics)
     app.add_middleware(SessionWebSocket, store=store, metrics=metrics, limit=limit)
@@ -126,4 +136,7 @@ def create_app(
     app.add_middleware(BodySizeLimit, limit=limit, on_error=count_error)
     if token:
         app.add_middleware(BearerAuth, token=token, open_paths=OPEN_PATHS, on_error=count_error)
+    app.add_middleware(
+        TrustedHosts, allowed=HostAllowList.for_bind(host, allowed_hosts), on_error=count_error
+    )
     return app

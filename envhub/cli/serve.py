@@ -44,10 +44,13 @@ def build_app(
     episode_timeout_s: float | None = None,
     max_output_chars: int | None = None,
     mcp: bool = False,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
 ) -> FastAPI:
     """The application ``envhub serve`` runs: each of ``envs`` made with its ``options``
     (one dict per env) and the budgets, hosted by :func:`envhub.server.create_app` with
-    these limits and token (and MCP endpoints with ``mcp``). Fleet replicas build theirs
+    these limits and token (and MCP endpoints with ``mcp``), serving the ``Host`` names
+    of a server listening on ``host`` plus ``allowed_hosts``. Fleet replicas build theirs
     here too, so a replica serves exactly what ``envhub serve`` would. Raises
     :class:`~envhub.errors.EnvhubError` or ``ValueError`` (an env listed twice, a bad
     limit) before anything is served."""
@@ -64,8 +67,16 @@ def build_app(
         if local.name in hosted:
             raise ValueError(f"environment {local.name!r} is listed twice")
         hosted[local.name] = local
-    return create_app(hosted, max_sessions=max_sessions, session_ttl_s=session_ttl_s,
-                      max_body_bytes=max_body_bytes, token=token, mcp=mcp)
+    return create_app(
+        hosted,
+        max_sessions=max_sessions,
+        session_ttl_s=session_ttl_s,
+        max_body_bytes=max_body_bytes,
+        token=token,
+        mcp=mcp,
+        host=host,
+        allowed_hosts=allowed_hosts,
+    )
 
 
 def raise_open_files_limit() -> int:
@@ -120,6 +131,14 @@ def serve(
     mcp: Annotated[
         bool, typer.Option("--mcp", help="also serve each ENV as an MCP server at /mcp/ENV")
     ] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            envvar="ENVHUB_ALLOWED_HOSTS",
+            help="also serve requests naming this host (repeatable; '*': any host and origin)",
+        ),
+    ] = None,
 ) -> None:
     """Serve ENVs at http://HOST:PORT (API under /v1, OpenAPI at /openapi.json) until Ctrl-C.
 
@@ -127,6 +146,9 @@ def serve(
     `sandbox` option; budget flags override theirs. The token and the limits can also come
     from ENVHUB_* environment variables (how an image's container is configured). --mcp
     adds a Streamable HTTP MCP endpoint per environment (one MCP session = one episode).
+    Requests must name a loopback name, HOST or an --allowed-host in Host (and in Origin,
+    when a browser sends one); listening on 0.0.0.0 or :: without --allowed-host takes
+    any Host.
     """
     try:
         import uvicorn
@@ -147,19 +169,29 @@ def serve(
             envs, options_of, max_sessions=max_sessions, session_ttl_s=session_ttl,
             max_body_bytes=max_body_bytes, token=token or None, max_turns=max_turns,
             tool_timeout_s=tool_timeout, episode_timeout_s=episode_timeout,
-            max_output_chars=max_output_chars, mcp=mcp,
+            max_output_chars=max_output_chars, mcp=mcp, host=host,
+            allowed_hosts=allowed_host or (),
         )  # fmt: skip
     except (EnvhubError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     hosted = application.state.store.envs
     raise_open_files_limit()
-    typer.echo(f"envhub: serving {', '.join(hosted)} at http://{host}:{port}"
-               f"{' (bearer token required)' if token else ''}", err=True)
+    typer.echo(
+        f"envhub: serving {', '.join(hosted)} at http://{host}:{port}"
+        f"{' (bearer token required)' if token else ''}",
+        err=True,
+    )
     if mcp:
         typer.echo(f"envhub: MCP (Streamable HTTP) at http://{host}:{port}/mcp/ENV", err=True)
     # loop/http "auto" pick uvloop and httptools when installed ([server] extra pulls them).
     with gc_tuned_for_throughput(gc_threshold):
-        uvicorn.run(application, host=host, port=port, log_level=log_level,
-                    access_log=access_log, backlog=max(2048, min(max_sessions, 65535)),
-                    timeout_keep_alive=30)
+        uvicorn.run(
+            application,
+            host=host,
+            port=port,
+            log_level=log_level,
+            access_log=access_log,
+            backlog=max(2048, min(max_sessions, 65535)),
+            timeout_keep_alive=30,
+        )

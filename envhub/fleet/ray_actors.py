@@ -180,7 +180,7 @@ class Replica:
 
         from envhub.cli.serve import build_app, raise_open_files_limit
 
-        app = build_app([env_id], [options], **serve)
+        app = build_app([env_id], [options], host=host, **serve)
         (self.env,) = app.state.store.envs
         raise_open_files_limit()
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -20,9 +20,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from envhub.errors import EnvhubError, InvalidRequest
+from envhub.server.hosts import HostAllowList, TrustedHosts
 from envhub.view import pages
 from envhub.view.catalog import Catalog
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
@@ -63,7 +63,9 @@ def create_app(
     Requests must name ``host`` (the address the app listens on) or a loopback name in
     their ``Host`` header, else they get 400: a web page whose domain was re-pointed at
     127.0.0.1 (DNS rebinding) cannot read trajectories. Listening on every address
-    (``0.0.0.0``, ``::``) accepts any name, since the operator chose to expose the app."""
+    (``0.0.0.0``, ``::``) accepts any name, since the operator chose to expose the app.
+    The server's rule (:mod:`envhub.server.hosts`), so a browser ``Origin`` of another
+    site is refused too."""
 
     @asynccontextmanager
     async def follow_files(app: FastAPI) -> AsyncIterator[None]:
@@ -80,10 +82,7 @@ def create_app(
         title="envhub view", docs_url=None, redoc_url=None, openapi_url=None,
         lifespan=follow_files,
     )  # fmt: skip
-    exposed = host in ("0.0.0.0", "::", "")
-    named = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in Host
-    allowed = ["*"] if exposed else [named, "localhost", "127.0.0.1", "[::1]"]
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed)
+    app.add_middleware(TrustedHosts, allowed=HostAllowList.for_bind(host))
 
     @app.middleware("http")
     async def requests_first(request: Request, call_next: Any) -> Response:
