@@ -57,6 +57,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "EnvRef",
     "ErrorInfo",
+    "SessionCall",
     "Timings",
     "Trajectory",
     "TrajectoryMetrics",
@@ -118,6 +119,19 @@ class Turn(BaseModel):
         return [self.policy_version] * len(self.completion_token_ids or [])
 
 
+class SessionCall(BaseModel):
+    """One tool call as the session ran it, whoever sent it (:attr:`Trajectory.session_calls`)."""
+
+    name: str
+    arguments: str | dict[str, Any]
+    content: str = Field(description="the observation the session answered")
+    is_error: bool = False
+    turn: int | None = Field(
+        description="index in `turns` of the model call whose reply asked for this call; "
+        "None: no model call did (the agent's own code, or another client of the session)"
+    )
+
+
 class TrajectoryMetrics(BaseModel):
     turns: int = 0
     tool_calls: int = 0
@@ -157,6 +171,12 @@ class Trajectory(BaseModel):
     messages: list[Message]
     tools: list[dict[str, Any]] = Field(default_factory=list)
     turns: list[Turn] = Field(default_factory=list)
+    session_calls: list[SessionCall] | None = Field(
+        None,
+        description="every tool call the session ran, in order, from the session's own log, "
+        "where something other than the rollout loop stepped it (an external agent over MCP: "
+        "`messages` are the agent's and need not show them all); None: `messages` are the record",
+    )
     reward: float | None = None
     reward_components: dict[str, float] = Field(default_factory=dict)
     stop_reason: StopReason | None = None
@@ -333,8 +353,9 @@ def export_trajectories(
 
     Fixed-shape fields (turns with token ids, metrics, timings, usage, error) stay typed
     columns; ``messages``, ``tools``, ``sampling``, ``reward_components``,
-    ``metrics.errors_by_kind``, ``metrics.retried_errors`` and a turn's changed ``tools``
-    become JSON strings (a turn's ``tools`` stays null where they did not change).
+    ``metrics.errors_by_kind``, ``metrics.retried_errors``, a turn's changed ``tools`` and
+    ``session_calls`` become JSON strings (a turn's ``tools`` stays null where they did not
+    change, ``session_calls`` where the trajectory has none).
     """
     import datasets
 
@@ -348,6 +369,8 @@ def export_trajectories(
         for turn in row["turns"]:
             if turn["tools"] is not None:
                 turn["tools"] = json.dumps(turn["tools"], ensure_ascii=False)
+        if row["session_calls"] is not None:  # arguments are a string or an object
+            row["session_calls"] = json.dumps(row["session_calls"], ensure_ascii=False)
         rows.append(row)
     features = _export_features()
     dataset = datasets.Dataset.from_list(rows, features=features)
@@ -392,6 +415,7 @@ def _export_features() -> Any:
             "messages": Value("string"),
             "tools": Value("string"),
             "turns": [turn],
+            "session_calls": Value("string"),
             "reward": Value("float64"),
             "reward_components": Value("string"),
             "stop_reason": Value("string"),

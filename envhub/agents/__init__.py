@@ -2,8 +2,9 @@
 
 Per episode envhub opens the session, serves it over MCP, and starts a capture proxy in
 front of the policy's endpoints; the framework's agent gets the task's messages, the MCP
-URL and the proxy's base URL, and runs; envhub scores the session and writes a normal
-trajectory whose turns are the agent's model calls with the server's token ids.
+URL with its per-episode token and the proxy's base URL, and runs; envhub scores the
+session and writes a normal trajectory whose turns are the agent's model calls with the
+server's token ids, and which records every tool call the session ran.
 
 - :class:`AgentRunner` / :class:`AgentEpisode`: the hook a framework implements
   (:mod:`envhub.agents.base`); :func:`make_agent` builds one from an ``--agent`` value.

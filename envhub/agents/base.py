@@ -37,19 +37,26 @@ class AgentEpisode:
 
     ``messages``: the task's opening chat messages (system and user), as the environment
     gave them. ``mcp_url``: the Streamable-HTTP MCP endpoint of this episode's session (its
-    tools are the environment's; a call is a step). ``base_url`` and ``api_key``: the
-    capture proxy's OpenAI base URL (ends in ``/v1``) and its per-episode key; every model
-    call must go there. ``max_turns``: the run's cap on model calls, for the framework's own
-    cap (``None``: the framework's default).
+    tools are the environment's; a call is a step); ``mcp_token``: the bearer token it
+    answers (:attr:`mcp_headers`), made for this episode and given to this agent only.
+    ``base_url`` and ``api_key``: the capture proxy's OpenAI base URL (ends in ``/v1``)
+    and its per-episode key; every model call must go there. ``max_turns``: the run's cap
+    on model calls, for the framework's own cap (``None``: the framework's default).
     """
 
     task_id: str
     messages: list[Message]
     mcp_url: str
+    mcp_token: str
     base_url: str
     api_key: str
     model: str
     max_turns: int | None = None
+
+    @property
+    def mcp_headers(self) -> dict[str, str]:
+        """The HTTP headers every request to :attr:`mcp_url` must carry."""
+        return {"Authorization": f"Bearer {self.mcp_token}"}
 
 
 @runtime_checkable

@@ -5,7 +5,8 @@ way, without importing envhub: one whose dependencies clash with envhub's (smola
 MCP adapter needs the 1.x ``mcp`` SDK, envhub the 2.x one) runs from its own virtual
 environment. The child gets its episode through its environment and stdin:
 
-- ``ENVHUB_MCP_URL``: the episode's Streamable-HTTP MCP endpoint (its tools);
+- ``ENVHUB_MCP_URL``, ``ENVHUB_MCP_TOKEN``: the episode's Streamable-HTTP MCP endpoint
+  (its tools) and the bearer token it requires (``Authorization: Bearer <token>``);
 - ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``: the capture proxy and its per-episode key;
   ``ENVHUB_MODEL``: the model name;
 - ``ENVHUB_MAX_TURNS`` (when the run caps turns), ``ENVHUB_TASK_ID``;
@@ -81,6 +82,7 @@ class CommandAgentRunner:
         variables.update(self.env)
         variables.update(
             ENVHUB_MCP_URL=episode.mcp_url,
+            ENVHUB_MCP_TOKEN=episode.mcp_token,
             OPENAI_BASE_URL=episode.base_url,
             OPENAI_API_KEY=episode.api_key,
             ENVHUB_MODEL=episode.model,

@@ -7,10 +7,17 @@ in front of the policy's endpoints, and lets the :class:`AgentRunner` run; then 
 (scores) the session. Retries, masking, timings and the trajectory's shared fields are
 the rollout's own, so ``--resume``, the circuit breaker and the summary work unchanged.
 
+The MCP endpoint answers only requests that carry the episode's bearer token
+(``AgentEpisode.mcp_token``, made per episode and given to the agent alone): any local
+process can find the port, and none but the agent may play the episode.
+
 What the trajectory holds:
 
 - ``messages``: the chat of the agent's last model call, as the agent sent it, plus that
   call's reply (the agent's final answer); ``tools``: the tools it sent with it.
+- ``session_calls``: every tool call the session ran, from the session's own log
+  (:mod:`envhub.agents.session_log`), each with the model call whose reply asked for it
+  (``None``: none did); a call the agent's messages do not show is on record here.
 - ``turns``: one per model call through the proxy, in order, with the server's token ids
   and logprobs; ``message_index`` is where the call's reply sits in a history the agent
   only appends to (each call's request length), ``prefix_ok`` as in the rollout loop.
@@ -33,10 +40,12 @@ after the first call ends the episode with ``stop_reason="context_length"``.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from envhub.agents.base import AgentCrashed, AgentEpisode, AgentRunner
 from envhub.agents.proxy import CapturedCall, CaptureProxy, ChatUpstream
+from envhub.agents.session_log import LoggedSession, session_calls
 from envhub.errors import ContextLengthExceeded, InvalidRequest
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient, SessionHandle
@@ -77,17 +86,22 @@ class AgentEpisodeRunner(EpisodeRunner):
 
         start = await session.reset()
         crash: Exception | None = None
+        mcp_token = secrets.token_urlsafe(32)
         async with CaptureProxy(
             self.upstream,
             policy_version=self.policy_version,
             episode_id=record.trajectory_id,
             group_id=spec.group_id,
         ) as proxy:
-            async with serve_session_mcp(session, start, env_name=self.env.name) as mcp_url:
+            logged = LoggedSession(session, replies_sent=lambda: len(proxy.calls))
+            async with serve_session_mcp(
+                logged, start, env_name=self.env.name, token=mcp_token
+            ) as mcp_url:
                 episode = AgentEpisode(
                     task_id=spec.task_id,
                     messages=list(start.messages),
                     mcp_url=mcp_url,
+                    mcp_token=mcp_token,
                     base_url=proxy.base_url,
                     api_key=proxy.api_key,
                     model=self.upstream.model,
@@ -98,6 +112,7 @@ class AgentEpisodeRunner(EpisodeRunner):
                 except Exception as exc:  # judged below, after the proxy's record
                     crash = exc
         _record_calls(record, proxy.calls)
+        record.session_calls = session_calls(logged.calls, proxy.calls)
         failure = proxy.failure
         if failure is not None:
             if isinstance(failure, ContextLengthExceeded) and proxy.calls:
@@ -110,7 +125,7 @@ class AgentEpisodeRunner(EpisodeRunner):
                 f"{self.agent.name} finished without calling the model through the capture "
                 "proxy (it must use AgentEpisode.base_url and api_key)"
             )
-        return await self._finish(record, session, proxy.calls[-1])
+        return await self._finish(record, logged, proxy.calls[-1])
 
     async def _finish(
         self, record: _Record, session: SessionHandle, last: CapturedCall

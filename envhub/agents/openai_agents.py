@@ -69,7 +69,12 @@ class OpenAIAgentsRunner:
         )
         try:
             async with MCPServerStreamableHttp(
-                {"url": episode.mcp_url, "timeout": 30.0, "httpx_client_factory": _mcp_client},
+                {
+                    "url": episode.mcp_url,
+                    "headers": episode.mcp_headers,
+                    "timeout": 30.0,
+                    "httpx_client_factory": _mcp_client,
+                },
                 cache_tools_list=True,
                 name="envhub",
                 client_session_timeout_seconds=self.tool_timeout_s,

@@ -29,15 +29,19 @@ import asyncio
 import contextlib
 import itertools
 import json
+import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import mcp.types as types
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
+from pydantic import AnyHttpUrl
 
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.protocol import SessionHandle
@@ -287,25 +291,54 @@ def session_mcp_server(
     )
 
 
+class _OneToken:
+    """The MCP SDK's bearer check (:class:`~mcp.server.auth.provider.TokenVerifier`) for a
+    server with a single client: it accepts that client's token, and nothing else."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if not secrets.compare_digest(token.encode(), self.token.encode()):
+            return None
+        return AccessToken(token=token, client_id="envhub-agent", scopes=[])
+
+
 @asynccontextmanager
 async def serve_session_mcp(
-    session: SessionHandle, start: SessionStart, *, env_name: str, host: str = "127.0.0.1"
+    session: SessionHandle,
+    start: SessionStart,
+    *,
+    env_name: str,
+    host: str = "127.0.0.1",
+    token: str | None = None,
 ) -> AsyncIterator[str]:
     """Serve one session's MCP server over Streamable HTTP on an ephemeral port of ``host``
     and yield its URL (``http://host:port/mcp``); the server stops on exit.
 
-    uvicorn runs in the caller's event loop (a per-episode server for an agent framework
-    in the same process) without taking over the process's signal handlers; on exit,
-    clients that are still connected are cut off rather than waited for.
+    With ``token``, every request must carry ``Authorization: Bearer <token>`` and is
+    answered 401 otherwise: any local process can find the port, and only the client the
+    token was given to may play the episode. uvicorn runs in the caller's event loop (a
+    per-episode server for an agent framework in the same process) without taking over
+    the process's signal handlers; on exit, clients that are still connected are cut off
+    rather than waited for.
     """
     from envhub.mcp.http import ClosingStreams, quiet_uvicorn_server
 
-    server = session_mcp_server(session, start, env_name=env_name)
-    app = ClosingStreams(server.streamable_http_app(host=host, json_response=True))
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
+    url_host = f"[{host}]" if ":" in host else host
+    origin = f"http://{url_host}:{port}"
+    auth, verifier = None, None
+    if token is not None:  # this server issued the token: it is its own issuer
+        auth = AuthSettings(issuer_url=AnyHttpUrl(origin), resource_server_url=None)
+        verifier = _OneToken(token)
+    server = session_mcp_server(session, start, env_name=env_name)
+    app = ClosingStreams(server.streamable_http_app(
+        host=host, json_response=True, auth=auth, token_verifier=verifier,
+    ))  # fmt: skip
     uvicorn_server = quiet_uvicorn_server(app)
     serving = asyncio.ensure_future(uvicorn_server.serve(sockets=[sock]))
     try:
@@ -314,8 +347,7 @@ async def serve_session_mcp(
                 serving.result()  # raises what stopped it
                 raise RuntimeError("the MCP server stopped while starting")
             await asyncio.sleep(0.005)
-        url_host = f"[{host}]" if ":" in host else host
-        yield f"http://{url_host}:{port}/mcp"
+        yield f"{origin}/mcp"
     finally:
         app.close()  # clients still connected must not hold the server open
         uvicorn_server.should_exit = True

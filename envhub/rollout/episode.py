@@ -51,6 +51,7 @@ from envhub.task import Task
 from envhub.trajectory import (
     EnvRef,
     ErrorInfo,
+    SessionCall,
     Timings,
     Trajectory,
     TrajectoryMetrics,
@@ -88,6 +89,7 @@ class _Record:
     messages: list[Message] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    session_calls: list[SessionCall] | None = None  # an external agent's: the session's log
     llm_s: float = 0.0
     env_s: float = 0.0
     prompt_tokens: int = 0
@@ -356,6 +358,7 @@ class EpisodeRunner:
             messages=record.messages,
             tools=record.tools,
             turns=record.turns,
+            session_calls=record.session_calls,
             timings=_timings(record, started),
             usage=Usage(
                 prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens

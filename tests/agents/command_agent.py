@@ -20,6 +20,7 @@ def main() -> None:
         task_id=os.environ["ENVHUB_TASK_ID"],
         messages=json.load(sys.stdin),
         mcp_url=os.environ["ENVHUB_MCP_URL"],
+        mcp_token=os.environ["ENVHUB_MCP_TOKEN"],
         base_url=os.environ["OPENAI_BASE_URL"],
         api_key=os.environ["OPENAI_API_KEY"],
         model=os.environ["ENVHUB_MODEL"],

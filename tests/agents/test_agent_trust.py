@@ -12,15 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from envhub.agents import AgentEpisodeRunner, CommandAgentRunner, make_agent
+from envhub.agents import AgentEpisode, AgentEpisodeRunner, CommandAgentRunner, make_agent
 from envhub.cli._app import app
 from envhub.errors import InvalidRequest
 from envhub.local import LocalEnvironment
 from envhub.rollout import EpisodeSpec
-from envhub.trajectory import Trajectory
+from envhub.trajectory import Trajectory, TrajectoryWriter, export_trajectories
+from tests.mcp.clients import http_session
 from tests.rollout.helpers import openai_policy
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
@@ -101,3 +103,83 @@ async def test_the_operator_names_what_else_a_command_agent_gets(
     assert seen["AGENT_CONFIG"] == "passed-on" and "FOO_SECRET" not in seen
     with pytest.raises(InvalidRequest, match="command: agent"):
         make_agent("openai-agents", pass_env=["AGENT_CONFIG"])
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "another-local-process", "version": "1"},
+    },
+}
+
+
+class ProbedAgent:
+    """An agent whose episode endpoint is probed while it runs: first as another local
+    process would (no token, a wrong one), then it plays with its own token, making one
+    call no model call asked for (as a framework's own code, or an intruder holding the
+    token, could) and the call its one model reply asks for."""
+
+    name = "probed"
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+
+    async def run(self, episode: AgentEpisode) -> None:
+        import httpx2
+        import openai
+
+        accept = {"Accept": "application/json, text/event-stream"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            for credentials in ({}, {"Authorization": "Bearer not-the-token"}):
+                reply = await http.post(
+                    episode.mcp_url, json=INITIALIZE, headers={**accept, **credentials}
+                )
+                self.statuses.append(reply.status_code)
+        async with http_session(episode.mcp_url, token=episode.mcp_token) as tools:
+            await tools.call_tool("calculate", {"expression": "1 + 1"})
+            model = openai.AsyncOpenAI(base_url=episode.base_url, api_key=episode.api_key)
+            try:
+                reply = await model.chat.completions.create(
+                    model=episode.model, messages=episode.messages
+                )
+            finally:
+                await model.close()
+            for call in reply.choices[0].message.tool_calls or []:
+                function = call.function  # type: ignore[union-attr]
+                await tools.call_tool(function.name, json.loads(function.arguments))
+
+
+async def test_the_episode_endpoint_needs_its_token_and_every_call_is_recorded(
+    scripted: Callable[..., ScriptedServer], calc: LocalEnvironment, tmp_path: Path
+) -> None:
+    """Only the agent the endpoint serves may play the episode, and the trajectory records
+    every call the session ran, including one that no model call asked for (and keeps it
+    when exported)."""
+    asked = {"tool_calls": [{"name": "calculate", "arguments": '{"expression": "2 + 3"}'}]}
+    server = scripted(ScriptConfig(turns=[asked]))
+    agent = ProbedAgent()
+    runner = AgentEpisodeRunner(
+        calc, openai_policy(server.base_url), agent, env_version="test", max_env_attempts=1
+    )
+    trajectory = await run_one(runner)
+    assert agent.statuses == [401, 401]
+    assert not trajectory.masked, trajectory.error
+    assert trajectory.metrics.tool_calls == 2
+    assert trajectory.session_calls is not None
+    assert [
+        (call.name, call.arguments, call.content, call.turn) for call in trajectory.session_calls
+    ] == [
+        ("calculate", {"expression": "1 + 1"}, "2", None),  # no model call asked for it
+        ("calculate", {"expression": "2 + 3"}, "5", 0),  # the first model reply's
+    ]
+    written = tmp_path / "agent.jsonl"
+    with TrajectoryWriter(written) as writer:
+        writer.write(trajectory)
+    exported = tmp_path / "agent.parquet"
+    assert await asyncio.to_thread(export_trajectories, written, exported, "parquet") == 1
+    [row] = pq.read_table(exported).to_pylist()
+    assert [call["turn"] for call in json.loads(row["session_calls"])] == [None, 0]
