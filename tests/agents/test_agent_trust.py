@@ -69,6 +69,7 @@ async def test_envhubs_secrets_do_not_reach_a_command_agent(
     assert "ENVHUB_TOKEN" not in seen and "FOO_SECRET" not in seen
     assert seen["OPENAI_API_KEY"] != "the-operators-key"  # the proxy's per-episode key
     assert seen["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+    assert len(seen["ENVHUB_MCP_TOKEN"]) >= 32  # the episode endpoint's own token
     assert seen["PATH"] == os.environ["PATH"] and seen["LC_ALL"] == "C.UTF-8"
 
 
