@@ -132,13 +132,13 @@ class StoreEnvironment:
 
 
 def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
-    """``/mcp/{env}`` for every hosted environment; an MCP session idle past the store's
-    TTL ends (closing its envhub session), as the reaper would abort it, and there are
-    at most as many MCP sessions as the store holds sessions."""
+    """``/mcp/{env}`` for every hosted environment. Capacity and idle time are the store's:
+    an MCP session is one store session, and it ends when the store lets go of that
+    session (reaped idle past the TTL, its closed result expired, shut down), whatever its
+    client keeps open or never sends."""
     return McpEndpoints(
         {name: StoreEnvironment(store, name) for name in store.envs},
-        idle_timeout_s=store.session_ttl_s,
-        max_sessions=store.max_sessions,
+        session_gone=store.wait_forgotten,
         error_status=lambda exc: STATUS_BY_CODE.get(exc.code, 500),
         on_error=lambda code: metrics.errors.labels(code).inc(),
     )

@@ -131,6 +131,7 @@ class _Entry:
     env: str
     last_seen: float = field(default_factory=time.monotonic)
     busy: int = 0  # requests in flight; the reaper never aborts a busy session
+    forgotten: asyncio.Event = field(default_factory=asyncio.Event)  # set once let go of
 
 
 class SessionStore:
@@ -285,11 +286,20 @@ class SessionStore:
     def _remember_closed(self, session_id: str, entry: _Entry) -> None:
         self._closed[session_id] = entry
         while len(self._closed) > self.max_sessions:
-            self._closed.popitem(last=False)
+            self._closed.popitem(last=False)[1].forgotten.set()
 
     def info(self, session_id: str) -> SessionInfo:
         """The state summary; reading it does not count as activity for the reaper."""
         return self._entry(session_id, touch=False).session.summary()
+
+    async def wait_forgotten(self, session_id: str) -> None:
+        """Return once the store lets go of session ``session_id`` (at once if it holds no
+        such session): reaped after being idle, its closed result expired (idle past the
+        TTL) or displaced, or aborted at shutdown. A door that keeps state per session (an
+        MCP session) drops it then, so the store's capacity and TTL bound that state too."""
+        entry = self._open.get(session_id) or self._closed.get(session_id)
+        if entry is not None:
+            await entry.forgotten.wait()
 
     # -- idle sessions ---------------------------------------------------------------------
 
@@ -302,6 +312,7 @@ class SessionStore:
         ]
         for sid, entry in idle:
             del self._open[sid]
+            entry.forgotten.set()
             self.metrics.sessions_reaped.labels(entry.env).inc()
             self.metrics.sessions_open.labels(entry.env).dec()
         await asyncio.gather(*(e.session.abort() for _, e in idle), return_exceptions=True)
@@ -310,6 +321,7 @@ class SessionStore:
             if now - oldest.last_seen <= self.session_ttl_s:
                 break
             del self._closed[sid]
+            oldest.forgotten.set()
         if idle:
             log.info("reaped %d idle sessions", len(idle))
         return len(idle)
@@ -328,4 +340,6 @@ class SessionStore:
         """Abort every open session (server stop)."""
         entries = list(self._open.values())
         self._open.clear()
+        for entry in entries:
+            entry.forgotten.set()
         await asyncio.gather(*(e.session.abort() for e in entries), return_exceptions=True)

@@ -7,8 +7,11 @@ without an ``Mcp-Session-Id`` opens an envhub session on the task its URL's ``ta
 (or ``seed``) query parameter or the request's ``_meta`` (``envhub/task_id``,
 ``envhub/seed``) names, a seeded pick otherwise, and every answer of that MCP session
 carries the envhub session id in the ``envhub-session-id`` header. Ending the MCP session
-(``DELETE``, or idle past ``idle_timeout_s``) closes (scores) the envhub session before the
-``DELETE`` is answered. The MCP protocol itself is the official SDK's: each session's
+(``DELETE``) closes (scores) the envhub session before the ``DELETE`` is answered. An MCP
+session also ends when its envhub session is gone (the server reaped it idle, or forgot
+its closed result), so the envhub session's capacity and idle time bound the MCP session
+whatever its client keeps open (a ``GET`` stream) or never sends (a ``DELETE``). The MCP
+protocol itself is the official SDK's: each session's
 :func:`~envhub.mcp.door.session_mcp_server` runs on its own
 :class:`~mcp.server.streamable_http.StreamableHTTPServerTransport`.
 
@@ -23,7 +26,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,12 +34,12 @@ from urllib.parse import parse_qs
 
 import anyio
 import anyio.abc
+import pydantic_core
 import uvicorn
 from mcp.server.runner import serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.types import (
-    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -156,26 +159,25 @@ class McpEndpoints:
 
     Run it inside :meth:`running` (the serving app's lifespan): the sessions' message loops
     live in its task group, and leaving it ends them (aborting their envhub sessions).
-    ``error_status`` gives the HTTP status of a core error at initialisation (the
-    server's mapping); ``on_error`` counts each refused request by envhub error code.
-    ``max_sessions`` bounds the open MCP sessions (an MCP session outlives an envhub
-    session reaped under it until its client leaves or it idles out).
+    ``session_gone(session_id)`` returns once the server let go of that envhub session
+    (reaped it idle, forgot its closed result); its MCP session then ends, so ``clients``
+    decide capacity (``open`` refuses) and idle time for MCP sessions too.
+    ``error_status`` gives the HTTP status of a core error at initialisation (the server's
+    mapping); ``on_error`` counts each refused request by envhub error code.
     """
 
     def __init__(
         self,
         clients: Mapping[str, EnvironmentClient],
         *,
+        session_gone: Callable[[str], Awaitable[None]],
         prefix: str = "/mcp/",
-        idle_timeout_s: float | None = None,
-        max_sessions: int | None = None,
         error_status: Callable[[EnvhubError], int] = lambda exc: 400,
         on_error: Callable[[str], None] = lambda code: None,
     ) -> None:
         self.clients = dict(clients)
+        self.session_gone = session_gone
         self.prefix = prefix
-        self.idle_timeout_s = idle_timeout_s
-        self.max_sessions = max_sessions
         self.error_status = error_status
         self.on_error = on_error
         self._sessions: dict[str, _McpSession] = {}
@@ -240,12 +242,18 @@ class McpEndpoints:
         self, env: str, mcp_session_id: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """A request of an open MCP session; a DELETE is answered once the envhub session
-        has been closed, so its 200 means the episode is scored."""
+        has been closed, so its 200 means the episode is scored. A POST's body is read
+        here, so that one over the size limit is refused as such (413) rather than as a
+        failure of the SDK's transport."""
         entry = self._sessions.get(mcp_session_id)
         if entry is None or entry.env != env:
             raise _Refused(404, INVALID_REQUEST, "Session not found: no open MCP session "
                                                  f"{mcp_session_id[:64]!r} on /mcp/{env}",
                            {"code": "session_not_found"})
+        if scope["method"] == "POST":
+            body = await _read_body(receive)
+            await _answer(entry.transport, scope, body, _with_header(send, entry.header))
+            return
         if scope["method"] != "DELETE":
             await entry.transport.handle_request(scope, receive, _with_header(send, entry.header))
             return
@@ -266,9 +274,6 @@ class McpEndpoints:
             raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: the first request "
                                                  "of an MCP session must be initialize")
         task_id, seed = _task_choice(scope, message)
-        if self.max_sessions is not None and len(self._sessions) >= self.max_sessions:
-            raise _Refused(429, INTERNAL_ERROR, f"the server holds its maximum of "
-                           f"{self.max_sessions} MCP sessions; retry later", {"code": "capacity"})
         try:
             session = await self.clients[env].open(task_id, seed=seed)
         except EnvhubError as exc:
@@ -278,10 +283,7 @@ class McpEndpoints:
         try:
             start = await session.reset()
             entry = _McpSession(
-                StreamableHTTPServerTransport(
-                    uuid.uuid4().hex, is_json_response_enabled=True,
-                    idle_timeout=self.idle_timeout_s,
-                ),
+                StreamableHTTPServerTransport(uuid.uuid4().hex, is_json_response_enabled=True),
                 session, start, env,
             )
             if self._tasks is None:
@@ -306,16 +308,19 @@ class McpEndpoints:
     async def _serve(
         self, entry: _McpSession, *, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
-        """The session's message loop; when it ends (DELETE, idle) the envhub session is
-        closed (scored); after a failed initialize, a crash or at shutdown, aborted."""
+        """The session's message loop, until a DELETE or the envhub session is gone; then
+        the envhub session is closed (scored, if it is still open); after a failed
+        initialize, a crash or at shutdown, aborted."""
         transport, finished = entry.transport, False
         try:
             async with transport.connect() as (read_stream, write_stream):
                 task_status.started()
                 server = session_mcp_server(entry.session, entry.start, env_name=entry.env)
-                with transport.idle_scope or anyio.CancelScope():
+                async with anyio.create_task_group() as loop:
+                    loop.start_soon(self._stop_when_gone, entry, loop.cancel_scope)
                     await serve_loop(server, read_stream, write_stream, lifespan_state={},
                                      session_id=transport.mcp_session_id)
+                    loop.cancel_scope.cancel()
             finished = True
         except Exception:
             log.exception("MCP session %s of %s crashed", transport.mcp_session_id, entry.env)
@@ -324,6 +329,15 @@ class McpEndpoints:
             self._sessions.pop(transport.mcp_session_id, None)
             with anyio.CancelScope(shield=True):
                 await self._end(entry, score=finished and entry.established)
+
+    async def _stop_when_gone(self, entry: _McpSession, loop: anyio.CancelScope) -> None:
+        """End the session once its envhub session is gone: later requests find no
+        session (404), those in flight end as at a DELETE, then the loop stops."""
+        await self.session_gone(entry.start.session_id)
+        assert entry.transport.mcp_session_id is not None
+        self._sessions.pop(entry.transport.mcp_session_id, None)
+        await entry.transport.terminate()
+        loop.cancel()
 
     async def _end(self, entry: _McpSession, *, score: bool) -> None:
         try:
@@ -355,9 +369,11 @@ async def _read_body(receive: Receive) -> bytes:
 
 
 def _parse(body: bytes) -> dict[str, Any]:
+    """The request, read by the parser the SDK's transport reads it with (bounded nesting,
+    no lone surrogates), so the door accepts exactly what the session will."""
     try:
-        message = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        message = pydantic_core.from_json(body)
+    except ValueError as exc:
         raise _Refused(400, PARSE_ERROR, f"the body is not JSON: {exc}") from None
     if not isinstance(message, dict):
         raise _Refused(400, INVALID_REQUEST, "an initialize request is one JSON-RPC object")
@@ -366,8 +382,8 @@ def _parse(body: bytes) -> dict[str, Any]:
 
 def _request_id(body: bytes) -> Any:
     try:
-        message = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        message = pydantic_core.from_json(body)
+    except ValueError:
         return None
     request_id = message.get("id") if isinstance(message, dict) else None
     return request_id if isinstance(request_id, (str, int)) else None
