@@ -92,6 +92,19 @@ def parse_resources(
     return default, by_env
 
 
+#: A replica binds its node's address (``ray.util.get_node_ip_address()`` in the actor),
+#: and Ray resolves a node started on 127.0.0.1 or localhost to the machine's routable
+#: address, so every replica is reachable from the network: without a token, anyone who
+#: reaches a node can open sessions, run the environment's tools and read what they
+#: return. Serving that open must be asked for.
+_NO_TOKEN = (
+    "refusing to start a fleet without a token: its replicas serve on their nodes' network "
+    "addresses, where anyone who reaches them could run episodes; pass --token TOKEN (or "
+    "set ENVHUB_TOKEN) so that clients must present it, or --insecure to serve the fleet "
+    "open on purpose"
+)
+
+
 def _ray_fleet() -> ModuleType:
     try:
         from envhub.fleet import ray_fleet
@@ -147,7 +160,17 @@ def up_cmd(
         typer.Option(
             "--containers",
             help="each replica runs its environment's image (`envhub image build ENV`, built "
-            "on the node if missing) and supervises the container",
+            "on the node if missing) and supervises the container; an image whose recipe "
+            "sets nested_sandbox (swe) runs with relaxed confinement: see `envhub image run "
+            "--help`",
+        ),
+    ] = False,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="start the fleet without --token: anyone who reaches a node can run "
+            "episodes on its replicas (without this flag, a fleet with no token is refused)",
         ),
     ] = False,
 ) -> None:
@@ -157,9 +180,17 @@ def up_cmd(
     of its environment; prints them once every one answers /health. Clients reach them
     with `envhub rollout --env-fleet ADDRESS`.
 
+    Replicas serve on their node's network address, never on loopback (Ray on Linux
+    gives no node a loopback address, even one started with --node-ip-address
+    127.0.0.1), so a fleet needs --token (or ENVHUB_TOKEN); --insecure starts an open
+    one on purpose.
+
     Example: envhub fleet up --address 127.0.0.1:6380 --env calc=2 --env sql=1
-    --env-arg sql:sandbox=bwrap --resources sql='{"sandbox_slots": 1}'
+    --env-arg sql:sandbox=bwrap --resources sql='{"sandbox_slots": 1}' --token "$TOKEN"
     """
+    if not token and not insecure:
+        typer.echo(f"error: {_NO_TOKEN}", err=True)
+        raise typer.Exit(2)
     counts = parse_replica_counts(env)
     options = parse_env_args_by_env(env_arg or [], list(counts))
     default, by_env = parse_resources(resources or [], list(counts))
@@ -178,6 +209,8 @@ def up_cmd(
     for record in records:
         typer.echo(f"{record.env}\t{record.replica_id}\t{record.url}\tnode {record.node_id}")
     typer.echo(f"envhub: fleet {namespace!r} is up: {len(records)} replicas", err=True)
+    if insecure and not token:
+        typer.echo("envhub: warning: --insecure: the replicas require no token", err=True)
 
 
 @fleet_app.command("status")

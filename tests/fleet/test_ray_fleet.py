@@ -346,8 +346,9 @@ def test_cli_up_status_down(ray_cluster: RayCluster) -> None:
         )  # fmt: skip
 
     up = envhub("up", "--env", "calc=2", "--max-sessions", "32", "--resources",
-                '{"num_cpus": 0.5}', "--env-arg", "calc:num_tasks=50")  # fmt: skip
+                '{"num_cpus": 0.5}', "--env-arg", "calc:num_tasks=50", "--insecure")  # fmt: skip
     assert up.returncode == 0, up.stderr
+    assert "warning: --insecure: the replicas require no token" in up.stderr
     assert [line.split("\t")[1] for line in up.stdout.splitlines()] == ["calc-0", "calc-1"]
     status = envhub("status")
     assert status.returncode == 0, status.stderr
