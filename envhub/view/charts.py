@@ -42,18 +42,19 @@ def histogram(values: Sequence[float | None], title: str, unit: str = "", bins: 
     if not data:
         return _empty(title)
     low, high = min(data), max(data)
-    integral = all(v == int(v) for v in data) and high - low < 40
+    # no high - low, low + i * step or v - low: near ±1e308 values are finite but those
+    # are not; the edges are weighted means of low and high instead
+    step = high / bins - low / bins
+    integral = all(v == int(v) for v in data) and high / 2 - low / 2 < 20
     if integral:
-        edges = [low + i for i in range(int(high - low) + 2)]
-    elif high == low:
-        edges = [low, low + 1]
-    else:
-        step = (high - low) / bins
-        edges = [low + i * step for i in range(bins + 1)]
+        step, edges = 1.0, [low + i for i in range(int(high - low) + 2)]
+    elif step > 0:
+        edges = [low * (1 - i / bins) + high * (i / bins) for i in range(bins)] + [high]
+    else:  # one value, or values too close to tell apart
+        step, edges = 1.0, [low, low + 1]
     counts = [0] * (len(edges) - 1)
-    span = edges[-1] - edges[0]
     for v in data:
-        i = min(int((v - edges[0]) / span * len(counts)), len(counts) - 1)
+        i = min(int(v / step - low / step), len(counts) - 1)
         counts[i] += 1
     peak = max(counts)
     plot_w = _WIDTH - _PAD_LEFT - 8

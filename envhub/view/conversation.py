@@ -1,8 +1,12 @@
 """One trajectory as the episode page shows it: chat entries, tool calls with pretty JSON
 arguments, tool results (errors and truncations marked) and per-turn tokens.
 
-The record is validated with :class:`envhub.trajectory.Trajectory` here, one episode at
-a time; a record that does not validate is still shown, raw, with the validation error.
+What the page reads of the record is type-checked (:func:`envhub.view.record.
+check_record`, as the index checked it); the record is also validated as a whole
+:class:`envhub.trajectory.Trajectory`, and one that does not validate is still shown,
+with the validation error. Message content and tool-call arguments may be any JSON a
+model or a tool produced, nested as deep as the line's parser allows; they are shown
+laid out (:func:`laid_out`) to a fixed depth, so no rendering step recurses through them.
 
 Tool messages in a trajectory carry no ``is_error`` flag (an observation becomes a plain
 ``tool`` message); a result is marked as an error when its message says ``is_error``
@@ -15,15 +19,21 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+import orjson
 from pydantic import ValidationError
 
 from envhub.trajectory import Trajectory
+from envhub.view.record import ViewedCall, ViewedRecord, check_record, describe
 from envhub.view.tokens import Decoder, TokenCell, token_cells
 
-__all__ = ["ChatEntry", "Conversation", "ToolCallView", "TurnTokens", "conversation"]
+__all__ = [
+    "MAX_DEPTH", "ChatEntry", "Conversation", "ToolCallView", "TurnTokens", "conversation",
+    "laid_out", "pretty", "shown",
+]  # fmt: skip
 
+MAX_DEPTH: Final = 32  # levels of nested JSON shown; deeper ones are cut
 _TRUNCATION = re.compile(r"\[truncated \d+ chars\]")
 _ERROR_PREFIX = "Error: "
 
@@ -62,65 +72,97 @@ class TurnTokens:
 @dataclass(frozen=True)
 class Conversation:
     record: dict[str, Any]
-    trajectory: Trajectory | None
+    fields: ViewedRecord
     invalid: str | None
     entries: list[ChatEntry]
     tokens: list[TurnTokens]
 
 
+def laid_out(value: Any, depth: int = 0) -> Any:
+    """``value`` with what is nested deeper than :data:`MAX_DEPTH` replaced by a marker:
+    what the page shows of it (the rest recurses only that deep)."""
+    if not isinstance(value, dict | list):
+        return value
+    if depth >= MAX_DEPTH:
+        return f"… nested deeper than {MAX_DEPTH} levels: cut"
+    if isinstance(value, list):
+        return [laid_out(v, depth + 1) for v in value]
+    return {str(k): laid_out(v, depth + 1) for k, v in value.items()}
+
+
+def pretty(value: Any) -> str:
+    """``value`` as pretty JSON, laid out (:func:`laid_out`)."""
+    return json.dumps(laid_out(value), indent=2, ensure_ascii=False)
+
+
+def shown(value: Any) -> str:
+    """A value as the page shows it: a string as it is, anything else as pretty JSON."""
+    return value if isinstance(value, str) else pretty(value)
+
+
 def _text(content: Any) -> str:
     if content is None:
         return ""
-    if isinstance(content, str):
-        return content
     if isinstance(content, list):  # OpenAI content parts
-        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return json.dumps(content, ensure_ascii=False)
+        return "\n".join(_part(p) for p in content)
+    return shown(content)
 
 
-def _call(raw: Any) -> ToolCallView:
-    call: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    nested = call.get("function")
-    function: dict[str, Any] = nested if isinstance(nested, dict) else call
-    arguments = function.get("arguments", "")
+def _part(part: Any) -> str:
+    if not isinstance(part, dict):
+        return shown(part)
+    return shown(part.get("text", ""))
+
+
+def _arguments(arguments: Any) -> tuple[str, bool]:
+    """Pretty JSON of tool-call arguments and True, or the text as written and False
+    when it is not JSON (orjson parses: unlike :mod:`json` it stops at a fixed depth
+    instead of exhausting the stack)."""
+    if not isinstance(arguments, str):
+        return pretty(arguments), True
     try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
-        pretty, valid = json.dumps(parsed, indent=2, ensure_ascii=False), True
-    except (json.JSONDecodeError, TypeError):
-        pretty, valid = str(arguments), False
-    return ToolCallView(str(call.get("id", "")), str(function.get("name", "?")), pretty, valid)
+        return pretty(orjson.loads(arguments)), True
+    except orjson.JSONDecodeError:
+        return arguments, False
+
+
+def _call(call: ViewedCall) -> ToolCallView:
+    called = call.called
+    pretty, valid = _arguments(called.arguments)
+    return ToolCallView(call.id or "", called.name or "?", pretty, valid)
+
+
+def _validated(record: dict[str, Any]) -> str | None:
+    """Why ``record`` is not a :class:`~envhub.trajectory.Trajectory`, or None."""
+    try:
+        Trajectory.model_validate(record)
+    except ValidationError as exc:
+        return describe(exc, limit=20)
+    return None
 
 
 def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
-    try:
-        trajectory: Trajectory | None = Trajectory.model_validate(record)
-        invalid = None
-    except ValidationError as exc:
-        trajectory, invalid = None, str(exc)
-    turns = trajectory.turns if trajectory else []
-    turn_of = {t.message_index: i for i, t in enumerate(turns)}
-    listed = record.get("messages")
-    messages: list[Any] = listed if isinstance(listed, list) else []
+    """The episode page of ``record`` (raises :class:`~envhub.view.record.BadRecord` for
+    one the index would not take)."""
+    fields = check_record(record)
+    turn_of = {t.message_index: i for i, t in enumerate(fields.turns)}
     names: dict[str, str] = {}
     entries = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            continue
-        calls = [_call(c) for c in message.get("tool_calls") or []]
+    for index, message in enumerate(fields.messages):
+        calls = [_call(c) for c in message.tool_calls or []]
         names.update((c.id, c.name) for c in calls)
-        content = _text(message.get("content"))
-        role = str(message.get("role", "?"))
-        call_id = message.get("tool_call_id")
+        content = _text(message.content)
+        call_id = message.tool_call_id
         entries.append(
             ChatEntry(
-                role=role,
+                role=message.role,
                 content=content,
                 index=index,
                 tool_calls=calls,
                 tool_call_id=call_id,
                 tool_name=names.get(call_id) if call_id else None,
-                is_error=role == "tool"
-                and (message.get("is_error") is True or content.startswith(_ERROR_PREFIX)),
+                is_error=message.role == "tool"
+                and (message.is_error is True or content.startswith(_ERROR_PREFIX)),
                 truncated=bool(_TRUNCATION.search(content)),
                 turn=turn_of.get(index),
             )
@@ -134,6 +176,6 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
             latency_s=t.latency_s,
             policy_version=t.policy_version,
         )
-        for i, t in enumerate(turns)
+        for i, t in enumerate(fields.turns)
     ]
-    return Conversation(record, trajectory, invalid, entries, [t for t in tokens if t.cells])
+    return Conversation(record, fields, _validated(record), entries, [t for t in tokens if t.cells])

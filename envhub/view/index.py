@@ -11,10 +11,12 @@ that shrank or whose first bytes changed (``compact_trajectories`` replaced it) 
 indexed again from the start.
 
 Lines that are not trajectories (not JSON, not UTF-8, an unknown ``schema_version``,
-no ``task_id``) become :class:`Problem` rows with a code, and the rest of the file is
-indexed as usual. As in a resumed run's file, the latest record of a (task_id,
-sample_index) replaces the earlier ones (:func:`envhub.trajectory.latest_records`):
-earlier rows are kept but marked superseded and left out of every query.
+no ``task_id``, a field the viewer reads of the wrong type:
+:func:`~envhub.view.record.check_record`) become :class:`Problem` rows with a code, and
+the rest of the file is indexed as usual: one bad line never stops a page or a report.
+As in a resumed run's file, the latest record of a (task_id, sample_index) replaces the
+earlier ones (:func:`envhub.trajectory.latest_records`): earlier rows are kept but
+marked superseded and left out of every query.
 
 A refresh may be bounded (``max_bytes``) and the index committed after each one, so a
 viewer answers pages while a big file is still being read (the pages say how far it
@@ -39,15 +41,14 @@ import orjson
 
 from envhub.cache import locked
 from envhub.errors import InvalidRequest
-from envhub.trajectory import SCHEMA_VERSION
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
+from envhub.view.record import BadRecord, ViewedRecord, check_record
 
 __all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "Problem", "RunIndex"]
 
-INDEX_FORMAT: Final = 2
+INDEX_FORMAT: Final = 3
 _HEAD_BYTES: Final = 4096  # how much of the file's start identifies it
 _BATCH: Final = 2000
-_NUMERIC: Final = (int, float)
 
 _COLUMNS: Final = (
     "offset", "length", "line", "task_id", "sample_index", "trajectory_id", "reward", "masked",
@@ -83,7 +84,7 @@ class Problem:
 
     line: int
     offset: int
-    code: str  # not_json | not_utf8 | unknown_schema_version | not_a_trajectory
+    code: str  # not_json | not_utf8 | unknown_schema_version | not_a_trajectory | bad_field
     message: str
 
 
@@ -265,8 +266,8 @@ class RunIndex:
             self._db.execute("INSERT INTO problems VALUES (?, ?, ?, ?)", (line, offset, *problem))
             return
         try:
-            rows.append(_columns(record, offset, len(raw), line))
-        except _NotATrajectory as exc:
+            rows.append(_columns(check_record(record), offset, len(raw), line))
+        except BadRecord as exc:
             self._db.execute(
                 "INSERT INTO problems VALUES (?, ?, ?, ?)", (line, offset, exc.code, str(exc))
             )
@@ -376,7 +377,8 @@ class RunIndex:
         return None if row is None else _row(row)
 
     def record(self, episode_id: int) -> dict[str, Any]:
-        """The raw record of one episode, read from its offset in the file."""
+        """The raw record of one episode, read from its offset in the file (one that
+        :func:`~envhub.view.record.check_record` passes, as when it was indexed)."""
         with self._lock:
             row = self._db.execute(
                 "SELECT offset, length FROM episodes WHERE id=?", (episode_id,)
@@ -387,10 +389,14 @@ class RunIndex:
             fh.seek(row[0])
             raw = fh.read(row[1])
         record, problem = _parse(raw)
-        if record is None:
+        try:
+            if record is None:
+                raise BadRecord(*problem)
+            check_record(record)
+        except BadRecord as exc:
             raise InvalidRequest(
-                f"{self.path} changed under the viewer: {problem[1]}", code="file_changed"
-            )
+                f"{self.path} changed under the viewer: {exc}", code="file_changed"
+            ) from None
         return record
 
     def column(self, *names: str) -> list[Any]:
@@ -539,74 +545,29 @@ def _parse(raw: bytes) -> tuple[dict[str, Any] | None, tuple[str, str]]:
     return record, ("", "")
 
 
-class _NotATrajectory(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _columns(record: dict[str, Any], offset: int, length: int, line: int) -> tuple[Any, ...]:
-    """The index row of a record (raises :class:`_NotATrajectory` for other records)."""
-    version = record.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
-        raise _NotATrajectory(
-            "unknown_schema_version",
-            f"schema_version {version!r}: this envhub reads version {SCHEMA_VERSION} "
-            "(a newer envhub wrote it: upgrade to view it)",
-        )
-    task_id, sample = record.get("task_id"), record.get("sample_index", 0)
-    if not isinstance(task_id, str) or not isinstance(sample, int):
-        raise _NotATrajectory("not_a_trajectory", "a JSON record without a task_id")
-    metrics = _dict(record.get("metrics"))
-    usage = _dict(record.get("usage"))
-    timings = _dict(record.get("timings"))
-    env = _dict(record.get("env"))
-    error = _dict(record.get("error"))
-    turns = [t for t in record.get("turns") or [] if isinstance(t, dict)]
-    versions = [t["policy_version"] for t in turns if isinstance(t.get("policy_version"), int)]
-    latencies = [t["latency_s"] for t in turns if _number(t.get("latency_s")) is not None]
-    kinds = set(_dict(metrics.get("errors_by_kind")))
-    if error.get("kind"):
-        kinds.add(str(error["kind"]))
-    retried = _dict(metrics.get("retried_errors"))
+def _columns(viewed: ViewedRecord, offset: int, length: int, line: int) -> tuple[Any, ...]:
+    """The index row of a checked record."""
+    metrics, usage, timings, turns = viewed.metrics, viewed.usage, viewed.timings, viewed.turns
+    versions = [t.policy_version for t in turns if t.policy_version is not None]
+    latencies = [t.latency_s for t in turns]
+    kinds = set(metrics.errors_by_kind) | ({viewed.error.kind} if viewed.error else set())
+    tools = {c.called.name or "" for m in viewed.messages for c in m.tool_calls or []}
     return (
-        offset, length, line, task_id, sample, record.get("trajectory_id"),
-        _number(record.get("reward")), 1 if record.get("masked") else 0,
-        record.get("stop_reason"), error.get("kind"), _bars(kinds), _bars(_tool_names(record)),
-        _number(metrics.get("turns")), _number(metrics.get("tool_calls")),
-        _number(metrics.get("tool_errors")), _number(usage.get("prompt_tokens")),
-        _number(usage.get("completion_tokens")), _number(timings.get("llm_s")),
-        _number(timings.get("env_s")), _number(timings.get("total_s")),
-        max(versions) if versions else None, record.get("served_by"),
-        1 if any(t.get("completion_token_ids") for t in turns) else 0,
-        record.get("model"), env.get("name"), env.get("version"),
-        orjson.dumps(retried).decode() if retried else None,
+        offset, length, line, viewed.task_id, viewed.sample_index, viewed.trajectory_id,
+        viewed.reward, int(viewed.masked), viewed.stop_reason,
+        viewed.error.kind if viewed.error else None, _bars(kinds), _bars(tools),
+        metrics.turns, metrics.tool_calls, metrics.tool_errors, usage.prompt_tokens,
+        usage.completion_tokens, timings.llm_s, timings.env_s, timings.total_s,
+        max(versions) if versions else None, viewed.served_by,
+        int(any(t.completion_token_ids for t in turns)), viewed.model,
+        viewed.env.name if viewed.env else None, viewed.env.version if viewed.env else None,
+        orjson.dumps(metrics.retried_errors).decode() if metrics.retried_errors else None,
         orjson.dumps(latencies).decode() if latencies else None,
     )  # fmt: skip
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _number(value: Any) -> float | int | None:
-    return value if type(value) in _NUMERIC else None  # bool is not a number here
-
-
-def _bars(names: Any) -> str:
-    """``{"a", "b"}`` -> ``"|a|b|"``: a list a LIKE '%|a|%' filter can match."""
-    return "|" + "|".join(sorted(names)) + "|" if names else ""
-
-
-def _tool_names(record: dict[str, Any]) -> set[str]:
-    names = set()
-    for message in record.get("messages") or []:
-        if not isinstance(message, dict):
-            continue
-        for call in message.get("tool_calls") or []:
-            if isinstance(call, dict):
-                function = call.get("function")
-                name = function.get("name") if isinstance(function, dict) else call.get("name")
-                if isinstance(name, str):
-                    names.add(name.replace("|", "/"))
-    return names
+def _bars(names: set[str]) -> str:
+    """``{"a", "b"}`` -> ``"|a|b|"``: a list a LIKE '%|a|%' filter can match (a ``|`` in
+    a name becomes ``/``; empty names are left out)."""
+    listed = sorted({n.replace("|", "/") for n in names if n})
+    return "|" + "|".join(listed) + "|" if listed else ""

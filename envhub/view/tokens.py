@@ -48,8 +48,12 @@ def load_decoder(path: str | Path) -> Decoder:
             code="bad_tokenizer",
         ) from exc
 
+    vocabulary = len(tokenizer)
+
     def decode(ids: Sequence[int]) -> list[str]:
-        return [str(tokenizer.decode([i])) for i in ids]
+        """Each id's text; an id the tokenizer does not have (a line's ids are whatever
+        its writer recorded) is shown as ``<id>``, not passed to the tokenizer to fail."""
+        return [str(tokenizer.decode([i])) if 0 <= i < vocabulary else f"<{i}>" for i in ids]
 
     return decode
 
@@ -64,7 +68,9 @@ class TokenCell:
 
     @property
     def probability(self) -> float:
-        return math.exp(self.logprob)
+        """``exp(logprob)``; a logprob above 0 (a server's bug: no probability) is taken as
+        0, so a huge one cannot overflow."""
+        return math.exp(min(self.logprob, 0.0))
 
     @property
     def colour(self) -> str:
