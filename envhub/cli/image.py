@@ -87,7 +87,14 @@ def run_cmd(
     pids: Annotated[int, typer.Option(help="process and thread limit")] = 4096,
 ) -> None:
     """Start ENV's container on envhub's network, published on 127.0.0.1:PORT; prints the
-    URL and container id once it is healthy (stop it with `docker rm -f ID`)."""
+    URL and container id once it is healthy (stop it with `docker rm -f ID`).
+
+    Every container runs as uid 1000 with no capability, no-new-privileges, a read-only
+    root and limits. An image whose recipe sets nested_sandbox (swe: bubblewrap sandboxes
+    inside) is confined less: envhub's seccomp denylist instead of docker's allowlist
+    (user namespaces and mount allowed), /proc and /sys unmasked (/proc/keys,
+    /proc/timer_list, /sys/firmware... visible, /proc/sys a writable mount) and AppArmor
+    off; run it on dedicated nodes or a VM-isolated runtime where that matters."""
     from envhub.errors import EnvhubError
     from envhub.images import build_env_image
     from envhub.images.run import start_container

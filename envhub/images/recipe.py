@@ -36,9 +36,19 @@ class EnvImageRecipe(BaseModel):
       own code, so containers start with everything in place and never write it;
     - ``read_only``: run with a read-only root file system (``tmpfs`` paths stay writable);
     - ``nested_sandbox``: the environment makes its own ``bwrap`` sandboxes inside the
-      container, so its containers start with the relaxations bubblewrap needs (user
-      namespaces and mounts: :data:`envhub.images.run.NESTED_SANDBOX_OPTIONS`); no other
-      image gets them;
+      container, so its containers are confined less than any other image's
+      (:data:`envhub.images.run.NESTED_SANDBOX_OPTIONS`, for this image only): envhub's
+      seccomp denylist replaces docker's allowlist (user namespaces, ``mount`` and
+      ``pivot_root`` allowed); ``/proc`` and ``/sys`` are unmasked, for the server and
+      the model's commands alike (docker's masked paths such as ``/proc/kcore``,
+      ``/proc/keys``, ``/proc/timer_list``, ``/proc/acpi`` and ``/sys/firmware`` are the
+      kernel's files again, readable as their modes allow; ``/proc/sys``, ``/proc/bus``,
+      ``/proc/fs``, ``/proc/irq`` and ``/proc/sysrq-trigger`` are no longer read-only
+      mounts, though their root-owned files stay unwritable to uid 1000); AppArmor is
+      off. The rest stays (uid 1000, no capability, ``no-new-privileges``, read-only
+      root, limits, network). Only swe sets it: a kernel bug reachable through user
+      namespaces is a way out, so run such images on dedicated nodes or a VM-isolated
+      runtime (gVisor, Kata) where that matters;
     - ``env``: environment variables baked into the image.
     """
 

@@ -63,9 +63,15 @@ _NETWORK_OPTIONS = {
 NESTED_SANDBOX_SECCOMP = Path(__file__).with_name("nested_sandbox_seccomp.json")
 #: What bubblewrap needs inside a container, relaxed for ``nested_sandbox`` images only:
 #: the seccomp profile above; ``systempaths=unconfined`` because the kernel refuses a new
-#: ``/proc`` (bwrap's pid namespace) while docker's masks cover parts of the container's;
-#: ``apparmor=unconfined`` because docker-default AppArmor (hosts that have AppArmor)
-#: denies ``mount``. The model's commands still run in bwrap's user/pid/net/mount
+#: ``/proc`` (bwrap's pid namespace) while docker's masks cover parts of the container's.
+#: That unmasks ``/proc`` and ``/sys`` for the server and for the fresh ``/proc`` of the
+#: model's commands: docker's masked paths (``/proc/kcore``, ``/proc/keys``,
+#: ``/proc/timer_list``, ``/proc/acpi``, ``/proc/sched_debug``, ``/proc/scsi``,
+#: ``/sys/firmware``...) show the kernel's files, readable as their modes allow, and its
+#: read-only ones (``/proc/sys``, ``/proc/bus``, ``/proc/fs``, ``/proc/irq``,
+#: ``/proc/sysrq-trigger``) are writable mounts, whose root-owned files uid 1000 still
+#: cannot write. ``apparmor=unconfined`` because docker-default AppArmor (hosts that have
+#: AppArmor) denies ``mount``. The model's commands still run in bwrap's user/pid/net/mount
 #: namespaces, without capabilities, under no-new-privileges.
 NESTED_SANDBOX_OPTIONS = (
     "--security-opt", f"seccomp={NESTED_SANDBOX_SECCOMP}",
