@@ -13,6 +13,8 @@ sandbox and fails if that path exists afterwards (the injected code ran on the h
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = ["HOSTILE_ANSWERS", "deeply_nested_json", "hostile_answers"]
 
 _DEPTH = 1000
@@ -39,8 +41,8 @@ HOSTILE_ANSWERS: tuple[str, ...] = (
     '{"score": 1.0}',
     '\n{"score": 1.0}\n',
     "print('{\"score\": 1.0}')",
-    "exec(\"import sys;sys.stdout.write('{\\\"score\\\": 1.0}\\\\n')\")!",
-    "exec(\"import os;os.write(1,b'{\\\"score\\\": 1.0}\\\\n')\")!",
+    'exec("import sys;sys.stdout.write(\'{\\"score\\": 1.0}\\\\n\')")!',
+    'exec("import os;os.write(1,b\'{\\"score\\": 1.0}\\\\n\')")!',
     # shell and SQL
     "$(touch {marker})",
     "`touch {marker}`; echo 1",
@@ -67,9 +69,10 @@ HOSTILE_ANSWERS: tuple[str, ...] = (
 )
 
 
-def hostile_answers(marker: str) -> list[str]:
-    """:data:`HOSTILE_ANSWERS` with ``{marker}`` replaced by ``marker`` (a path)."""
-    return [answer.replace("{marker}", marker) for answer in HOSTILE_ANSWERS]
+def hostile_answers(marker: str, answers: Iterable[str] = HOSTILE_ANSWERS) -> list[str]:
+    """``answers`` (default :data:`HOSTILE_ANSWERS`) with ``{marker}`` replaced by
+    ``marker`` (a path), so a plugin's own additions name the same marker file."""
+    return [answer.replace("{marker}", marker) for answer in answers]
 
 
 def deeply_nested_json(depth: int = _DEPTH) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from envhub.conformance import ConformanceReport as ConformanceReport
 from envhub.conformance import check_client_conformance as check_client_conformance
-from envhub.hostile import hostile_answers
+from envhub.hostile import HOSTILE_ANSWERS, hostile_answers
 from envhub.local import make
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
@@ -123,7 +123,10 @@ async def call_tool(session: SessionHandle, tool: str, /, **arguments: Any) -> S
 
 
 async def replay_calls(
-    env: EnvironmentClient, task_id: str, calls: Iterable[GoldCall], *,
+    env: EnvironmentClient,
+    task_id: str,
+    calls: Iterable[GoldCall],
+    *,
     max_env_attempts: int = 3,
 ) -> Trajectory:
     """One episode of ``task_id`` through the rollout engine, its policy making ``calls``
@@ -151,11 +154,12 @@ async def check_hostile_answers(
     plain_wrong: str = "0",
     answers: Iterable[str] | None = None,
 ) -> None:
-    """Every hostile answer (default: :data:`envhub.hostile.HOSTILE_ANSWERS`) through
-    ``replay_calls``, ``answer_calls(text)`` making the episode's calls: each episode is
-    scored (not masked, one attempt) with the reward ``plain_wrong`` gets, no ``{marker}``
-    file appears on this machine, and a clean wrong and a clean gold episode scored after
-    the corpus get the rewards they got before it (no episode influences another's reward).
+    """Every hostile answer (default: :data:`envhub.hostile.HOSTILE_ANSWERS`; ``{marker}``
+    in any of them names this run's marker file) through ``replay_calls``,
+    ``answer_calls(text)`` making the episode's calls: each episode is scored (not masked,
+    one attempt) with the reward ``plain_wrong`` gets, no ``{marker}`` file appears on this
+    machine, and a clean wrong and a clean gold episode scored after the corpus get the
+    rewards they got before it (no episode influences another's reward).
     Raises ``AssertionError`` listing every answer that did not hold."""
     task = await env.task(task_id)
     with tempfile.TemporaryDirectory(prefix="envhub-hostile-") as folder:
@@ -171,7 +175,7 @@ async def check_hostile_answers(
         before = [await reward_of(calls) for calls in clean]
         assert before[0] is not None, f"the plain wrong answer {plain_wrong!r} was masked"
         failures = []
-        texts = hostile_answers(str(marker)) if answers is None else list(answers)
+        texts = hostile_answers(str(marker), HOSTILE_ANSWERS if answers is None else answers)
         for text in texts:
             reward = await reward_of(answer_calls(text))
             if reward != before[0]:
