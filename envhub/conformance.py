@@ -26,8 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envhub.errors import InvalidRequest, SessionClosed, SessionError, TaskNotFound
+from envhub.hostile import deeply_nested_json
+from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
-from envhub.task import Task
+from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+from envhub.task import GoldCall, Task
 from envhub.types import CloseResult, EnvironmentInfo, SessionInfo, StepResult, ToolCall
 
 __all__ = [
@@ -141,14 +144,17 @@ async def _expect_error(action: Awaitable[object], error: type[Exception], what:
     raise AssertionError(f"{what} returned {result!r} instead of raising")
 
 
-def _check_observations(result: StepResult, calls: list[ToolCall], what: str) -> None:
+def _check_observations(
+    result: StepResult, calls: list[ToolCall], what: str, legal: Collection[ToolCall] = ()
+) -> None:
+    """One observation per call, in order, each an error but those of the ``legal`` calls."""
     assert isinstance(result, StepResult), f"{what}: step returned {type(result).__name__}"
     got = [o.tool_call_id for o in result.observations]
     assert got == [c.id for c in calls], (
         f"{what}: one observation per call in order expected, tool_call_ids {got}"
     )
     for call, observation in zip(calls, result.observations, strict=True):
-        assert observation.is_error, (
+        assert observation.is_error or call in legal, (
             f"{what}: {call.name}({call.arguments!r}) gave a non-error observation "
             f"{observation.content[:200]!r}"
         )
@@ -348,6 +354,58 @@ async def _check_malformed_calls(ctx: _Context) -> None:
         )
 
 
+def _nested_arguments(depth: int) -> dict[str, Any]:
+    """``{"value": [[...]]}`` with ``depth`` nested lists, built without recursion."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return {"value": value}
+
+
+def _hostile_arguments() -> list[str | dict[str, Any]]:
+    """Arguments a model can write that break parsers and encoders: 1,000 nested lists
+    (as JSON text and as a parsed dict), an integer literal of 100,000 digits, unpaired
+    surrogates (as a JSON escape and in a parsed string)."""
+    return [
+        deeply_nested_json(),
+        _nested_arguments(1000),
+        '{"value": ' + "9" * 100_000 + "}",
+        '{"value": "\\ud800"}',
+        {"value": "\udcff"},
+    ]
+
+
+async def _check_hostile_arguments(ctx: _Context) -> None:
+    """Hostile arguments (:func:`_hostile_arguments`) and a tool name that is not valid
+    text are error observations, a legal ``1e999`` an observation, all in one step; the
+    session keeps working; and an episode of the dict forms with a final answer that is
+    not valid text, through the rollout engine, is scored in one attempt (not masked)."""
+    info = await ctx.info()
+    tool = ctx.malformed_tool or _tool_name(info.tools[0])
+    refused = [_call(tool, arguments) for arguments in _hostile_arguments()]
+    refused.append(_call(f"\ud800{uuid.uuid4().hex[:8]}"))
+    legal = _call(tool, '{"conformance_no_such_parameter": 1e999}')
+    task_id = await ctx.task_id()
+    async with ctx.session(task_id) as session:
+        result = await session.step([*refused, legal])
+        _check_observations(result, [*refused, legal], "hostile arguments", legal=[legal])
+        for observation in result.observations:
+            observation.model_dump_json()  # raises for text no transport can send
+        status = await session.info()
+        assert not status.done and not status.closed, f"hostile arguments ended it: {status!r}"
+        after = [_unknown_call()]
+        _check_observations(await session.step(after), after, "a step after hostile arguments")
+    gold = [GoldCall(name=tool, arguments=a) for a in _hostile_arguments() if isinstance(a, dict)]
+    task = Task(id=task_id, prompt=[], answer="\ud800", gold_actions=gold)
+    runner = EpisodeRunner(ctx.client, ReferencePolicy(), max_env_attempts=1,
+                           task_of=lambda _: task)  # fmt: skip
+    trajectory = await runner.run(EpisodeSpec(task_id, sample_index=0, group_id="conformance"))
+    assert not trajectory.masked, f"an episode of hostile calls was masked: {trajectory.error}"
+    assert trajectory.metrics.tool_errors >= len(gold), (
+        f"{len(gold)} hostile calls, metrics.tool_errors {trajectory.metrics.tool_errors}"
+    )
+
+
 async def _check_call_forms(ctx: _Context) -> None:
     """A step takes calls as ToolCall objects, flat dicts and OpenAI's nested form alike."""
     flat, nested = _unknown_call(), _unknown_call()
@@ -526,6 +584,7 @@ CHECKS: dict[str, Check] = {
     "lifecycle": _check_lifecycle,
     "final_answer": _check_final_answer,
     "malformed_calls": _check_malformed_calls,
+    "hostile_arguments": _check_hostile_arguments,
     "call_forms": _check_call_forms,
     "request_id_replay": _check_request_id_replay,
     "abort": _check_abort,

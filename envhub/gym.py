@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envhub._gym_plugin import register_envs
 from envhub.local import make
+from envhub.model_text import ModelTextError, loads_json
 from envhub.sync import SyncSession, run_sync
 from envhub.types import ENV_STOP_PREFIX, Observation, StepResult, ToolCall
 
@@ -66,8 +67,8 @@ class JsonTextSpace(spaces.Space[str]):
         if not isinstance(x, str):
             return False
         try:
-            return isinstance(json.loads(x), self.kind)
-        except json.JSONDecodeError:
+            return isinstance(loads_json(x), self.kind)
+        except ModelTextError:
             return False
 
     def __eq__(self, other: object) -> bool:
@@ -179,8 +180,8 @@ def _parse_action(action: Any) -> _Action:
     if not isinstance(action, str):
         raise _MalformedAction(f"an action is a string, got {type(action).__name__}")
     try:
-        message = json.loads(action)
-    except json.JSONDecodeError:
+        message = loads_json(action)
+    except ModelTextError:  # not JSON envhub can read (invalid, too deep, too many digits)
         message = None
     if not isinstance(message, dict):
         return _Action(content=action)

@@ -2,7 +2,11 @@
 
 This is the only place tool calls are dispatched. The HTTP server and the gymnasium
 adapter drive this class too, so malformed calls, timeouts, truncation and metrics
-behave the same whichever transport a caller uses.
+behave the same whichever transport a caller uses. It is also where model text meets
+the environment: arguments no parser or encoder can take are error observations
+(:func:`envhub.tools.parse_arguments`), and a turn's free text and every observation
+are made valid Unicode (:func:`envhub.model_text.valid_text`), so that no answer quoting
+them fails on a transport.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from envhub.errors import (
     ToolArgumentError,
     ToolTimeout,
 )
+from envhub.model_text import valid_text
 from envhub.protocol import ClosingOnExit
 from envhub.task import Task
-from envhub.tools import ToolSpec
+from envhub.tools import ToolSpec, parse_arguments
 from envhub.types import (
     MAX_REQUEST_ID,
     CloseResult,
@@ -69,8 +74,25 @@ def _render_output(value: Any) -> str:
         return value
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return str(value)
+
+
+def _valid_call(call: ToolCall) -> ToolCall:
+    """``call`` with its id and name made valid text (the environment sees them, and the
+    observation sends them back); the arguments are judged by :func:`parse_arguments`."""
+    id_, name = valid_text(call.id), valid_text(call.name)
+    if id_ is call.id and name is call.name:
+        return call
+    return call.model_copy(update={"id": id_, "name": name})
+
+
+def _observation(call_id: str, name: str, content: str, *, is_error: bool = False) -> Observation:
+    """An observation whose text any transport can send: a tool's output may hold lone
+    surrogates (bytes a program printed, decoded with ``surrogateescape``)."""
+    return Observation(
+        tool_call_id=call_id, name=name, content=valid_text(content), is_error=is_error
+    )
 
 
 class Session(ClosingOnExit):
@@ -147,7 +169,8 @@ class Session(ClosingOnExit):
         :data:`~envhub.types.MAX_REQUEST_ID` characters) raises
         :class:`~envhub.errors.InvalidRequest` with the server's message and counts nothing.
         """
-        calls = self._checked_calls(tool_calls, content, request_id)
+        calls = [_valid_call(c) for c in self._checked_calls(tool_calls, content, request_id)]
+        content = None if content is None else valid_text(content)
         if request_id is not None and request_id in self._replies:
             return self._replies[request_id]
         async with self._lock:
@@ -326,7 +349,7 @@ class Session(ClosingOnExit):
             self.metrics.count_error(kind)
         content = self._within_budget(f"Error: {message}")  # messages quote model input
         name = call.name[:_MAX_ECHOED_NAME]  # an unknown name is the model's input too
-        return Observation(tool_call_id=call.id, name=name, content=content, is_error=True)
+        return _observation(call.id, name, content, is_error=True)
 
     def _within_budget(self, text: str) -> str:
         """``text`` cut to the output budget, counted in the metrics when cut."""
@@ -344,8 +367,7 @@ class Session(ClosingOnExit):
                 call, f"unknown tool {call.name!r}; available tools: {known}", "unknown_tool"
             )
         try:
-            arguments = self._parse_arguments(call)
-            kwargs = spec.validate(arguments)
+            kwargs = spec.validate(parse_arguments(call.name, call.arguments))
         except ToolArgumentError as exc:
             return self._error(call, exc.message, "invalid_arguments")
         remaining = self._deadline - time.monotonic()
@@ -366,22 +388,7 @@ class Session(ClosingOnExit):
         text = self._within_budget(_render_output(output))
         if spec.terminal:
             self._end("terminal_tool")
-        return Observation(tool_call_id=call.id, name=call.name, content=text)
-
-    @staticmethod
-    def _parse_arguments(call: ToolCall) -> dict[str, Any]:
-        if isinstance(call.arguments, dict):
-            return call.arguments
-        text = call.arguments.strip() or "{}"
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ToolArgumentError(
-                f"arguments of {call.name} are not valid JSON ({exc.msg} at position {exc.pos})"
-            ) from None
-        if not isinstance(parsed, dict):
-            raise ToolArgumentError(f"arguments of {call.name} must be a JSON object")
-        return parsed
+        return _observation(call.id, call.name, text)
 
     async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
         method = getattr(self.env, spec.attr)

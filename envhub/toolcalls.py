@@ -11,9 +11,11 @@ family writes them its own way, so parsers are registered by name
 - ``llama3_json`` (a bare ``{"name": ..., "parameters": {...}}`` object, optionally after
   ``<|python_tag|>``, several separated by ``;``), Llama 3.1-3.3's JSON tool calling.
 
-A call that is not valid JSON still becomes a :class:`~envhub.types.ToolCall` (the name
-recovered by a regex, the raw text as arguments) so that the envhub session, the one
-place calls are validated, answers it with a model-readable error observation.
+A call that is not JSON envhub takes (invalid, nested too deeply, a number too long to
+read: :func:`envhub.model_text.read_arguments`) still becomes a
+:class:`~envhub.types.ToolCall` (the name recovered by a regex, the raw text as
+arguments) so that the envhub session, the one place calls are validated, answers it
+with a model-readable error observation.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from envhub.errors import InvalidRequest
+from envhub.model_text import ModelTextError, read_arguments
 from envhub.types import ToolCall
 
 __all__ = [
@@ -79,7 +82,7 @@ def parse_llama3_json(text: str, *, id_prefix: str = "call") -> ParsedAction:
         call_id = f"{id_prefix}_{len(calls)}"
         try:
             _, end = decoder.raw_decode(body, position)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # invalid JSON, too deep, too many digits
             calls.append(_call(body[position:], call_id))  # the rest is one bad call
             break
         calls.append(_call(body[position:end], call_id))
@@ -93,8 +96,8 @@ def _call(raw: str, call_id: str) -> ToolCall:
     """One call from the JSON text of ``{"name": ..., "arguments" | "parameters": ...}``;
     text that is not such an object is kept verbatim as the arguments."""
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError:
+        data = read_arguments(raw)
+    except ModelTextError:
         name = _NAME.search(raw)
         return ToolCall(id=call_id, name=name.group(1) if name else "", arguments=raw)
     if not isinstance(data, dict):

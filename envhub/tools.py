@@ -4,13 +4,14 @@
 tags off an environment class and builds one :class:`ToolSpec` per tool. The JSON
 schema and the argument validator come from the same pydantic model, derived from
 the signature's type hints and the docstring's ``Args:`` section, so the schema the
-model sees and the validation the call goes through can never disagree.
+model sees and the validation the call goes through can never disagree. Before either,
+:func:`parse_arguments` reads the model's arguments (:mod:`envhub.model_text`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar, get_type_hints
@@ -19,8 +20,9 @@ import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from envhub.errors import ToolArgumentError
+from envhub.model_text import ModelTextError, read_arguments
 
-__all__ = ["ToolSpec", "collect_tools", "tool"]
+__all__ = ["ToolSpec", "collect_tools", "parse_arguments", "tool"]
 
 _MARK = "__envhub_tool__"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,6 +97,22 @@ class ToolSpec:
             )
             raise ToolArgumentError(f"invalid arguments for {self.name}: {problems}") from None
         return {field: getattr(parsed, field) for field in type(parsed).model_fields}
+
+
+def parse_arguments(tool_name: str, arguments: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments as a JSON object (blank text is ``{}``), read by
+    :func:`envhub.model_text.read_arguments`. Anything else (invalid JSON, not an object,
+    nested too deeply, a number too long, text that is not valid Unicode) is a
+    :class:`ToolArgumentError` the model reads."""
+    if isinstance(arguments, str):
+        arguments = arguments.strip() or "{}"
+    try:
+        parsed = read_arguments(arguments)
+    except ModelTextError as exc:
+        raise ToolArgumentError(f"arguments of {tool_name} {exc}") from None
+    if not isinstance(parsed, Mapping):
+        raise ToolArgumentError(f"arguments of {tool_name} must be a JSON object")
+    return dict(parsed)
 
 
 def _spec_from_function(attr: str, fn: Callable[..., Any], options: ToolOptions) -> ToolSpec:

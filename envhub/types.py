@@ -10,9 +10,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from envhub.budgets import Budgets
+from envhub.model_text import bounded_arguments
 
 __all__ = [
     "ENV_STOP_PREFIX",
@@ -79,8 +87,10 @@ class ToolCall(BaseModel):
 
     Accepts the flat form ``{id, name, arguments}`` of the envhub API and OpenAI's nested
     ``{id, type: "function", function: {name, arguments}}``. ``arguments`` stays the raw
-    JSON string the model produced (a dict is accepted and kept as is), so that malformed
-    JSON reaches the session and becomes an error observation instead of a 422.
+    JSON string the model produced (a dict is accepted and kept as is, unless it is nested
+    too deeply for JSON encoders: then it is cut one level past the session's limit,
+    :func:`envhub.model_text.bounded_arguments`), so that malformed JSON reaches the
+    session and becomes an error observation instead of a 422.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -88,6 +98,11 @@ class ToolCall(BaseModel):
     id: str = ""
     name: str
     arguments: str | dict[str, Any] = "{}"
+
+    @field_validator("arguments")
+    @classmethod
+    def _encodable_arguments(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
+        return value if isinstance(value, str) else bounded_arguments(value)
 
     @model_validator(mode="before")
     @classmethod

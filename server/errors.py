@@ -35,6 +35,7 @@ __all__ = [
     "error_response",
     "install_error_handlers",
     "malformed_json",
+    "unexpected_error_response",
 ]
 
 log = logging.getLogger("envhub.server")
@@ -118,6 +119,11 @@ def envhub_error_response(exc: EnvhubError, metrics: ServerMetrics, where: str) 
     return _error_response(metrics, *describe_envhub_error(exc, where))
 
 
+def unexpected_error_response(exc: Exception, metrics: ServerMetrics, where: str) -> Response:
+    """The answer to a crash, for the session fast path (the routes' handler gives it too)."""
+    return _error_response(metrics, *describe_unexpected(exc, where))
+
+
 async def _envhub_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, EnvhubError)
     where = f"{request.method} {request.url.path}"
@@ -139,7 +145,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    return _answer(request, *describe_unexpected(exc, f"{request.method} {request.url.path}"))
+    where = f"{request.method} {request.url.path}"
+    return unexpected_error_response(exc, request.app.state.metrics, where)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError
-from envhub.server.errors import envhub_error_response
+from envhub.server.errors import envhub_error_response, unexpected_error_response
 from envhub.server.metrics import ServerMetrics
 from envhub.server.store import SessionStore
 from envhub.types import CloseResult, StepRequest, StepResult
@@ -52,13 +52,16 @@ class SessionFastPath:
             operation: Awaitable[StepResult | CloseResult] = self.store.step(session_id, request)
         else:
             operation = self.store.close(session_id)
+        where = f"POST {scope['path']}"
         try:
             result = await operation
+            payload = result.__pydantic_serializer__.to_json(result)
         except EnvhubError as exc:
-            answer = envhub_error_response(exc, self.metrics, f"POST {scope['path']}")
-            await answer(scope, receive, send)
+            await envhub_error_response(exc, self.metrics, where)(scope, receive, send)
             return
-        payload = result.__pydantic_serializer__.to_json(result)
+        except Exception as exc:  # answered as the routes answer it, not a dropped connection
+            await unexpected_error_response(exc, self.metrics, where)(scope, receive, send)
+            return
         await send({
             "type": "http.response.start",
             "status": 200,

@@ -30,10 +30,12 @@ errors and crashes are worded by :mod:`envhub.server.errors` with the status HTT
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import orjson
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -59,6 +61,21 @@ _PREFIX = "/v1/sessions/"
 _SUFFIX = "/ws"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _OPS = ("create", "step", "close", "info")
+
+
+def _decode(data: str | bytes) -> Any:
+    """A message's JSON, read as an HTTP body is: by pydantic's parser (the fast path's;
+    integers keep every digit, where orjson would make a float of one past 64 bits), then,
+    for what it refuses (an escaped unpaired surrogate, which a model's text may hold, or
+    nesting past 200 levels), by ``json`` (FastAPI's). ``ValueError`` names what is
+    wrong when neither reads it."""
+    try:
+        return pydantic_core.from_json(data)
+    except ValueError as strict:
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            raise strict from None
 
 
 class SessionWebSocket:
@@ -108,8 +125,8 @@ class SessionWebSocket:
             return self._error(STATUS_BY_CODE["payload_too_large"], "payload_too_large",
                                self.too_large)
         try:
-            request = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
+            request = _decode(data)
+        except ValueError as exc:
             return self._invalid(malformed_json(exc))
         if not isinstance(request, dict) or request.get("op") not in _OPS:
             return self._invalid("send a JSON object whose op is one of "
@@ -125,13 +142,13 @@ class SessionWebSocket:
             return self._invalid(f"unexpected fields for {op}: {', '.join(map(str, request))}")
         try:
             result = await self._call(op, session_id, request)
+            return result.__pydantic_serializer__.to_json(result)
         except ValidationError as exc:
             return self._error(*describe_validation(exc.errors()))
         except EnvhubError as exc:
             return self._error(*describe_envhub_error(exc, f"WS {where} {op}"))
-        except Exception as exc:
+        except Exception as exc:  # a crash, or a result JSON cannot carry: a reply, not a drop
             return self._error(*describe_unexpected(exc, f"WS {where} {op}"))
-        return result.__pydantic_serializer__.to_json(result)
 
     async def _call(self, op: str, session_id: str | None, fields: dict[str, Any]
                     ) -> BaseModel:

@@ -33,11 +33,11 @@ between assistant spans, so ``loss_mask`` is 0 on them as on tool results.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from envhub.model_text import ModelTextError, read_arguments
 from envhub.trajectory import Trajectory, Turn
 
 __all__ = ["DriftPolicy", "MaskReason", "TokenRow", "template_message", "trajectory_rows"]
@@ -205,8 +205,8 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
             arguments = function.get("arguments")
             if isinstance(arguments, str):
                 try:
-                    function["arguments"] = json.loads(arguments)
-                except json.JSONDecodeError:
+                    function["arguments"] = read_arguments(arguments)
+                except ModelTextError:
                     pass  # malformed arguments stay the text the model wrote
             fixed.append({**call, "function": function})
         out["tool_calls"] = fixed

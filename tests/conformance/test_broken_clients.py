@@ -145,8 +145,9 @@ FAULTS = {
     "untyped_step_errors": {"malformed_step"},
     "abort_scores": {"close_after_abort"},
     "malformed_raises": {
-        "lifecycle", "final_answer", "malformed_calls", "call_forms", "request_id_replay",
-        "abort", "malformed_step", "session_info", "context_manager", "sessions_independent",
+        "lifecycle", "final_answer", "malformed_calls", "hostile_arguments", "call_forms",
+        "request_id_replay", "abort", "malformed_step", "session_info", "context_manager",
+        "sessions_independent",
     },
 }  # fmt: skip
 
