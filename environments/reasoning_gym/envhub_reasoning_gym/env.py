@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 from collections.abc import Mapping
@@ -15,12 +16,8 @@ from envhub.errors import InvalidRequest
 from envhub.rewards import Rubric
 from envhub.sandboxes import Sandbox, SandboxSpec, make_sandbox, resolve_backend
 from envhub_reasoning_gym.catalog import check_client_config, parse_config, parse_datasets
-from envhub_reasoning_gym.scoring import (
-    EVALUATING_DATASETS,
-    Outcome,
-    ScorerPool,
-    plain_expression,
-)
+from envhub_reasoning_gym.scoring import DEFAULT_MEMORY_BYTES, Outcome, ScorerPool
+from envhub_reasoning_gym.screen import UNPARSEABLE, refusal
 from envhub_reasoning_gym.tasks import TaskKey, generate, task_set
 
 __all__ = ["ReasoningGymEnv"]
@@ -28,16 +25,30 @@ __all__ = ["ReasoningGymEnv"]
 #: the most tasks a client may ask for per dataset (generating them costs server CPU)
 MAX_CLIENT_SIZE = 500
 
-_POOLS: dict[tuple[int, bool], ScorerPool] = {}
+_POOLS: dict[tuple[int, bool, int], ScorerPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def _pool(size: int, bwrap: bool) -> ScorerPool:
+def _pool(size: int, bwrap: bool, memory_bytes: int) -> ScorerPool:
     with _POOLS_LOCK:
-        pool = _POOLS.get((size, bwrap))
+        pool = _POOLS.get((size, bwrap, memory_bytes))
         if pool is None:
-            pool = _POOLS[(size, bwrap)] = ScorerPool(size, bwrap=bwrap)
+            pool = ScorerPool(size, bwrap=bwrap, memory_bytes=memory_bytes)
+            _POOLS[(size, bwrap, memory_bytes)] = pool
         return pool
+
+
+@functools.cache
+def _bwrap_works() -> bool:
+    from envhub.sandboxes.bwrap import bwrap_problem
+
+    return bwrap_problem() is None
+
+
+def _score_in_bwrap(backend: str) -> bool:
+    """Whether scoring runs under bubblewrap: whenever it works on this host, whatever
+    the python tool's backend; required (an error where it cannot run) with ``bwrap``."""
+    return backend == "bwrap" or _bwrap_works()
 
 
 def _extract_tagged_answer(text: str) -> str | None:
@@ -56,9 +67,11 @@ class ReasoningGymEnv(Environment):
     ``size`` tasks per dataset, ``seed``, ``config`` (``{"dataset": {field: value}}``,
     passed to the dataset's config dataclass). Operator only: ``max_tasks`` (the most
     tasks one option set may generate), ``python`` (offer a ``python`` tool, off by
-    default) run in the ``sandbox`` backend (:func:`envhub.sandboxes.resolve_backend`;
-    ``bwrap`` also isolates the scoring workers), ``python_timeout_s``, ``score_timeout_s``
-    and ``score_workers`` (scoring processes per server process).
+    default) run in the ``sandbox`` backend (:func:`envhub.sandboxes.resolve_backend`),
+    ``python_timeout_s``, ``score_timeout_s``, ``score_workers`` (scoring processes per
+    server process) and ``score_memory_mb`` (what one score may allocate). Scoring runs
+    under bubblewrap whenever it works on the host (:mod:`.scoring`); ``sandbox=bwrap``
+    makes that a requirement.
 
     The answer is the ``answer`` tool's argument; an episode that ends with a final
     message instead is scored on its ``<answer>...</answer>`` text (Reasoning Gym's own
@@ -90,10 +103,12 @@ class ReasoningGymEnv(Environment):
         python_timeout_s: float = 10.0,
         score_timeout_s: float = 30.0,
         score_workers: int = 4,
+        score_memory_mb: int = DEFAULT_MEMORY_BYTES >> 20,
     ) -> None:
         super().__init__()
         names = parse_datasets(datasets)
-        for option, value in (("size", size), ("seed", seed), ("max_tasks", max_tasks)):
+        counts = (("size", size), ("seed", seed), ("max_tasks", max_tasks))
+        for option, value in (*counts, ("score_memory_mb", score_memory_mb)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidRequest(f"{option} must be a non-negative integer, not {value!r}")
         if size < 1:
@@ -112,6 +127,7 @@ class ReasoningGymEnv(Environment):
         self.python_timeout_s = float(python_timeout_s)
         self.score_timeout_s = float(score_timeout_s)
         self.score_workers = max(1, int(score_workers))
+        self.score_memory_bytes = score_memory_mb << 20
         self.entry: dict[str, Any] | None = None
         self.submitted: str | None = None
         self.sandbox: Sandbox | None = None
@@ -169,16 +185,22 @@ class ReasoningGymEnv(Environment):
             self.submitted = _extract_tagged_answer(content)
 
     def score(self, answer: str) -> Outcome:
-        """The dataset's ``score_answer`` of ``answer`` for this episode's entry."""
+        """The dataset's ``score_answer`` of ``answer`` for this episode's entry; an answer
+        the screen refuses (:func:`~envhub_reasoning_gym.screen.refusal`) is scored as one
+        the scorer cannot parse, with the reason as the error."""
         assert self.entry is not None, "reset() must run before scoring"
         dataset = self.task.metadata["dataset"]
-        if dataset in EVALUATING_DATASETS and not plain_expression(answer):
-            return Outcome(0.0, "refused: the scorer would run this answer as Python code")
+        refused = refusal(dataset, self.entry, answer)
         config = {**self.config.get(dataset, {}), "seed": self.seed, "size": self.size}
-        pool = _pool(self.score_workers, self.backend == "bwrap")
-        return pool.score(
-            dataset, json.dumps(config, sort_keys=True), self.entry, answer, self.score_timeout_s
+        pool = _pool(self.score_workers, _score_in_bwrap(self.backend), self.score_memory_bytes)
+        outcome = pool.score(
+            dataset,
+            json.dumps(config, sort_keys=True),
+            self.entry,
+            UNPARSEABLE if refused else answer,
+            self.score_timeout_s,
         )
+        return outcome if refused is None else Outcome(outcome.score, refused)
 
     def reward(self) -> Reward:
         if self.submitted is None or self.entry is None:

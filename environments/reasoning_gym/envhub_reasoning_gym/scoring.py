@@ -1,23 +1,34 @@
-"""Scoring answers with the dataset's own ``score_answer``, in worker processes.
+"""Scoring answers with the dataset's own ``score_answer``, in confined worker processes.
 
-:class:`ScorerPool` keeps a few long-lived workers (:mod:`._score_worker`; each imports
-Reasoning Gym once) and hands one request at a time to an idle one. A score that takes
-longer than the timeout kills its worker (a new one starts on demand) and counts as an
-error, never a hang of the server. With the ``bwrap`` backend the workers run under
-bubblewrap: host file system read-only, no network, own PID namespace.
+:class:`ScorerPool` keeps a few long-lived workers (:mod:`._score_worker`: each imports
+Reasoning Gym once and forks a fresh child per score, so a reply is bound to its request
+and nothing a score does survives it) and hands one request at a time to an idle one.
 
-A worker's reply is untrusted (the answer it scored may have run code in it): only a
-finite float in [0, 1] is accepted as a score.
+Every worker runs confined; there is no unconfined mode:
 
-Before any worker sees it, an answer to a dataset whose scorer evaluates text as Python
-(:data:`EVALUATING_DATASETS`) must be a plain expression (:func:`plain_expression`):
-numbers, names, operators and calls of names, or literals. Anything else (attributes,
-subscripts, strings, lambdas, comprehensions) scores 0 without being evaluated.
+- ``bwrap=True`` (the environment asks for it whenever bubblewrap works on the host):
+  new user, PID, network, IPC, UTS and cgroup namespaces, no capabilities, no network;
+  the file system is the interpreter, its packages and the worker script, read-only, a
+  16 MiB ``/tmp`` and a read-only ``/dev``: no host file beyond what scoring needs.
+- Always: an environment that names nothing of the server's (:func:`_worker_environment`:
+  no ``ENVHUB_TOKEN``, no API keys), ``python -I`` (no ``PYTHON*`` variables, no user
+  site), and per score an address-space allowance, a CPU-time limit and a file-size cap.
+
+Without bubblewrap the worker runs as the server's user with the host's file system and
+network: the per-score child, the stripped environment and the limits still hold, but
+code that ran in it could act as that user, so the answer screen (:mod:`.screen`) is
+then the only barrier against code. Install bubblewrap on any server that scores
+untrusted answers.
+
+A score that takes longer than its timeout kills its child (reward 0, the reason in the
+error); a worker that stops answering, or answers anything but its protocol, is
+discarded, never returned to the pool. Errors are fixed phrases (:func:`_outcome`): no
+text a scored answer controls reaches the caller.
 """
 
 from __future__ import annotations
 
-import ast
+import builtins
 import json
 import math
 import os
@@ -25,93 +36,26 @@ import pickle
 import queue
 import select
 import shutil
+import socket
 import struct
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EVALUATING_DATASETS", "Outcome", "ScorerPool", "plain_expression"]
+__all__ = ["DEFAULT_MEMORY_BYTES", "Outcome", "ScorerPool"]
 
-#: datasets whose score_answer runs ``eval`` or sympy's ``parse_expr`` on the answer
-EVALUATING_DATASETS = frozenset(
-    {
-        "binary_matrix",
-        "countdown",
-        "intermediate_integration",
-        "n_queens",
-        "polynomial_multiplication",
-        "puzzle24",
-        "simple_integration",
-        "spiral_matrix",
-        "string_insertion",
-    }
-)
-_MAX_EVAL_CHARS = 2000
-
-_PLAIN_NODES = (
-    ast.Expression, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop, ast.Name, ast.Load,
-    ast.Call, ast.List, ast.Tuple, ast.Constant,
-)  # fmt: skip
-
-
-#: the functions a plain expression may call: what sympy answers (integrals) contain
-_CALLABLE = frozenset(
-    "exp log ln sqrt sin cos tan cot sec csc asin acos atan acot sinh cosh tanh asinh acosh "
-    "atanh Abs abs factorial Integral".split()
-)
-_EXPONENT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.UAdd, ast.USub)
-_MAX_EXPONENT = 64
-
-
-def _small_exponent(node: ast.expr) -> bool:
-    """An exponent of numbers and + - * / only (no powers, no names), at most 64 in size."""
-    for part in ast.walk(node):
-        if isinstance(part, ast.BinOp | ast.UnaryOp) and isinstance(part.op, _EXPONENT_OPS):
-            continue
-        if isinstance(part, ast.Constant) and isinstance(part.value, int | float):
-            continue
-        if isinstance(part, ast.operator | ast.unaryop):
-            continue
-        return False
-    try:
-        value = eval(compile(ast.Expression(node), "<exponent>", "eval"), {"__builtins__": {}})
-    except (ArithmeticError, ValueError):
-        return False
-    return bool(abs(value) <= _MAX_EXPONENT)
-
-
-def plain_expression(text: str) -> bool:
-    """Whether ``text`` is safe to hand to ``eval``: it parses as one Python expression
-    made only of numbers, one-character strings, names not starting with ``_``,
-    arithmetic with small exponents, calls of math functions (:data:`_CALLABLE`), and
-    lists/tuples; or it does not parse as Python at all and has no ``__``/``lambda`` (the
-    scorer then fails on it too, before running anything)."""
-    if len(text) > _MAX_EVAL_CHARS:
-        return False
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, ValueError):
-        return "__" not in text and "lambda" not in text
-    for node in ast.walk(tree):
-        if not isinstance(node, _PLAIN_NODES):
-            return False
-        if isinstance(node, ast.Name) and node.id.startswith("_"):
-            return False
-        if isinstance(node, ast.Call) and (
-            not isinstance(node.func, ast.Name) or node.func.id not in _CALLABLE or node.keywords
-        ):
-            return False
-        if isinstance(node, ast.Constant) and not isinstance(node.value, int | float | complex):
-            if not (isinstance(node.value, str) and len(node.value) <= 1):  # ['a', 'b'] lists
-                return False
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-            if not _small_exponent(node.right):
-                return False
-    return True
+#: what one score may allocate beyond the worker's own size
+DEFAULT_MEMORY_BYTES = 1 << 30
+_WORKER = Path(__file__).with_name("_score_worker.py")
+_GRACE_S = 10.0  # past the score timeout, how long the worker has to report the child's end
+_TMP_BYTES = 16 << 20
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 @dataclass(frozen=True)
@@ -122,26 +66,114 @@ class Outcome:
     error: str | None = None
 
 
+def _worker_environment(tmp: str) -> dict[str, str]:
+    """The worker's whole environment: nothing of the server's is passed on."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": tmp,
+        "TMPDIR": tmp,
+        "MPLCONFIGDIR": tmp,  # matplotlib (imported by a dataset) wants a writable dir
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def _interpreter_paths() -> list[str]:
+    """What the worker reads: the interpreter, its standard library and packages,
+    Reasoning Gym (with its data files) and the worker script; outermost first."""
+    import reasoning_gym
+
+    paths = sysconfig.get_paths()
+    places = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parents[1])}
+    places |= {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    places |= {str(Path(reasoning_gym.__file__).parent), str(_WORKER)}
+    resolved = sorted({Path(place).resolve() for place in places} | {Path(p) for p in places})
+    existing = [path for path in resolved if path.exists()]
+    return [str(p) for p in existing if not any(p != q and p.is_relative_to(q) for q in existing)]
+
+
+def _system_binds() -> list[str]:
+    args = []
+    for place in _SYSTEM_DIRS:
+        if os.path.islink(place):
+            args += ["--symlink", os.readlink(place), place]
+        elif os.path.isdir(place):
+            args += ["--ro-bind", place, place]
+    return args
+
+
+def _bwrap_prefix() -> list[str]:
+    if shutil.which("bwrap") is None:
+        from envhub.errors import SandboxError
+
+        raise SandboxError("the bwrap backend needs bubblewrap (apt-get install bubblewrap)")
+    code = [arg for path in _interpreter_paths() for arg in ("--ro-bind", path, path)]
+    return [
+        "bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+        "--hostname", "scorer", "--disable-userns", "--die-with-parent", "--new-session",
+        "--cap-drop", "ALL", *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+        "--remount-ro", "/dev", "--size", str(_TMP_BYTES), "--tmpfs", "/tmp", *code,
+        "--remount-ro", "/", "--chdir", "/",
+    ]  # fmt: skip
+
+
+def _builtin_exception(name: Any) -> str:
+    """``name`` if it names a built-in exception, else a fixed word: a scored answer
+    can define a class with any name, so only Python's own names are repeated."""
+    value = getattr(builtins, name, None) if isinstance(name, str) else None
+    if isinstance(value, type) and issubclass(value, BaseException):
+        return name
+    return "an exception"
+
+
+def _outcome(reply: Any, timeout_s: float) -> Outcome | None:
+    """The outcome a well-formed worker reply stands for (``None``: not well formed)."""
+    if not isinstance(reply, dict):
+        return None
+    score = reply.get("score")
+    if type(score) is float and math.isfinite(score) and 0.0 <= score <= 1.0:
+        return Outcome(score)
+    kind = reply.get("error")
+    if kind == "raised":
+        return Outcome(None, f"score_answer raised {_builtin_exception(reply.get('type'))}")
+    if kind == "build":
+        return Outcome(None, f"the dataset did not build ({_builtin_exception(reply.get('type'))})")
+    messages = {
+        "timeout": f"scoring took longer than {timeout_s:g}s",
+        "died": "the scoring process died (a crash or a resource limit)",
+        "unexpected": "the scoring process sent an unexpected reply",
+        "out_of_range": "score_answer returned a value that is not a float in [0, 1]",
+    }
+    return Outcome(None, messages[kind]) if kind in messages else None
+
+
 class _Worker:
-    def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
-        )
+    """One worker process and the socket it is spoken to over (its fds 0 and 1)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.channel, theirs = socket.socketpair()
+        with theirs:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=theirs.fileno(),
+                stdout=theirs.fileno(),
+                stderr=subprocess.DEVNULL,
+                env=env,
+                cwd="/",
+            )
         self.buffer = b""
+
+    def send(self, payload: bytes) -> None:
+        self.channel.sendall(struct.pack(">I", len(payload)) + payload)
 
     def read_line(self, deadline: float) -> bytes | None:
         """The next reply line, or ``None`` at the deadline or when the worker is gone."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
         while b"\n" not in self.buffer:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            if remaining <= 0 or not select.select([self.channel], [], [], remaining)[0]:
                 return None
-            chunk = os.read(fd, 65536)
+            chunk = self.channel.recv(65536)
             if not chunk:
                 return None
             self.buffer += chunk
@@ -151,47 +183,28 @@ class _Worker:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait()
-
-
-def _code_under_tmp() -> list[str]:
-    """The worker's interpreter and code that live under ``/tmp`` (a venv or a checkout
-    there), outermost first: the sandbox's fresh ``/tmp`` must still show them."""
-    import reasoning_gym
-
-    import envhub
-
-    places = {sys.prefix, *sys.path}
-    places |= {str(Path(m.__file__).resolve().parents[1]) for m in (envhub, reasoning_gym)}
-    places.add(str(Path(__file__).resolve().parents[1]))
-    resolved = {Path(place).resolve() for place in places if place}
-    under = sorted(p for p in resolved if p.is_relative_to("/tmp") and p.exists())
-    outermost = [p for p in under if not any(p != q and p.is_relative_to(q) for q in under)]
-    return [str(p) for p in outermost]
-
-
-def _bwrap_prefix() -> list[str]:
-    if shutil.which("bwrap") is None:
-        from envhub.errors import SandboxError
-
-        raise SandboxError("the bwrap backend needs bubblewrap (apt-get install bubblewrap)")
-    keep = [arg for path in _code_under_tmp() for arg in ("--ro-bind", path, path)]
-    return [
-        "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-        *keep, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-        "--new-session",
-    ]  # fmt: skip
+        self.channel.close()
 
 
 class ScorerPool:
     """Up to ``size`` scoring workers, started on demand, shared by all episodes of a
-    process (thread-safe: rewards are computed in worker threads)."""
+    process (thread-safe: rewards are computed in worker threads). ``bwrap``: run them
+    under bubblewrap; ``memory_bytes``: what one score may allocate."""
 
-    def __init__(self, size: int, *, bwrap: bool = False, start_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        bwrap: bool = False,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        start_timeout_s: float = 60.0,
+    ) -> None:
         self.size = size
+        self.memory_bytes = memory_bytes
         self.start_timeout_s = start_timeout_s
-        self.argv = (_bwrap_prefix() if bwrap else []) + [
-            sys.executable, "-m", "envhub_reasoning_gym._score_worker",
-        ]  # fmt: skip
+        prefix = _bwrap_prefix() if bwrap else []
+        self._tmp = "/tmp" if bwrap else tempfile.mkdtemp(prefix="envhub-rg-scorer-")
+        self.argv = [*prefix, sys.executable, "-I", "-B", str(_WORKER)]
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._started = 0
         self._lock = threading.Lock()
@@ -216,8 +229,8 @@ class ScorerPool:
             except queue.Empty:
                 continue
         try:
-            worker = _Worker(self.argv)
-            if worker.read_line(time.monotonic() + self.start_timeout_s) is None:
+            worker = _Worker(self.argv, _worker_environment(self._tmp))
+            if worker.read_line(time.monotonic() + self.start_timeout_s) != b'{"ready": true}':
                 worker.kill()
                 raise RuntimeError("the Reasoning Gym scoring worker did not start")
         except BaseException:
@@ -235,33 +248,24 @@ class ScorerPool:
         self, dataset: str, config_json: str, entry: dict[str, Any], answer: str, timeout_s: float
     ) -> Outcome:
         """``score_answer(answer, entry)`` of ``dataset`` built with ``config_json``."""
-        payload = pickle.dumps((dataset, config_json, entry, answer))
+        request = (dataset, config_json, entry, answer, timeout_s, self.memory_bytes)
         worker = self._acquire()
         try:
-            assert worker.proc.stdin is not None
-            worker.proc.stdin.write(struct.pack(">I", len(payload)) + payload)
-            worker.proc.stdin.flush()
+            worker.send(pickle.dumps(request))
             line = worker.read_line(time.monotonic() + self.start_timeout_s)
             if line == b'{"scoring": true}':
-                line = worker.read_line(time.monotonic() + timeout_s)
-        except (BrokenPipeError, OSError):
+                line = worker.read_line(time.monotonic() + timeout_s + _GRACE_S)
+        except OSError:
             line = None
-        if line is None:
+        try:
+            outcome = None if line is None else _outcome(json.loads(line), timeout_s)
+        except ValueError:
+            outcome = None
+        if outcome is None or worker.buffer:
             self._discard(worker)
             return Outcome(None, f"scoring took longer than {timeout_s:g}s or its worker died")
         self._idle.put(worker)
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            return Outcome(None, "the scoring worker sent an unreadable reply")
-        if not isinstance(reply, dict):
-            return Outcome(None, "the scoring worker sent an unreadable reply")
-        score = reply.get("score")
-        if isinstance(score, float) and math.isfinite(score) and 0.0 <= score <= 1.0:
-            return Outcome(score)
-        if "error" in reply:
-            return Outcome(None, str(reply["error"])[:500])
-        return Outcome(None, f"score_answer returned {str(score)[:40]}, not a float in [0, 1]")
+        return outcome
 
     def close(self) -> None:
         """Stop the idle workers (one busy now goes back to the pool; the next close stops it)."""
@@ -269,5 +273,7 @@ class ScorerPool:
             try:
                 worker = self._idle.get_nowait()
             except queue.Empty:
-                return
+                break
             self._discard(worker)
+        if self._tmp != "/tmp":
+            shutil.rmtree(self._tmp, ignore_errors=True)

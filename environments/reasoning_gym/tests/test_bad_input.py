@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from envhub_reasoning_gym import ReasoningGymEnv
+from envhub_reasoning_gym import UNPARSEABLE, ReasoningGymEnv
+from reasoning_gym.factory import create_dataset
 
 import envhub
 from envhub.errors import InvalidRequest
@@ -65,6 +66,7 @@ def test_config_reaches_the_generator() -> None:
         ({"sandbox": "local"}, "set by the server's operator"),
         ({"python": True}, "set by the server's operator"),
         ({"max_tasks": 10**9}, "set by the server's operator"),
+        ({"score_memory_mb": 10**6}, "set by the server's operator"),
     ],
 )
 def test_client_options_are_bounded(options: dict[str, Any], message: str) -> None:
@@ -102,15 +104,31 @@ def test_an_answer_that_would_run_code_is_refused(tmp_path: Path) -> None:
     assert "refused" in closed.info["score_error"]
 
 
-def test_a_hanging_score_times_out_and_its_worker_is_replaced() -> None:
-    huge = "((((9**64)**64)**64)**64)**64"  # plain arithmetic, but sympy would compute it
-    options = {"datasets": "countdown", "score_timeout_s": 3.0}
-    _, closed = asyncio.run(_answer("countdown-0-0000", {"answer": huge}, **options))
-    assert closed.reward == 0.0 and "longer than 3s" in closed.info["score_error"]
-    env = envhub.make("reasoning_gym", size=1, **options)
-    gold = asyncio.run(env.task("countdown-0-0000")).answer
-    _, closed = asyncio.run(_answer("countdown-0-0000", {"answer": gold}, **options))
-    assert closed.reward == 1.0 and "score_error" not in closed.info
+#: answers that pass a screen that bounds only exponents, and take the scorer's memory
+#: or time (``[0]*10**7`` alone took 893 MB and 4.9 s)
+EXHAUSTING = [
+    ("countdown", "[0]*10**9"),
+    ("countdown", "[0]*10**7"),
+    ("countdown", "((((9**64)**64)**64)**64)**64"),
+    ("countdown", "factorial(factorial(10))"),
+    ("countdown", "(9**64)!"),
+    ("countdown", "1e999999"),
+    ("polynomial_multiplication", "(((x+1)**64)**64)**64"),
+    ("string_insertion", "'a'*10**9"),
+    ("string_insertion", "1<<10**9"),
+    ("spiral_matrix", "[[0]*10**5]*10**5"),
+]
+
+
+@pytest.mark.parametrize(("dataset", "answer"), EXHAUSTING)
+def test_answers_that_would_exhaust_the_scorer_are_refused(dataset: str, answer: str) -> None:
+    """Refused before any worker evaluates them, so well within the score timeout:
+    scored as text the dataset's scorer cannot parse."""
+    entry = create_dataset(dataset, seed=0, size=1)[0]
+    unparseable = create_dataset(dataset, seed=0, size=1).score_answer(UNPARSEABLE, entry)
+    options = {"datasets": dataset, "score_timeout_s": 3.0}
+    _, closed = asyncio.run(_answer(f"{dataset}-0-0000", {"answer": answer}, **options))
+    assert closed.reward == unparseable and "refused" in closed.info["score_error"]
 
 
 def test_malformed_answer_calls_are_error_observations() -> None:

@@ -4,11 +4,22 @@ wrong and partial answers too; answers that would run code are refused or contai
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
+import re
+from pathlib import Path
 from typing import Any
 
-from envhub_reasoning_gym import EVALUATING_DATASETS, default_datasets, plain_expression
-from reasoning_gym.factory import create_dataset
+import pytest
+from envhub_reasoning_gym import (
+    EVALUATING_DATASETS,
+    UNPARSEABLE,
+    all_datasets,
+    default_datasets,
+    plain_expression,
+    refusal,
+)
+from reasoning_gym.factory import DATASETS, create_dataset
 from reasoning_gym.utils import extract_answer
 
 import envhub
@@ -80,13 +91,12 @@ def test_reward_equals_score_answer_on_every_recorded_answer() -> None:
         entry = dataset[0]
         answer = _recorded_answer(trajectory)
         assert answer is not None
-        if name in EVALUATING_DATASETS and not plain_expression(answer):
-            expected = 0.0  # refused unevaluated (tested in test_bad_input)
-        else:
-            try:
-                expected = float(dataset.score_answer(answer, entry))
-            except Exception:  # the scorer's own failure on this answer scores 0
-                expected, raised = 0.0, raised + 1
+        if refusal(name, entry, answer):  # scored unevaluated, as unparseable text
+            answer = UNPARSEABLE
+        try:
+            expected = float(dataset.score_answer(answer, entry))
+        except Exception:  # the scorer's own failure on this answer scores 0
+            expected, raised = 0.0, raised + 1
         assert trajectory.reward == expected, (trajectory.task_id, answer, expected)
         assert trajectory.reward_components == {"score": expected, "answered": 1.0}
         partial += 0.0 < expected < 1.0
@@ -96,17 +106,21 @@ def test_reward_equals_score_answer_on_every_recorded_answer() -> None:
 
 def test_gold_answers_of_evaluating_datasets_are_plain_expressions() -> None:
     """The screen in front of eval-ing scorers lets every real answer shape through."""
-    for name in sorted(EVALUATING_DATASETS):
+    for name, evaluator in sorted(EVALUATING_DATASETS.items()):
         for seed in (0, 1):
             dataset = create_dataset(name, seed=seed, size=30)
             for index in range(30):
                 answer = dataset[index]["answer"]
-                assert plain_expression(answer), (name, seed, index, answer)
+                assert plain_expression(answer, evaluator), (name, seed, index, answer)
 
 
-def test_plain_expression_screen() -> None:
-    for plain in ["3*Integral(x**3*cos(3*x), x) + C", "-4*(-2*x - 8)**(3/2)/3 + C", "[['Q', '_']]"]:
-        assert plain_expression(plain)
+@pytest.mark.parametrize("evaluator", ["eval", "parse_expr"])
+def test_plain_expression_screen(evaluator: str) -> None:
+    plain = ["3*Integral(x**3*cos(3*x), x) + C", "-4*(-2*x - 8)**(3/2)/3 + C", "x**64 - 1"]
+    for text in plain:
+        assert plain_expression(text, evaluator), text  # type: ignore[arg-type]
+    for text in ["1 2 3 4", "(1 +"]:  # eval fails on them before running; sympy may not
+        assert plain_expression(text, evaluator) == (evaluator == "eval"), text  # type: ignore[arg-type]
     for code in [
         "__import__('os')",
         "open('x', 'w')",
@@ -116,5 +130,90 @@ def test_plain_expression_screen() -> None:
         "9**9**9",
         "[c for c in 'ab']",
         "'abc'",
+        "[0]*10**9",
+        "((((9**64)**64)**64)**64)**64",
+        "1 << 10**9",
     ]:
-        assert not plain_expression(code), code
+        assert not plain_expression(code, evaluator), code  # type: ignore[arg-type]
+
+
+def test_the_screen_judges_what_sympy_evaluates() -> None:
+    """Python's ``eval`` fails on ``x!`` before running anything; sympy's transformations
+    make these ``factorial(exec(...))`` and factorials computed at once. A sympy function
+    parses a string argument as code, and ``1e999999`` is a float to Python but an exact
+    decimal built digit by digit to sympy."""
+    for text in ['exec("1")!', "(9**64)!", "1e999999"]:
+        assert plain_expression(text, "eval"), text
+        assert not plain_expression(text, "parse_expr"), text
+    assert not plain_expression('sin("x")', "parse_expr") and plain_expression('sin("x")', "eval")
+    assert not plain_expression('Function("f")("open(1)")', "parse_expr")
+    assert plain_expression("x! + 3!", "parse_expr") and plain_expression("0.[3]", "parse_expr")
+
+
+@pytest.mark.parametrize(
+    "answer", ['(X := exec("1"))', '[exec("1") for X in (1,)]', 'f(X=exec("1"))', " (X := 1)"]
+)
+def test_code_that_compiles_only_with_the_scorers_own_names_is_refused(answer: str) -> None:
+    """The integration scorers pass their variable in ``local_dict``, so sympy leaves it
+    a bare name where a screen without that dict sees ``Symbol('X')``: a walrus, a
+    comprehension target or a keyword is a syntax error to the screen and runs in the
+    scorer."""
+    entry = create_dataset("simple_integration", seed=0, size=1)[0]
+    assert entry["metadata"]["variable"] == "X"
+    assert refusal("simple_integration", entry, answer) is not None
+
+
+def test_a_composite_entry_is_screened_as_its_source_dataset() -> None:
+    entry = {"answer": "", "metadata": {"source_dataset": "countdown"}}
+    assert refusal("composite", entry, 'exec("1")!') is not None
+    assert refusal("composite", entry, "3 + 4") is None
+    assert refusal("gcd", {"metadata": {"source_dataset": "gcd"}}, 'exec("1")!') is None
+
+
+def test_every_dataset_that_evaluates_an_answer_is_screened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Derived, not listed: every dataset's own ``score_answer`` gets answers that write
+    a file named after the dataset if anything evaluates them (as Python, through sympy,
+    inside a list); the datasets that wrote one are exactly :data:`EVALUATING_DATASETS`."""
+    monkeypatch.chdir(tmp_path)
+    for name in all_datasets():
+        if name == "composite":  # no default config; screened as its entries' source
+            continue
+        dataset = create_dataset(name, seed=0, size=1)
+        call = f"open({str(tmp_path / name)!r}, 'w')"
+        for answer in [call, f"[{call}]", f"[[{call}]]", f"({call}, 1)", f"{{'a': {call}}}"]:
+            try:
+                dataset.score_answer(answer, dataset[0])
+            except Exception:  # a scorer that raises on this answer did not evaluate it
+                pass
+    wrote = {path.name for path in tmp_path.iterdir()}
+    assert wrote == set(EVALUATING_DATASETS)
+
+
+#: datasets whose source evaluates text that is never the answer (read and checked)
+EVALUATES_ONLY_ITS_OWN_TEXT = {
+    "basic_arithmetic": "eval() of the generated expression, to compute the gold answer",
+    "bitwise_arithmetic": "eval() of the generated problem, to compute the gold answer",
+    "codeio": "exec() of the dataset's own programs while generating",
+    "number_sorting": "eval() of the entry's gold answer when it is not JSON",
+    "propositional_logic": "its own parse_expr: a recursive parser of formulas, no eval",
+    "advanced_geometry": "sympy builds the figures; score_answer reads floats",
+    "polynomial_equations": "sympy solves the generated equation; score_answer reads floats",
+    "simple_equations": "sympy solves the generated equation; score_answer compares text",
+}
+_EVALUATES = re.compile(r"\b(eval|exec|sympify|parse_expr|literal_eval|S)\(|\bsympy\b")
+
+
+def test_every_dataset_whose_source_can_evaluate_text_is_screened_or_reviewed() -> None:
+    """The static half of the audit: a scorer may evaluate only on a path the probes
+    above miss, so every dataset whose module mentions an evaluator is screened or was
+    read and is listed with the reason it never evaluates the answer."""
+    flagged = set()
+    for name, (cls, _) in DATASETS.items():
+        modules = {
+            inspect.getmodule(c) for c in cls.__mro__ if c.__module__.startswith("reasoning_gym")
+        }
+        if any(_EVALUATES.search(inspect.getsource(module)) for module in modules if module):
+            flagged.add(name)
+    assert flagged == set(EVALUATING_DATASETS) | set(EVALUATES_ONLY_ITS_OWN_TEXT)
