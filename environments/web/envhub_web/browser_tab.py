@@ -8,6 +8,14 @@ redirect or a script of the page asks for. Elements are
 found by their ``data-bid`` attribute; with ``tag_all`` (MiniWoB pages, which have no
 bids of their own) every element without one gets a numeric bid in document order,
 which is deterministic for a seeded page and therefore usable in gold actions.
+
+A page of the site that does not load within ``nav_timeout_s`` is infrastructure
+(:func:`envhub_web.tab.site_did_not_load`), whether ``goto``, ``go_back`` or an action
+opened it. A click waits the action timeout for its element to become actionable (one
+that never does, hidden, covered or disabled, is the model's doing: an error
+observation), then as long as a page may take to load for a page it opens. An action
+that timed out is told apart by the documents the main frame is loading (Playwright's
+request events): one still loading is the site's, none the element's.
 """
 
 from __future__ import annotations
@@ -19,14 +27,16 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
 from envhub.errors import SandboxError, ToolError
 from envhub_web.pageview import format_observation
 from envhub_web.pool import BrowserPool
 from envhub_web.runtime import runtime
-from envhub_web.tab import SCROLL_DIRECTIONS, site_url
+from envhub_web.tab import NAV_TIMEOUT_S, SCROLL_DIRECTIONS, site_did_not_load, site_url
 
 if TYPE_CHECKING:
-    from playwright.async_api import BrowserContext, Locator, Page
+    from playwright.async_api import BrowserContext, Locator, Page, Request
 
 __all__ = ["OBSERVE_JS", "BrowserTab"]
 
@@ -58,6 +68,18 @@ class BrowserTab:
         self.nav_timeout_s = nav_timeout_s
         self.tag_all = tag_all
         self.owns_pool = owns_pool
+        #: the documents the page's main frame is loading: a navigation to a page of the site
+        self._loading: set[Request] = set()
+        page.on("request", self._on_request)
+        page.on("requestfinished", self._on_request_done)
+        page.on("requestfailed", self._on_request_done)
+
+    def _on_request(self, request: Request) -> None:
+        if request.is_navigation_request() and request.frame == self._page.main_frame:
+            self._loading.add(request)
+
+    def _on_request_done(self, request: Request) -> None:
+        self._loading.discard(request)
 
     @classmethod
     async def open(
@@ -66,7 +88,7 @@ class BrowserTab:
         cookies: list[dict[str, Any]],
         origin: str,
         *,
-        nav_timeout_s: float = 10.0,
+        nav_timeout_s: float = NAV_TIMEOUT_S,
         action_timeout_s: float = 5.0,
         tag_all: bool = False,
         owns_pool: bool = False,
@@ -121,19 +143,34 @@ class BrowserTab:
             await self._page.wait_for_load_state(
                 "domcontentloaded", timeout=self.nav_timeout_s * 1000
             )
+        except PlaywrightTimeout:
+            raise site_did_not_load(self.url, self.nav_timeout_s) from None
         except Exception as exc:
             raise self._failure(f"the page did not finish loading: {_short(exc)}") from None
+
+    def _timed_out(self, failure: str) -> ToolError | SandboxError:
+        """What an action that timed out met: a page of the site that was still loading
+        (the action opened it, Playwright waited for it) is infrastructure; with no page
+        loading the element never became actionable, the model's doing (``failure``)."""
+        document = next(iter(self._loading), None)
+        if document is None:
+            return self._failure(failure)
+        return site_did_not_load(document.url, self.nav_timeout_s)
 
     async def _act(
         self, bid: str, what: str, operation: Callable[[Locator], Awaitable[Any]]
     ) -> None:
-        """Find ``bid`` and run ``operation`` on it; Playwright errors become ToolErrors."""
+        """Find ``bid`` and run ``operation`` on it, then let a page it opened load;
+        Playwright errors become ToolErrors, a page of the site that does not load a
+        SandboxError."""
 
         async def run() -> None:
             try:
                 await operation(await self._locator(bid))
             except ToolError:
                 raise
+            except PlaywrightTimeout as exc:
+                raise self._timed_out(f"{what} on [{bid}] failed: {_short(exc)}") from None
             except Exception as exc:
                 raise self._failure(f"{what} on [{bid}] failed: {_short(exc)}") from None
             await self._settle()
@@ -146,6 +183,8 @@ class BrowserTab:
         async def run() -> None:
             try:
                 await self._page.goto(target, wait_until="domcontentloaded")
+            except PlaywrightTimeout:
+                raise site_did_not_load(target, self.nav_timeout_s) from None
             except Exception as exc:
                 if not self._alive():
                     raise self._failure(f"{target} did not load: {_short(exc)}") from None
@@ -171,7 +210,11 @@ class BrowserTab:
                 await cdp.detach()
 
     async def click(self, bid: str) -> None:
-        await self._act(bid, "click", lambda el: el.click())
+        async def click(el: Locator) -> None:
+            await el.click(trial=True)  # actionable within the action timeout, or the model's
+            await el.click(timeout=self.nav_timeout_s * 1000)  # a page it opens: the site's
+
+        await self._act(bid, "click", click)
 
     async def fill(self, bid: str, text: str) -> None:
         await self._act(bid, "fill", lambda el: el.fill(text))
@@ -192,7 +235,8 @@ class BrowserTab:
         await self._act(bid, "select_option", choose)
 
     async def press(self, bid: str, key: str) -> None:
-        await self._act(bid, "press", lambda el: el.press(key))
+        # a key press (Enter in a form) may open a page: it waits as long as a page loads
+        await self._act(bid, "press", lambda el: el.press(key, timeout=self.nav_timeout_s * 1000))
 
     async def scroll(self, direction: str) -> None:
         if direction not in _SCROLL:
@@ -207,6 +251,8 @@ class BrowserTab:
                 if self.url == "about:blank":  # the blank page every tab starts on
                     await self._page.go_forward(wait_until="domcontentloaded")
                     response = None
+            except PlaywrightTimeout:
+                raise site_did_not_load("the previous page", self.nav_timeout_s) from None
             except Exception as exc:
                 raise self._failure(f"go_back failed: {_short(exc)}") from None
             if response is None and self.url in (before, "about:blank"):

@@ -19,6 +19,7 @@ from envhub import Budgets, Reward, Task, TaskSet
 from envhub.errors import EnvironmentFailure, InvalidRequest
 from envhub.types import Message
 from envhub_web.server import get_site, miniwob_html_dir
+from envhub_web.tab import NAV_TIMEOUT_S
 from envhub_web.tools import BrowsingEnv
 
 __all__ = ["MINIWOB_SYSTEM_PROMPT", "MiniWobEnv", "miniwob_task_url"]
@@ -50,14 +51,14 @@ class MiniWobEnv(BrowsingEnv):
 
     name = "miniwob"
     version = "0.1.0"
-    budgets: ClassVar[Budgets] = Budgets(max_turns=12, tool_timeout_s=30.0, episode_timeout_s=300.0)
+    budgets: ClassVar[Budgets] = BrowsingEnv.budgets.merged(max_turns=12)
     needs_browser = True
     tag_all_elements = True
 
     def __init__(
         self,
         mode: str | None = "browser",
-        nav_timeout_s: float = 10.0,
+        nav_timeout_s: float = NAV_TIMEOUT_S,
         chromium_path: str | None = None,
         screenshot_dir: str | None = None,
         fresh_browser: bool = False,

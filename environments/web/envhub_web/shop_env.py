@@ -14,6 +14,7 @@ from envhub_web.catalog import Product, load_catalog
 from envhub_web.server import Site, get_site
 from envhub_web.shop_tasks import generate_shop_tasks, goal_of
 from envhub_web.state import COOKIE, CartLine
+from envhub_web.tab import NAV_TIMEOUT_S
 from envhub_web.tools import BrowsingEnv
 
 __all__ = ["WebShopEnv"]
@@ -50,9 +51,7 @@ class WebShopEnv(BrowsingEnv):
     name = "web"
     version = "0.1.0"
     # the mode, catalog (a site per catalog), browser and paths are the operator's
-    client_options: ClassVar[dict[str, Any]] = {
-        "num_tasks": Annotated[int, Field(ge=1, le=10_000)]
-    }
+    client_options: ClassVar[dict[str, Any]] = {"num_tasks": Annotated[int, Field(ge=1, le=10_000)]}
 
     def __init__(
         self,
@@ -60,7 +59,7 @@ class WebShopEnv(BrowsingEnv):
         catalog_seed: int = 0,
         catalog_size: int = 3000,
         num_tasks: int = 2500,
-        nav_timeout_s: float = 10.0,
+        nav_timeout_s: float = NAV_TIMEOUT_S,
         chromium_path: str | None = None,
         screenshot_dir: str | None = None,
         fresh_browser: bool = False,

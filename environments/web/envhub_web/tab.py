@@ -1,10 +1,15 @@
 """What both modes implement: a tab the tools drive, and the site-only URL policy.
 
 Tools raise :class:`envhub.errors.ToolError` with a model-readable message for a
-missing bid, a wrong element kind, an off-site or malformed URL or a page that does not
-load; the session turns it into an ``is_error`` observation and the episode goes on.
-A site that refuses connections, or a browser that died, is no action's doing: that is
-:class:`envhub.errors.SandboxError`, and the episode is masked instead of scored.
+missing bid, a wrong element kind, an element that cannot be clicked, or an off-site or
+malformed URL; the session turns it into an ``is_error`` observation and the episode goes
+on. The site is part of the environment, so what it fails to do is no action's doing: a
+site that refuses connections, a page of it that does not load within ``nav_timeout_s``
+(:func:`site_did_not_load`) or a browser that died is
+:class:`envhub.errors.SandboxError`, and the episode is masked and run again instead of
+scored. A model cannot make a page of the site slow: the site answers every request in
+bounded work (a search counts each query token once, and the server refuses a request
+line over its limit), so only a loaded machine can.
 
 A tab may open pages of its own site only: the same scheme, host and port as the site
 the environment serves (:func:`site_url`). Other ports on 127.0.0.1 are other programs
@@ -20,11 +25,14 @@ import re
 from typing import Protocol
 from urllib.parse import SplitResult, urljoin, urlsplit
 
-from envhub.errors import ToolError
+from envhub.errors import SandboxError, ToolError
 
-__all__ = ["SCROLL_DIRECTIONS", "Tab", "site_url"]
+__all__ = ["NAV_TIMEOUT_S", "SCROLL_DIRECTIONS", "Tab", "site_did_not_load", "site_url"]
 
 SCROLL_DIRECTIONS = ("up", "down", "left", "right")
+#: how long a page of the site may take to load (``nav_timeout_s``): generous, as only a
+#: loaded machine makes the site slow, and what runs past it masks the episode
+NAV_TIMEOUT_S = 20.0
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
@@ -68,6 +76,15 @@ def site_url(origin: str, current: str, target: str) -> str:
             "can be opened"
         )
     return url
+
+
+def site_did_not_load(url: str, timeout_s: float) -> SandboxError:
+    """The infrastructure failure of a page of the tab's own site that did not load in
+    time: the machine is too loaded to serve it, which masks the episode (and reruns it)
+    instead of scoring the model for it."""
+    return SandboxError(
+        f"{url}, a page of this episode's own site, did not load within {timeout_s:g}s"
+    )
 
 
 class Tab(Protocol):

@@ -14,7 +14,7 @@ import httpx
 
 from envhub.errors import SandboxError, ToolError
 from envhub_web.pageview import Element, Page, format_observation, parse_html
-from envhub_web.tab import SCROLL_DIRECTIONS, site_url
+from envhub_web.tab import NAV_TIMEOUT_S, SCROLL_DIRECTIONS, site_did_not_load, site_url
 
 __all__ = ["TextTab"]
 
@@ -25,7 +25,9 @@ class TextTab:
     """A page of the site ``origin`` driven over HTTP; one per episode, with its own
     cookies and history. Links, form actions and redirects off the site are refused."""
 
-    def __init__(self, cookies: dict[str, str], origin: str, nav_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, cookies: dict[str, str], origin: str, nav_timeout_s: float = NAV_TIMEOUT_S
+    ) -> None:
         self.origin = origin
         self.nav_timeout_s = nav_timeout_s
         self._client = httpx.AsyncClient(
@@ -47,10 +49,7 @@ class TextTab:
             try:
                 response = await self._client.request(method, url, data=data)
             except httpx.TimeoutException:
-                raise ToolError(
-                    f"{url} did not load within {self.nav_timeout_s:g}s;"
-                    f" still on {self.url or 'no page'}"
-                ) from None
+                raise site_did_not_load(url, self.nav_timeout_s) from None
             except httpx.ConnectError as exc:  # only the tab's own site is ever asked
                 raise SandboxError(
                     f"the site of this episode refuses connections ({url}: {exc})"

@@ -16,7 +16,7 @@ from envhub import Budgets, Environment, tool
 from envhub.errors import InvalidRequest
 from envhub_web.pool import BrowserPool, find_chromium, get_pool
 from envhub_web.runtime import shutdown
-from envhub_web.tab import Tab
+from envhub_web.tab import NAV_TIMEOUT_S, Tab
 from envhub_web.text_tab import TextTab
 
 __all__ = ["MODES", "BrowsingEnv"]
@@ -27,7 +27,10 @@ MODES = ("browser", "text")
 class BrowsingEnv(Environment):
     """Base of the web environments: options, the tab's lifecycle and the tools."""
 
-    budgets: ClassVar[Budgets] = Budgets(max_turns=20, tool_timeout_s=30.0, episode_timeout_s=300.0)
+    #: a tool call may wait for an action (5 s) and a page to answer and to load (twice
+    #: ``nav_timeout_s``); the session's tool timeout stays above that, so a slow site
+    #: meets the tab's own timeouts (infrastructure) and never the session's (the model's)
+    budgets: ClassVar[Budgets] = Budgets(max_turns=20, tool_timeout_s=60.0, episode_timeout_s=300.0)
     final_answer_ends_episode: ClassVar[bool] = True
     #: whether the pages need a browser (MiniWoB++ runs JavaScript)
     needs_browser: ClassVar[bool] = False
@@ -37,7 +40,7 @@ class BrowsingEnv(Environment):
     def __init__(
         self,
         mode: str | None = None,
-        nav_timeout_s: float = 10.0,
+        nav_timeout_s: float = NAV_TIMEOUT_S,
         chromium_path: str | None = None,
         screenshot_dir: str | None = None,
         fresh_browser: bool = False,
