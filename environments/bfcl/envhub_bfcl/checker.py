@@ -25,38 +25,37 @@ import sys
 import threading
 import types
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from envhub_bfcl.categories import entries, ground_truth, kind_of
 
 __all__ = [
-    "BACKEND_LOCK",
     "MODEL_NAME",
     "Verdict",
     "argument_problem",
     "execution_string",
     "fresh_backend_defaults",
     "judge",
+    "verdict",
 ]
 
 #: the BFCL model name verdicts are computed for (an FC model with underscore_to_dot)
 MODEL_NAME = "gpt-4o-2024-11-20-FC"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: held while BFCL backend code runs: some of it sets process-wide state (MathAPI sets
-#: mpmath's global precision), so two episodes' calls must not interleave
-BACKEND_LOCK = threading.Lock()
-#: MathAPI arguments past which a call would run for minutes or exhaust memory (mpmath or
-#: decimal precision in digits, an integer power's exponent); far beyond any BFCL answer
+#: held while a verdict runs BFCL backend code in this process: some of it sets
+#: process-wide state (MathAPI sets mpmath's global precision), so two verdicts of
+#: in-process callers (benchmarks, gold derivation) must not interleave; episodes judge
+#: in worker processes (:mod:`envhub_bfcl.backends`)
+_BACKEND_LOCK = threading.Lock()
+#: arguments past which a call would run for minutes or exhaust memory, far beyond any
+#: BFCL answer: mpmath/decimal precision and round's decimal places in digits, an integer
+#: power's exponent and the bits of its result, the length of a value BFCL repeats
 MAX_PRECISION = 10_000
 MAX_EXPONENT = 10_000
-_LIMITS = {
-    "logarithm": ("precision", MAX_PRECISION),
-    "square_root": ("precision", MAX_PRECISION),
-    "power": ("exponent", MAX_EXPONENT),
-}
-
+MAX_POWER_BITS = 1 << 16
+MAX_REPEATED_LENGTH = 1_000
 
 #: the backends of the multi-turn categories
 _BACKENDS = (
@@ -83,21 +82,73 @@ def _mutable_defaults() -> list[tuple[Any, tuple[Any, ...]]]:
 def fresh_backend_defaults() -> None:
     """Give every backend method fresh copies of its mutable defaults. BFCL's backends
     store them (``post_tweet(..., mentions=[])`` keeps the list in the tweet, and
-    ``mention`` extends it), so without this one episode's calls would change what a
-    later episode starts from. Call with :data:`BACKEND_LOCK` held."""
+    ``mention`` extends it), so without this one call would change what later calls
+    start from (and, in a process that judges many episodes, later episodes). Where
+    several threads run backend code, call it with :data:`_BACKEND_LOCK` held."""
     for fn, defaults in _mutable_defaults():
         fn.__defaults__ = copy.deepcopy(defaults)
 
 
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _digits(key: str) -> Callable[[dict[str, Any]], str | None]:
+    """A precision or a number of decimal places: mpmath, decimal and ``round`` work in
+    time that grows with it (``round(5, -12_000_000)``: 13 s)."""
+
+    def problem(arguments: dict[str, Any]) -> str | None:
+        value = arguments.get(key)
+        if _is_number(value) and abs(value) > MAX_PRECISION:
+            return f"{key} {value} is out of range (at most {MAX_PRECISION})"
+        return None
+
+    return problem
+
+
+def _power(arguments: dict[str, Any]) -> str | None:
+    """``base ** exponent``: integers make an integer as long as the exponent times the
+    base's bits, computed before anything can print it."""
+    base, exponent = arguments.get("base"), arguments.get("exponent")
+    if _is_number(exponent) and abs(exponent) > MAX_EXPONENT:
+        return f"exponent {exponent} is out of range (at most {MAX_EXPONENT})"
+    if not (_is_number(base) and isinstance(base, int) and isinstance(exponent, int)):
+        return None  # a float result: it overflows at once instead of growing
+    if exponent > 0 and abs(base).bit_length() * exponent > MAX_POWER_BITS:
+        return f"base ** exponent is out of range (at most {MAX_POWER_BITS} bits)"
+    return None
+
+
+def _not_repeated(key: str) -> Callable[[dict[str, Any]], str | None]:
+    """A value BFCL multiplies by a number: a string or a list is repeated that often
+    (``compute_exchange_rate`` multiplies ``value`` by rates up to 110)."""
+
+    def problem(arguments: dict[str, Any]) -> str | None:
+        value = arguments.get(key)
+        if isinstance(value, str | list) and len(value) > MAX_REPEATED_LENGTH:
+            return f"{key} of length {len(value)} is out of range (at most {MAX_REPEATED_LENGTH})"
+        return None
+
+    return problem
+
+
+#: every backend method with an argument whose cost is not linear in its size (audited
+#: over the public methods of the eight multi-turn backends of bfcl-eval 2026.3.23)
+_PROBLEMS: dict[str, Callable[[dict[str, Any]], str | None]] = {
+    "logarithm": _digits("precision"),
+    "square_root": _digits("precision"),
+    "round_number": _digits("decimal_places"),
+    "power": _power,
+    "compute_exchange_rate": _not_repeated("value"),
+}
+
+
 def argument_problem(name: str, arguments: dict[str, Any]) -> str | None:
     """Why a call must not reach BFCL's backends (a hostile argument that would hang or
-    exhaust the process: BFCL's own evaluation would never finish), or ``None``."""
-    if name in _LIMITS:
-        key, limit = _LIMITS[name]
-        value = arguments.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > limit:
-            return f"{key} {value} is out of range (at most {limit})"
-    return None
+    exhaust the process: BFCL's own evaluation would never finish), or ``None``. Every
+    other argument costs time linear in its size, which the request size bounds."""
+    problem = _PROBLEMS.get(name)
+    return None if problem is None else problem(arguments)
 
 
 @dataclass(frozen=True)
@@ -145,7 +196,7 @@ def _ast_checker() -> Any:
         return ast_checker
 
 
-def _ast_verdict(category: str, entry: dict[str, Any], result: Any) -> Verdict:
+def _ast_verdict(category: str, entry: dict[str, Any], truth: Any, result: Any) -> Verdict:
     """What BFCL's ``_evaluate_single_ast_entry`` / ``_evaluate_single_relevance_entry``
     decide for an FC model's result."""
     ast_checker = _ast_checker()
@@ -179,7 +230,7 @@ def _ast_verdict(category: str, entry: dict[str, Any], result: Any) -> Verdict:
     checked = ast_checker(
         entry["function"],
         decoded,
-        ground_truth(category)[entry["id"]],
+        truth,
         Language.PYTHON,
         category,
         MODEL_NAME,
@@ -202,13 +253,12 @@ def execution_string(name: str, arguments: dict[str, Any], known: set[str]) -> s
 
 
 def _multi_turn_verdict(
-    category: str, entry: dict[str, Any], turns: list[list[dict[str, Any]]]
+    category: str, entry: dict[str, Any], truth: Any, turns: list[list[dict[str, Any]]]
 ) -> Verdict:
     """What BFCL's ``_evaluate_single_multi_turn_entry`` decides for an FC model."""
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
-    truth = ground_truth(category)[entry["id"]]
     if len(turns) != len(truth):
         return Verdict(
             False,
@@ -239,7 +289,7 @@ def _multi_turn_verdict(
     # fresh name per verdict keeps samples of one entry apart; dropped afterwards
     model = f"envhub_{uuid.uuid4().hex}"
     try:
-        with BACKEND_LOCK:
+        with _BACKEND_LOCK:
             fresh_backend_defaults()
             checked = multi_turn_checker(decoded, truth, dict(entry), category, model)
     finally:
@@ -253,7 +303,13 @@ def _multi_turn_verdict(
 
 def judge(category: str, entry_id: str, result: Any) -> Verdict:
     """BFCL's verdict on ``result`` (FC result form) for one entry of ``category``."""
-    entry = entries(category)[entry_id]
+    truth = ground_truth(category).get(entry_id)
+    return verdict(category, entries(category)[entry_id], truth, result)
+
+
+def verdict(category: str, entry: dict[str, Any], truth: Any, result: Any) -> Verdict:
+    """:func:`judge` given the entry and its possible answer (``None`` for irrelevance)
+    as data: what a worker process needs, without loading the category."""
     if kind_of(category) == "multi_turn":
-        return _multi_turn_verdict(category, entry, result)
-    return _ast_verdict(category, entry, result)
+        return _multi_turn_verdict(category, entry, truth, result)
+    return _ast_verdict(category, entry, truth, result)

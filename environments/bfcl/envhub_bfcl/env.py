@@ -8,13 +8,15 @@ categories record the calls (nothing is executed) until the model's first messag
 without calls. The reward is BFCL's verdict (:mod:`envhub_bfcl.checker`) on the messages
 as the model sent them (:meth:`BfclEnv.on_assistant_message`): calls the session refuses
 (an unknown name, arguments that are not JSON) count as BFCL counts them.
+
+BFCL's code never runs on the event loop: an episode's backends live in a worker
+process of its own, and each verdict runs in another (:mod:`envhub_bfcl.workers`), so a
+call or a verdict that runs long is killed without stopping the server's other sessions.
 """
 
 from __future__ import annotations
 
-import copy
-import importlib
-import inspect
+import asyncio
 import json
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar
@@ -22,7 +24,9 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec, UserTurn
+from envhub.errors import ToolError
 from envhub.types import Message, ToolCall
+from envhub_bfcl.backends import LiveBackends, Verdicts, call_request
 from envhub_bfcl.categories import (
     LEFT_OUT,
     entries,
@@ -30,15 +34,11 @@ from envhub_bfcl.categories import (
     kind_of,
     parse_categories,
 )
-from envhub_bfcl.checker import (
-    BACKEND_LOCK,
-    argument_problem,
-    fresh_backend_defaults,
-    judge,
-)
+from envhub_bfcl.checker import Verdict, argument_problem
 from envhub_bfcl.export import bfcl_step
 from envhub_bfcl.gold import multi_turn_gold, valid_ast_gold
 from envhub_bfcl.tools import tools_for
+from envhub_bfcl.workers import Worker
 
 __all__ = ["RECORDED", "BfclEnv"]
 
@@ -46,16 +46,9 @@ __all__ = ["RECORDED", "BfclEnv"]
 RECORDED = "recorded (single-turn category: the call is scored, not executed)"
 
 
-def _render(value: Any) -> str:
-    """A backend's return value as BFCL's inference shows it to the model."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        try:
-            return json.dumps(value)
-        except (TypeError, ValueError):
-            return str(value)
-    return str(value)
+#: how long BFCL's checker may take on one episode (p99 about 20 ms); past it, the
+#: model's calls made the verdict run away, and the episode scores 0
+VERDICT_TIMEOUT_S = 60.0
 
 
 class BfclEnv(Environment):
@@ -75,8 +68,11 @@ class BfclEnv(Environment):
         self.categories = parse_categories(categories)
         self._entry: dict[str, Any] = {}
         self._tools: dict[str, ToolSpec] = {}
-        self._methods: dict[str, Any] = {}
         self._turn = 0
+        #: the episode's live backends (multi-turn), and the calls they ran: a worker
+        #: killed mid-call is replaced by one that replays them
+        self._backends: Worker | None = None
+        self._history: list[str] = []
         #: what BFCL scores: single-turn, a list of {name: arguments_json}; multi-turn, one
         #: list of steps (each a list of such calls) per user turn
         self.calls: list[dict[str, str]] = []
@@ -119,31 +115,13 @@ class BfclEnv(Environment):
         self._entry = entries(self.category)[task.id]
         self._tools = dict(tools_for(self._entry["function"]))
         self.calls, self.turns, self._turn = [], [[]], 0
+        self._history = []
+        await self.close()
         if kind_of(self.category) == "multi_turn":
-            self._methods = self._backends(self._entry)
+            # started here, outside any tool timeout: a slow start (a cold zygote, a
+            # loaded machine) is never charged to the model's first call
+            self._backends = await Worker.start(LiveBackends, self._entry, ())
         return messages
-
-    @staticmethod
-    def _backends(entry: dict[str, Any]) -> dict[str, Any]:
-        """Fresh backend instances loaded with the entry's ``initial_config``, as BFCL's
-        ``execute_multi_turn_func_call`` builds them; public method name -> bound method."""
-        from bfcl_eval.constants.executable_backend_config import (
-            CLASS_FILE_PATH_MAPPING,
-            STATELESS_CLASSES,
-        )
-
-        long_context = "long_context" in entry["id"]
-        methods: dict[str, Any] = {}
-        for class_name in entry["involved_classes"]:
-            cls = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
-            instance = cls()
-            if class_name not in STATELESS_CLASSES:
-                config = copy.deepcopy(entry["initial_config"].get(class_name, {}))
-                instance._load_scenario(config, long_context=long_context)
-            for name, method in inspect.getmembers(instance, inspect.ismethod):
-                if not name.startswith("_"):
-                    methods[name] = method
-        return methods
 
     def episode_tools(self) -> Mapping[str, ToolSpec]:
         """This entry's functions (none before a reset: every entry has its own)."""
@@ -161,23 +139,26 @@ class BfclEnv(Environment):
             self.calls.extend(step)
 
     async def call_function(self, tool: str, arguments: dict[str, Any]) -> str:
-        """Run one call on the live backends (multi-turn; a backend that raises, or
-        arguments its method does not take, is an error observation); single-turn calls
-        are only recorded. BFCL's backends are small pure-Python objects (all of an
-        episode's calls take milliseconds), so a call runs on the event loop: a thread hop
-        would cost more than the call; arguments that would make one run long are refused
-        (:func:`~envhub_bfcl.checker.argument_problem`)."""
+        """Run one call on the episode's live backends (multi-turn; a backend that raises,
+        or arguments its method does not take, is an error observation); single-turn
+        calls are only recorded. Arguments that would make a call run for minutes are
+        refused (:func:`~envhub_bfcl.checker.argument_problem`); a call that still runs
+        past the tool timeout is cancelled by the session, which kills its worker, and
+        the next call gets a worker with the calls before it replayed."""
         if kind_of(self.category) != "multi_turn":
             return RECORDED
         problem = argument_problem(tool, arguments)
         if problem is not None:
             raise ValueError(problem)
-        # backends keep what they are given (a tweet keeps its mentions list and ``mention``
-        # extends it): they get copies, never objects shared with the caller's data
-        arguments = copy.deepcopy(arguments)
-        with BACKEND_LOCK:
-            fresh_backend_defaults()
-            return _render(self._methods[tool](**arguments))
+        request = call_request(tool, arguments)
+        if self._backends is None or not self._backends.alive:
+            self._backends = await Worker.start(LiveBackends, self._entry, tuple(self._history))
+        backends = self._backends
+        try:
+            return await backends.ask(request)
+        finally:
+            if backends.alive:  # it ran (a backend's own error included): replay it
+                self._history.append(request)
 
     async def next_user_turn(self) -> UserTurn | None:
         """BFCL's next question (multi-turn); where BFCL holds a function back, the turn
@@ -201,10 +182,8 @@ class BfclEnv(Environment):
         return UserTurn(messages=[prompt], tools=self._tools)
 
     async def reward(self) -> Reward:
-        """BFCL's verdict; on the event loop like the calls (p99 about 20 ms per episode for
-        the multi-turn checker, which replays the calls and the ground truth)."""
-        multi = kind_of(self.category) == "multi_turn"
-        verdict = judge(self.category, self.task.id, self.turns if multi else self.calls)
+        """BFCL's verdict, computed in a worker process of its own (:meth:`_verdict`)."""
+        verdict = await self._verdict()
         return Reward(
             value=float(verdict.valid),
             components={"valid": float(verdict.valid)},
@@ -214,3 +193,32 @@ class BfclEnv(Environment):
                 "error_message": verdict.error_message[:2000],
             },
         )
+
+    async def _verdict(self) -> Verdict:
+        """BFCL's checker on what was recorded, killed past :data:`VERDICT_TIMEOUT_S`.
+        The checker runs the model's calls: one that makes it run away or fail is the
+        model's outcome, a verdict of 0 saying so; a worker that cannot start is
+        infrastructure (``SandboxError``, the episode is masked)."""
+        multi = kind_of(self.category) == "multi_turn"
+        truth = ground_truth(self.category).get(self.task.id)
+        worker = await Worker.start(Verdicts, self.category, self._entry, truth)
+        try:
+            reply = await asyncio.wait_for(
+                worker.ask(json.dumps(self.turns if multi else self.calls)), VERDICT_TIMEOUT_S
+            )
+        except asyncio.TimeoutError:
+            return Verdict(
+                False,
+                "envhub:checker_timeout",
+                f"BFCL's checker did not finish within {VERDICT_TIMEOUT_S:g}s on these calls",
+            )
+        except ToolError as exc:
+            return Verdict(False, "envhub:checker_error", f"BFCL's checker failed: {exc}")
+        finally:
+            worker.kill()
+        return Verdict(**json.loads(reply))
+
+    async def close(self) -> None:
+        """Stop the episode's backends (their worker exits with its socket anyway)."""
+        if self._backends is not None:
+            self._backends.kill()

@@ -150,19 +150,27 @@ async def test_the_same_entry_scores_independently_in_many_episodes() -> None:
 
 
 async def test_arguments_that_would_never_finish_are_refused_live_and_in_the_verdict() -> None:
-    """An integer power with a huge exponent, or a logarithm to a hundred million digits,
-    would hang the backend (and BFCL's own evaluation): an error observation, and the
-    verdict treats the call as one that failed."""
+    """Precisions and decimal places of a hundred million digits, an integer power with a
+    huge exponent or result, an exchange of a value BFCL would repeat a hundred times:
+    each would hang or exhaust the backend (and BFCL's own evaluation). An error
+    observation, and the verdict treats the call as one that failed."""
     env = envhub.make("bfcl", categories="base")
-    task = env.tasks.get("multi_turn_base_15")
-    calls = [
+    task = env.tasks.get("multi_turn_base_157")  # MathAPI and TravelAPI
+    exchange = {"base_currency": "USD", "target_currency": "JPY", "value": [0] * 100_000}
+    hostile = [
         GoldCall(name="power", arguments={"base": 10, "exponent": 10**12}),
+        GoldCall(name="power", arguments={"base": 10**300, "exponent": 10_000}),
         GoldCall(name="logarithm", arguments={"value": 2, "base": 3, "precision": 10**8}),
-        *task.gold_actions,
+        GoldCall(name="square_root", arguments={"number": 2, "precision": 10**8}),
+        GoldCall(name="round_number", arguments={"number": 5, "decimal_places": -(10**8)}),
+        GoldCall(name="compute_exchange_rate", arguments=exchange),
     ]
-    trajectory = await replay_calls(env, task.id, calls, max_env_attempts=1)
-    refused = [m["content"] for m in trajectory.messages[2:6] if m["role"] == "tool"]
-    assert len(refused) == 2 and all("out of range" in c for c in refused), refused
+    trajectory = await replay_calls(
+        env, task.id, [*hostile, *task.gold_actions], max_env_attempts=1
+    )
+    tools = [m["content"] for m in trajectory.messages if m["role"] == "tool"]
+    refused = tools[: len(hostile)]
+    assert all("out of range" in c for c in refused), refused
     assert not trajectory.masked and trajectory.reward == 1.0
 
 
