@@ -9,7 +9,9 @@ need with a ``SandboxSpec`` and the backend comes from configuration
 
 Backends: ``local`` (no isolation; the default), ``bwrap`` (Linux namespaces),
 ``docker`` (containers; needs ``pip install envhub[docker]``). ``SandboxPool`` keeps
-sandboxes pre-started so an episode gets one in milliseconds.
+sandboxes pre-started so an episode gets one in milliseconds. ``bwrap_problem()`` says
+why bwrap cannot run on this host (``None``: it can), for code that confines its own
+children with it where it works.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from envhub.sandboxes._select import (
 from envhub.sandboxes.base import ExecResult as ExecResult
 from envhub.sandboxes.base import Sandbox as Sandbox
 from envhub.sandboxes.base import SandboxSpec as SandboxSpec
+from envhub.sandboxes.bwrap import bwrap_problem as bwrap_problem
 from envhub.sandboxes.pool import PoolMetrics as PoolMetrics
 from envhub.sandboxes.pool import SandboxPool as SandboxPool
 
@@ -39,6 +42,7 @@ __all__ = [
     "Sandbox",
     "SandboxPool",
     "SandboxSpec",
+    "bwrap_problem",
     "make_sandbox",
     "open_sandbox",
     "resolve_backend",

@@ -25,7 +25,8 @@ HOSTILE = [
     ("__import__('os').system('id')", "unsupported syntax"),
     ("[1] * 10 ** 9", "unsupported syntax"),
     ("\x00", "not an arithmetic expression"),
-    ("\ud800", "not an arithmetic expression"),
+    # an unpaired surrogate never reaches the tool: the session refuses it (the
+    # conformance suite's hostile_arguments check, for every environment)
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import threading
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar
@@ -14,7 +15,13 @@ from pydantic import AfterValidator, Field
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec, tool
 from envhub.errors import InvalidRequest
 from envhub.rewards import Rubric
-from envhub.sandboxes import Sandbox, SandboxSpec, make_sandbox, resolve_backend
+from envhub.sandboxes import (
+    Sandbox,
+    SandboxSpec,
+    bwrap_problem,
+    make_sandbox,
+    resolve_backend,
+)
 from envhub_reasoning_gym.catalog import check_client_config, parse_config, parse_datasets
 from envhub_reasoning_gym.scoring import DEFAULT_MEMORY_BYTES, Outcome, ScorerPool
 from envhub_reasoning_gym.screen import UNPARSEABLE, refusal
@@ -40,9 +47,16 @@ def _pool(size: int, bwrap: bool, memory_bytes: int) -> ScorerPool:
 
 @functools.cache
 def _bwrap_works() -> bool:
-    from envhub.sandboxes.bwrap import bwrap_problem
-
-    return bwrap_problem() is None
+    """Whether bubblewrap runs here; said once in the log where it does not, because
+    then a score runs as the server's user, with the answer screen its only barrier."""
+    problem = bwrap_problem()
+    if problem is not None:
+        logging.getLogger(__name__).warning(
+            "Reasoning Gym scores run unconfined (as this server's user, behind the answer "
+            "screen and rlimits only): %s; install bubblewrap where answers are untrusted",
+            problem,
+        )
+    return problem is None
 
 
 def _score_in_bwrap(backend: str) -> bool:

@@ -15,12 +15,14 @@ from envhub.testing import call_tool, replay_calls
 
 RETRIEVERS = ["fts5", "bm25s"]
 NO_WORDS = "the query has no words to search for"
+#: what the session answers, before any tool runs, for arguments holding a lone surrogate
+NOT_UNICODE = "not valid Unicode"
 
 #: (query, what the observation says, whether it is an error)
 QUERIES = [
     ("", NO_WORDS, False),
     ("\x00", NO_WORDS, False),
-    ("\ud800", NO_WORDS, False),
+    ("\ud800", NOT_UNICODE, True),
     ('"', NO_WORDS, False),
     ("*^%", NO_WORDS, False),
     ("\U0001f600" * 300, NO_WORDS, False),
@@ -32,7 +34,7 @@ QUERIES = [
 #: (doc_id, what the error observation says)
 DOC_IDS = [
     ("", "no document ''"),
-    ("\ud800", "no document '\\ud800'"),
+    ("\ud800", NOT_UNICODE),
     ("\x00", "no document '\\x00'"),
     ("../../../etc/passwd", "no document '../../../etc/passwd'"),
     ("%", "no document '%'"),
@@ -79,7 +81,8 @@ async def test_an_episode_of_hostile_calls_is_scored_not_masked(retriever: str) 
         GoldCall(name="open", arguments={"doc_id": "\ud800"}),
         GoldCall(name="search", arguments={"query": "France", "k": "many"}),  # wrong type
         GoldCall(name="browse", arguments={"url": "http://127.0.0.1:8000/metrics"}),
-        GoldCall(name="answer", arguments={"text": "\ud800\x00" * 1000}),
+        GoldCall(name="answer", arguments={"text": "\ud800"}),  # refused: not text
+        GoldCall(name="answer", arguments={"text": "\x00\U0001f600" * 1000}),
     ]
     trajectory = await replay_calls(env, task_id, calls)
     assert not trajectory.masked, trajectory.error
