@@ -6,10 +6,8 @@ afterwards get a clean run's rewards."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import envhub
-from envhub.hostile import HOSTILE_ANSWERS, hostile_answers
+from envhub.hostile import HOSTILE_ANSWERS
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers
 
@@ -42,14 +40,10 @@ async def test_hostile_answers_to_a_shared_server_score_as_a_plain_wrong_answer(
         await env.aclose()
 
 
-async def test_hostile_revisions_reach_git_and_score_as_a_plain_wrong_answer(
-    tmp_path: Path,
-) -> None:
+async def test_hostile_revisions_reach_git_and_score_as_a_plain_wrong_answer() -> None:
     """mcp-server-git runs git with the model's revision: the corpus's shell injections
-    and its strings that are not valid Unicode (a server per episode: a subset). The
-    checker does not put its marker into ``answers=``, so this test checks its own."""
-    marker = tmp_path / "ran-on-the-host"
-    subset = [text for raw, text in zip(HOSTILE_ANSWERS, hostile_answers(str(marker)), strict=True)
+    and its strings that are not valid Unicode (a server per episode: a subset)."""
+    subset = [raw for raw in HOSTILE_ANSWERS
               if raw.startswith(_SHELL_INJECTIONS) or not _is_unicode(raw)]  # fmt: skip
     env = envhub.make("mcp")
     try:
@@ -58,7 +52,6 @@ async def test_hostile_revisions_reach_git_and_score_as_a_plain_wrong_answer(
         )
     finally:
         await env.aclose()
-    assert not marker.exists()
 
 
 def _is_unicode(text: str) -> bool:

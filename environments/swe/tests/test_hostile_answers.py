@@ -14,13 +14,12 @@ test timeout).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 import envhub
-from envhub.hostile import HOSTILE_ANSWERS, hostile_answers
-from envhub.sandboxes.bwrap import bwrap_problem
+from envhub.hostile import HOSTILE_ANSWERS
+from envhub.sandboxes import bwrap_problem
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers
 
@@ -52,22 +51,19 @@ def _runs_here(raw: str) -> bool:
     return True
 
 
-def _subset(marker: Path) -> list[str]:
-    return [
-        text
-        for raw, text in zip(HOSTILE_ANSWERS, hostile_answers(str(marker)), strict=True)
-        if (("{marker}" in raw or "score" in raw) and _runs_here(raw)) or not raw.isprintable()
-    ]
+#: the corpus's code injections and forgeries that are a Python module line or a shell
+#: command, and its texts that are not printable (a container per episode: a subset)
+SUBSET = [
+    raw
+    for raw in HOSTILE_ANSWERS
+    if (("{marker}" in raw or "score" in raw) and _runs_here(raw)) or not raw.isprintable()
+]
 
 
-async def test_hostile_answers_score_as_a_plain_wrong_answer(tmp_path: Path) -> None:
+async def test_hostile_answers_score_as_a_plain_wrong_answer() -> None:
     if problem := bwrap_problem():
         if os.environ.get("ENVHUB_REQUIRE_BWRAP") == "1":
             pytest.fail(f"bwrap required (ENVHUB_REQUIRE_BWRAP=1) but {problem}")
         pytest.skip(problem)
-    marker = tmp_path / "ran-on-the-host"  # answers= texts are not marker-substituted
     env = envhub.make("swe", sandbox="bwrap")
-    await check_hostile_answers(
-        env, TASK, _run_then_patch, plain_wrong="0", answers=_subset(marker)
-    )
-    assert not marker.exists()
+    await check_hostile_answers(env, TASK, _run_then_patch, plain_wrong="0", answers=SUBSET)
