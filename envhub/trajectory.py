@@ -49,8 +49,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
 
 from pydantic import BaseModel, Field
+from pydantic_core import PydanticSerializationError
 
 from envhub.errors import InvalidRequest
+from envhub.model_text import valid_text
 from envhub.types import Message, StopReason
 
 __all__ = [
@@ -198,6 +200,18 @@ class Trajectory(BaseModel):
         return per_turn
 
 
+def _record_line(trajectory: Trajectory) -> bytes:
+    """One record as a line of UTF-8. The messages keep a model's calls as it made them,
+    and an in-process policy's can hold unpaired surrogates, which UTF-8 cannot carry
+    (the session refused those calls): such a record is written with each one as
+    U+FFFD, as every transport sends them, rather than lost."""
+    try:
+        return trajectory.model_dump_json().encode() + b"\n"
+    except PydanticSerializationError:
+        text = json.dumps(trajectory.model_dump(mode="json"), ensure_ascii=False)
+        return valid_text(text).encode() + b"\n"
+
+
 class TrajectoryWriter:
     """Append-only JSONL writer: one ``write`` + ``flush`` per record.
 
@@ -215,7 +229,7 @@ class TrajectoryWriter:
         _repair_tail(self._fh)
 
     def write(self, trajectory: Trajectory) -> None:
-        self._fh.write(trajectory.model_dump_json().encode() + b"\n")
+        self._fh.write(_record_line(trajectory))
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())

@@ -13,12 +13,12 @@ answer), so its log holds every call with the session's answer, whoever sent it;
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from envhub.agents.proxy import CapturedCall
+from envhub.model_text import ModelTextError, loads_json
 from envhub.protocol import ClosingOnExit, SessionHandle
 from envhub.trajectory import SessionCall
 from envhub.types import CloseResult, Observation, SessionInfo, SessionStart, StepResult, ToolCall
@@ -117,6 +117,6 @@ def _parsed(arguments: str | dict[str, Any]) -> Any:
     if isinstance(arguments, dict):
         return arguments
     try:
-        return json.loads(arguments)
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's limit
+        return loads_json(arguments)
+    except ModelTextError:  # not JSON, nested past the parser's limit, a huge integer
         return arguments

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import envhub
 from envhub.errors import InvalidRequest
+from envhub.task import GoldCall
+from envhub.testing import replay_calls
 from envhub.trajectory import (
     EnvRef,
     Trajectory,
@@ -125,3 +128,29 @@ def test_stop_reason_uses_the_one_stop_reason_vocabulary() -> None:
     for reason in ("end_turn", "env_failure", "env:", "goal_reached"):
         with pytest.raises(ValidationError):
             Trajectory.model_validate({**record, "stop_reason": reason})
+
+
+async def test_an_episode_of_calls_that_are_not_text_is_written_and_read_back(
+    tmp_path: Path,
+) -> None:
+    """An in-process policy's calls can hold unpaired surrogates (in a name, in
+    arguments, in the final answer): the session refuses them and the episode is scored,
+    and its record is written with each raw one as U+FFFD, not lost to an encoding error
+    (arguments the policy encoded as JSON keep their ``\\ud800`` escapes)."""
+    env = envhub.make("calc")
+    calls = [
+        GoldCall(name="calculate\ud800", arguments={"expression": "\udcff"}),
+        GoldCall(name="calculate", arguments={"expression": "1 + \ud800"}),
+        GoldCall(name="", arguments={"content": "4\ud800"}),
+    ]
+    trajectory = await replay_calls(env, (await env.task_ids())[0], calls)
+    assert not trajectory.masked and trajectory.metrics.tool_errors == 2
+    path = tmp_path / "t.jsonl"
+    writer = TrajectoryWriter(path)
+    writer.write(trajectory)
+    writer.close()
+    [back] = read_trajectories(path)
+    assert back.reward == trajectory.reward
+    [call] = back.messages[2]["tool_calls"]
+    assert call["function"]["name"] == "calculate\ufffd"
+    assert back.messages[-1]["content"] == "4\ufffd"
