@@ -50,6 +50,7 @@ __all__ = [
     "check_tasks",
     "first_uses_at_once",
     "replay_calls",
+    "serve_in_subprocess",
     "serve_in_thread",
 ]
 
@@ -114,6 +115,52 @@ def serve_in_thread(app: Any, *, startup_timeout_s: float = 30.0) -> Iterator[st
         server.should_exit = True
         thread.join(timeout=startup_timeout_s)
         sock.close()
+
+
+@contextmanager
+def serve_in_subprocess(
+    *args: str, token: str = "", startup_timeout_s: float = 120.0
+) -> Iterator[str]:
+    """``envhub serve ARGS`` as a subprocess (the CLI, not the app factory, with
+    ``ENVHUB_TOKEN=token``) on a free port of 127.0.0.1; yields its URL once ``/health``
+    answers, and stops it on exit. A server of its own process is what a test needs when
+    what it measures is the server's own event loop: one in a thread of the test's
+    process shares the test's GIL. Raises ``RuntimeError`` with the server's output if it
+    does not come up within ``startup_timeout_s``."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "envhub.cli", "serve", *args, "--port", str(port),
+               "--log-level", "warning"]  # fmt: skip
+    with tempfile.TemporaryFile() as output:
+        proc = subprocess.Popen(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "ENVHUB_TOKEN": token},
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while not _answers_health(url):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    output.seek(0)
+                    said = output.read().decode(errors="replace")[-4000:]
+                    raise RuntimeError(f"envhub serve {' '.join(args)} did not come up:\n{said}")
+                time.sleep(0.1)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+
+def _answers_health(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 async def call_tool(session: SessionHandle, tool: str, /, **arguments: Any) -> StepResult:

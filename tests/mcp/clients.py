@@ -16,11 +16,26 @@ from mcp.client import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent, TextResourceContents
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from envhub.protocol import EnvironmentClient
 from envhub.types import CloseResult, Observation, ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
+
+#: a raw initialize request and the Accept header Streamable HTTP requires, for tests
+#: that speak to the door byte by byte rather than through the SDK
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1],
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 # One episode per environment: a valid call, malformed arguments, an unknown tool, then
 # the task's gold calls (reward 1).

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from envhub.testing import serve_in_subprocess
 from tests.mcp.clients import http_session, text_of
-from tests.server.test_server_walkthrough import envhub_serve
 
 
 async def test_serve_mcp_from_the_command_line() -> None:
-    with envhub_serve("calc", "--mcp", "--max-turns", "2", token="cli-token") as url:
+    with serve_in_subprocess("calc", "--mcp", "--max-turns", "2", token="cli-token") as url:
         async with http_session(f"{url}/mcp/calc?task_id=calc-0-00000", token="cli-token") as s:
             assert text_of(await s.call_tool("calculate", {"expression": "805 - 273"})) == "532"
             last = await s.call_tool("calculate", {"expression": "1 + 1"})

@@ -17,19 +17,9 @@ import envhub
 from envhub.hostile import deeply_nested_json
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
-from tests.mcp.clients import TASKS
+from tests.mcp.clients import ACCEPT, INITIALIZE, TASKS
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1],
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+HEADERS = {**ACCEPT, "Content-Type": "application/json"}
 MAX_BODY = 4 * 1024 * 1024
 _RAW = "\x00raw"  # stands for the raw JSON text _with_raw splices in
 

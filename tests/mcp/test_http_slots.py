@@ -15,18 +15,8 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
+from tests.mcp.clients import ACCEPT, INITIALIZE
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1],
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 TTL_S = 0.5
 
 

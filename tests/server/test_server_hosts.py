@@ -13,19 +13,9 @@ import httpx
 import pytest
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from tests.server.test_server_walkthrough import envhub_serve
+from envhub.testing import serve_in_subprocess
+from tests.mcp.clients import ACCEPT, INITIALIZE
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1],
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 EVIL = "evil.example"
 
 
@@ -161,7 +151,7 @@ async def test_a_server_bound_to_one_address_serves_that_address(
 
 
 def test_envhub_serve_takes_allowed_hosts_from_its_command_line() -> None:
-    with envhub_serve(
+    with serve_in_subprocess(
         "calc", "--allowed-host", "envhub.internal", "--allowed-host", "gpu-7"
     ) as url:
         for host, status in (

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+
+from envhub.testing import serve_in_subprocess
 
 # Keep identical to the README (only the address is substituted).
 WALKTHROUGH = """\
@@ -30,52 +27,20 @@ curl -s -X POST http://127.0.0.1:8000/v1/sessions/demo-1/close
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def envhub_serve(*args: str, token: str = "") -> Iterator[str]:
-    """``envhub serve ...`` as a subprocess (the CLI, not the app factory); yields its URL."""
-    port = _free_port()
-    command = [sys.executable, "-c",
-               "import envhub.cli.serve; from envhub.cli._app import app; app()",
-               "serve", *args, "--port", str(port), "--log-level", "warning"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "ENVHUB_TOKEN": token})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                output = proc.stdout.read().decode() if proc.stdout else ""
-                pytest.fail(f"envhub serve did not come up:\n{output}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 @pytest.fixture
 def served_calc() -> Iterator[str]:
-    with envhub_serve("calc") as url:
+    with serve_in_subprocess("calc") as url:
         yield url
 
 
 def test_serve_takes_token_and_budgets_from_its_command_line() -> None:
-    with envhub_serve("calc", "--max-turns", "3", "--env-arg", "num_tasks=5",
-                      token="from-env") as url:
+    with serve_in_subprocess(
+        "calc", "--max-turns", "3", "--env-arg", "num_tasks=5", token="from-env"
+    ) as url:
         assert httpx.get(f"{url}/v1/environments").json()["error"]["code"] == "unauthorized"
-        envs = httpx.get(f"{url}/v1/environments",
-                         headers={"authorization": "Bearer from-env"}).json()["environments"]
+        envs = httpx.get(
+            f"{url}/v1/environments", headers={"authorization": "Bearer from-env"}
+        ).json()["environments"]
         assert envs[0]["budgets"]["max_turns"] == 3
         assert envs[0]["tasks"] == 5 and envs[0]["options"] == {"num_tasks": 5}
 

@@ -6,53 +6,21 @@ scored (the model chose the call), never masked."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import httpx
 
 import envhub
 from envhub import GoldCall, RemoteEnvironment
 from envhub.policies.reference import ReferencePolicy
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
-from envhub.testing import call_tool
+from envhub.testing import call_tool, serve_in_subprocess
 
 #: ``round(5, -12_000_000)``: 13 s of one core on the auditor's machine (issue 29, item 4)
 HOSTILE_ROUND = GoldCall(
     name="round_number", arguments={"number": 5, "decimal_places": -12_000_000}
 )
-
-
-@contextlib.contextmanager
-def _envhub_serve(*args: str) -> Iterator[str]:
-    """``envhub serve ARGS`` as a subprocess; its URL once ``/health`` answers. A server
-    in a thread of this process would share the GIL with the poller, which then stalls
-    with it and cannot see the stall."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "envhub.cli", "serve", *args, "--port", str(port),
-               "--log-level", "warning"]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "no envhub serve"
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 #: GET /health every 50 ms until the stop file appears, then print the longest time
@@ -114,7 +82,7 @@ async def test_a_hostile_call_leaves_the_server_answering(tmp_path: Path) -> Non
     hostile = task.model_copy(update={"gold_actions": calls})
     serve = ("--tool-timeout", "0.5", "--max-body-bytes", str(32 << 20))
     with (
-        _envhub_serve("bfcl", "--env-arg", "categories=base", *serve) as url,
+        serve_in_subprocess("bfcl", "--env-arg", "categories=base", *serve) as url,
         _longest_health_gap(url, tmp_path) as longest,
     ):
         async with RemoteEnvironment(url, "bfcl", transport="http") as remote:
