@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import envhub
 from envhub.hostile import HOSTILE_ANSWERS
+from envhub.model_text import valid_text
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers
 
@@ -44,7 +45,7 @@ async def test_hostile_revisions_reach_git_and_score_as_a_plain_wrong_answer() -
     """mcp-server-git runs git with the model's revision: the corpus's shell injections
     and its strings that are not valid Unicode (a server per episode: a subset)."""
     subset = [raw for raw in HOSTILE_ANSWERS
-              if raw.startswith(_SHELL_INJECTIONS) or not _is_unicode(raw)]  # fmt: skip
+              if raw.startswith(_SHELL_INJECTIONS) or valid_text(raw) != raw]  # fmt: skip
     env = envhub.make("mcp")
     try:
         await check_hostile_answers(
@@ -52,11 +53,3 @@ async def test_hostile_revisions_reach_git_and_score_as_a_plain_wrong_answer() -
         )
     finally:
         await env.aclose()
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
