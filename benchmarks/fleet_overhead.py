@@ -276,7 +276,8 @@ async def fleet(address: str, replicas: int, resources: dict[str, float]
 
     records = await asyncio.to_thread(fleet_up, address, {"calc": replicas},
                                       namespace=NAMESPACE, resources=resources,
-                                      serve={"episode_timeout_s": 86400.0})
+                                      serve={"episode_timeout_s": 86400.0},
+                                      insecure=True)  # a local cluster, as the baseline
     try:
         yield records
     finally:
@@ -331,7 +332,8 @@ async def fleet_up_time(address: str, replicas: int, cpus: float) -> None:
 
     started = time.perf_counter()
     records = await asyncio.to_thread(fleet_up, address, {"calc": replicas},
-                                      namespace=NAMESPACE, resources={"num_cpus": cpus})
+                                      namespace=NAMESPACE, resources={"num_cpus": cpus},
+                                      insecure=True)
     up = time.perf_counter() - started
     nodes = len({r.node_id for r in records})
     started = time.perf_counter()

@@ -202,7 +202,7 @@ def up_cmd(
         records = ray_fleet.fleet_up(
             address, counts, options=options, namespace=namespace, resources=default,
             env_resources=by_env, serve=serve, max_restarts=max_restarts, timeout_s=timeout,
-            containers=containers,
+            containers=containers, insecure=insecure,
         )  # fmt: skip
     except FleetError as exc:
         raise _fail(exc) from None

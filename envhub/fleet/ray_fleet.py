@@ -254,6 +254,7 @@ def fleet_up(
     max_restarts: int = 10,
     timeout_s: float = 180.0,
     containers: bool = False,
+    insecure: bool = False,
 ) -> list[ReplicaRecord]:
     """Start ``envs`` (``{env id: replica count}``) as a fleet in ``namespace`` of the Ray
     cluster at ``address``, and return the replicas once every one answers ``/health``.
@@ -269,9 +270,18 @@ def fleet_up(
     built on the node if missing) and supervises that container instead. Raises
     :class:`FleetError`, with everything started removed again, when a fleet already
     runs in the namespace, a replica fits no node, fails to start, or is not up within
-    ``timeout_s``.
+    ``timeout_s``, and before anything starts when ``serve`` has no ``token`` and
+    ``insecure`` is not set: replicas bind their nodes' network addresses (Ray resolves
+    a node started on 127.0.0.1 to its routable address), so an open fleet is one anyone
+    who reaches a node can run episodes on, and must be asked for.
     """
     options, env_resources, serve = dict(options or {}), dict(env_resources or {}), serve or {}
+    if not serve.get("token") and not insecure:
+        raise FleetError(
+            "refusing to start a fleet without a token: its replicas serve on their nodes' "
+            "network addresses; pass serve={'token': TOKEN} so that clients must present "
+            "it, or insecure=True to serve the fleet open on purpose"
+        )
     if not envs or any(count < 1 for count in envs.values()):
         raise FleetError(f"a fleet needs at least one replica of each environment: {envs}")
     for what, keys in (("options", options), ("env_resources", env_resources)):

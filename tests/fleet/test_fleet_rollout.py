@@ -65,7 +65,7 @@ ROLLOUT_NS = "test-fleet-rollout"
 @pytest.fixture(scope="module")
 def calc_sql_fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
     records = fleet_up(ray_cluster.address, {"calc": 4, "sql": 2}, namespace=ROLLOUT_NS,
-                       resources={"num_cpus": 0.5})
+                       resources={"num_cpus": 0.5}, insecure=True)
     try:
         yield records
     finally:
@@ -155,7 +155,8 @@ def failover_fleet(
     ray_cluster: RayCluster, failover_nodes: list[str]
 ) -> Iterator[list[ReplicaRecord]]:
     records = fleet_up(ray_cluster.address, {"calc": 2}, namespace=FAILOVER_NS,
-                       resources={"num_cpus": 0.5, FAILOVER_SLOT: 1}, max_restarts=3)
+                       resources={"num_cpus": 0.5, FAILOVER_SLOT: 1}, max_restarts=3,
+                       insecure=True)
     try:
         yield records
     finally:

@@ -234,11 +234,19 @@ def test_a_killed_registry_restarts_and_the_replicas_fill_it_again(
     assert _actor_pid(registry) not in (0, old_pid)  # a new registry process
 
 
+def test_up_without_a_token_is_refused_before_anything_starts(ray_cluster: RayCluster) -> None:
+    """The library refuses an open fleet as the CLI does, unless asked for one."""
+    for serve in (None, {"token": None}, {"token": ""}, {"max_sessions": 8}):
+        with pytest.raises(FleetError, match=r"without a token.*insecure=True"):
+            fleet_up(ray_cluster.address, {"calc": 1}, namespace="open", serve=serve)
+    assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "open"]
+
+
 def test_up_refuses_a_second_fleet_in_the_namespace(
     ray_cluster: RayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     with pytest.raises(FleetError, match="already runs in namespace 'fleet-test'"):
-        fleet_up(ray_cluster.address, {"calc": 1}, namespace="fleet-test")
+        fleet_up(ray_cluster.address, {"calc": 1}, namespace="fleet-test", insecure=True)
 
 
 def test_up_with_a_resource_no_node_has_fails_before_starting_anything(
@@ -246,13 +254,14 @@ def test_up_with_a_resource_no_node_has_fails_before_starting_anything(
 ) -> None:
     with pytest.raises(FleetError, match="no node of the cluster can hold a calc replica"):
         fleet_up(ray_cluster.address, {"calc": 1}, namespace="no-fit",
-                 resources={"num_cpus": 1, "gpu_slots": 1})  # fmt: skip
+                 resources={"num_cpus": 1, "gpu_slots": 1}, insecure=True)  # fmt: skip
     assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "no-fit"]
     for bad, why in (({"num_cpus": -1}, "must be a number >= 0"),
                      ({"sandbox_slots": "many"}, "must be a number >= 0"),
                      ({"CPU": 1}, "ask for CPU as num_cpus")):  # fmt: skip
         with pytest.raises(FleetError, match=why):
-            fleet_up(ray_cluster.address, {"calc": 1}, namespace="no-fit", resources=bad)
+            fleet_up(ray_cluster.address, {"calc": 1}, namespace="no-fit", resources=bad,
+                     insecure=True)
 
 
 def test_up_on_a_cluster_too_small_fails_in_bounded_time_and_leaves_nothing(
@@ -261,7 +270,7 @@ def test_up_on_a_cluster_too_small_fails_in_bounded_time_and_leaves_nothing(
     # 3 CPUs each: one fits on each 4-CPU worker, the other three wait for room
     with pytest.raises(FleetError, match=r"not up within 5s \(it needs \{'CPU': 3\.0\}"):
         fleet_up(ray_cluster.address, {"calc": 5}, namespace="too-small",
-                 resources={"num_cpus": 3}, timeout_s=5)  # fmt: skip
+                 resources={"num_cpus": 3}, timeout_s=5, insecure=True)  # fmt: skip
     assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "too-small"]
 
 
@@ -270,7 +279,8 @@ def test_up_with_a_replica_that_cannot_start_says_why_and_leaves_nothing(
 ) -> None:
     with pytest.raises(FleetError, match=r"calc-0 failed to start: .*no_such_option"):
         fleet_up(ray_cluster.address, {"calc": 1}, namespace="bad-option",
-                 options={"calc": {"no_such_option": 1}}, timeout_s=60)  # fmt: skip
+                 options={"calc": {"no_such_option": 1}}, timeout_s=60,
+                 insecure=True)  # fmt: skip
     assert not [e for e in ray.util.list_named_actors(True) if e["namespace"] == "bad-option"]
 
 
@@ -370,7 +380,7 @@ def test_a_replica_of_a_dead_node_restarts_on_another_node(ray_cluster: RayClust
     slot = {"node_loss_slot": 1}
     doomed = ray_cluster.add_worker("doomed", num_cpus=1, resources=slot)
     (record,) = fleet_up(ray_cluster.address, {"calc": 1}, namespace="node-loss",
-                         resources={"num_cpus": 1, **slot})  # fmt: skip
+                         resources={"num_cpus": 1, **slot}, insecure=True)  # fmt: skip
     try:
         assert record.node_id == doomed.node_id
         rescue = ray_cluster.add_worker("rescue", num_cpus=1, resources=slot)
