@@ -11,8 +11,12 @@ The child's protocol on its socket: it sends ``{"pid": N}`` (so that its owner c
 it through a pidfd), reads an 8-byte big-endian length and a pickle of ``(factory,
 args)`` from its owner (trusted: the parent process), builds ``factory(*args)``, says
 ``{"ready": true}`` and answers request lines (``{"reply": text}`` or ``{"error": "Type:
-message"}``) until the socket closes. It dies with the zygote, and the zygote with its
-parent, so no worker outlives the server.
+message"}``) until the socket closes. It dies with the zygote (``PR_SET_PDEATHSIG``: the
+zygote is its parent and has one thread), and the zygote exits when its channel to the
+server closes, which the kernel does when the server dies, however it dies; so no worker
+outlives the server. The zygote itself takes no death signal: that would follow the
+*thread* that started it (an executor thread of whichever event loop asked first), and
+the episodes of every other loop would lose their workers when that loop ended.
 """
 
 from __future__ import annotations
@@ -89,7 +93,6 @@ def main(memory_bytes: int) -> None:
     # what is imported now is every child's: frozen, no child's collector walks it, which
     # would write to every page of it (copy-on-write) and cost each child milliseconds
     gc.freeze()
-    _die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     channel = socket.socket(fileno=os.dup(0))
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -99,7 +102,7 @@ def main(memory_bytes: int) -> None:
     while True:
         _, fds, _, _ = socket.recv_fds(channel, 1, 1)
         if not fds:
-            return  # the parent is gone
+            return  # the server closed the channel: it is gone
         sock = socket.socket(fileno=fds[0])
         if os.fork() == 0:
             channel.close()

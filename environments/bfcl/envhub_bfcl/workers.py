@@ -28,7 +28,7 @@ Failures, as envhub scores them:
 The protocol on the worker's socket is the zygote's (:mod:`envhub_bfcl._zygote`):
 one line per request (the caller's text, which must hold no newline: JSON does not),
 one JSON line per reply. The child exits when the socket closes, and dies with the
-zygote, which dies with the server.
+zygote, which exits when the server does.
 """
 
 from __future__ import annotations

@@ -5,17 +5,21 @@ scored (the model chose the call), never masked."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import envhub
 from envhub import GoldCall, RemoteEnvironment
 from envhub.policies.reference import ReferencePolicy
+from envhub.protocol import SessionHandle
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.testing import call_tool, serve_in_subprocess
+from envhub.types import Observation
 
 #: ``round(5, -12_000_000)``: 13 s of one core on the auditor's machine (issue 29, item 4)
 HOSTILE_ROUND = GoldCall(
@@ -116,3 +120,39 @@ async def test_a_call_past_its_timeout_is_killed_and_the_episode_keeps_its_state
     assert not counted.is_error and f'"count": {lines}' in counted.content, counted
     closed = await session.close()
     assert closed.reward == 0.0 and closed.info["error_type"].startswith("multi_turn:")
+
+
+def test_an_episode_keeps_its_backends_when_another_event_loop_ends() -> None:
+    """Episodes run on many event loops (a rollout's threads, a test's own loop): the
+    worker processes of one do not die with another. Loop A starts an episode (and so
+    the worker processes' zygote), loop B starts one, A ends; B's calls still run on the
+    state its calls made."""
+    env = envhub.make("bfcl", categories="base")
+    loop_a, loop_b = asyncio.new_event_loop(), asyncio.new_event_loop()
+
+    async def started() -> SessionHandle:
+        session = await env.open("multi_turn_base_0")  # the file system only
+        await session.reset()
+        return session
+
+    async def ran(session: SessionHandle, tool: str, **arguments: object) -> Observation:
+        [observation] = (await call_tool(session, tool, **arguments)).observations
+        return observation
+
+    try:
+        episode_a = loop_a.run_until_complete(started())
+        episode_b = loop_b.run_until_complete(started())
+        made = loop_b.run_until_complete(ran(episode_b, "touch", file_name="kept.txt"))
+        assert not made.is_error, made
+        loop_a.run_until_complete(episode_a.close())
+        loop_a.run_until_complete(loop_a.shutdown_default_executor())
+        loop_a.close()
+        time.sleep(0.5)  # what would die with loop A's thread has died by now
+        listed = loop_b.run_until_complete(ran(episode_b, "ls"))
+        assert not listed.is_error and "kept.txt" in listed.content, listed
+        loop_b.run_until_complete(episode_b.close())
+    finally:
+        for loop in (loop_a, loop_b):
+            if not loop.is_closed():
+                loop.run_until_complete(loop.shutdown_default_executor())
+                loop.close()
