@@ -51,6 +51,12 @@ RECORDED = "recorded (single-turn category: the call is scored, not executed)"
 VERDICT_TIMEOUT_S = 60.0
 
 
+def _kill_started(start: asyncio.Future[Worker]) -> None:
+    """Kill the worker a start made, if it made one."""
+    if not start.cancelled() and start.exception() is None:
+        start.result().kill()
+
+
 class BfclEnv(Environment):
     """BFCL v4: multi-turn (base, miss_func, miss_param, long_context) and single-turn
     (simple, multiple, parallel, parallel_multiple, irrelevance and their live variants)."""
@@ -72,6 +78,7 @@ class BfclEnv(Environment):
         #: the episode's live backends (multi-turn), and the calls they ran: a worker
         #: killed mid-call is replaced by one that replays them
         self._backends: Worker | None = None
+        self._restart: asyncio.Future[Worker] | None = None
         self._history: list[str] = []
         #: what BFCL scores: single-turn, a list of {name: arguments_json}; multi-turn, one
         #: list of steps (each a list of such calls) per user turn
@@ -135,6 +142,9 @@ class BfclEnv(Environment):
         step = bfcl_step(tool_calls)
         if kind_of(self.category) == "multi_turn":
             self.turns[-1].append(step)
+            # a worker killed by the last message's timeout is replaced here, before any
+            # tool timeout runs: replaying a long history is never charged to a call
+            await self._live_backends()
         else:
             self.calls.extend(step)
 
@@ -144,21 +154,39 @@ class BfclEnv(Environment):
         calls are only recorded. Arguments that would make a call run for minutes are
         refused (:func:`~envhub_bfcl.checker.argument_problem`); a call that still runs
         past the tool timeout is cancelled by the session, which kills its worker, and
-        the next call gets a worker with the calls before it replayed."""
+        the next call gets a worker with the calls before it replayed
+        (:meth:`_live_backends`; the next message waits for it before its calls run)."""
         if kind_of(self.category) != "multi_turn":
             return RECORDED
         problem = argument_problem(tool, arguments)
         if problem is not None:
             raise ValueError(problem)
         request = call_request(tool, arguments)
-        if self._backends is None or not self._backends.alive:
-            self._backends = await Worker.start(LiveBackends, self._entry, tuple(self._history))
-        backends = self._backends
+        backends = await self._live_backends()
         try:
             return await backends.ask(request)
         finally:
             if backends.alive:  # it ran (a backend's own error included): replay it
                 self._history.append(request)
+
+    async def _live_backends(self) -> Worker:
+        """The episode's backends. A worker killed mid-call (a timeout) or dead is replaced
+        by one that replays the calls before it; the replacement starts once and is
+        shielded, so a call that stops waiting for it (its own timeout) leaves it starting
+        for the next one instead of starting over."""
+        if self._backends is not None and self._backends.alive:
+            return self._backends
+        if self._restart is None:
+            self._restart = asyncio.ensure_future(
+                Worker.start(LiveBackends, self._entry, tuple(self._history))
+            )
+        restart = self._restart
+        try:
+            self._backends = await asyncio.shield(restart)
+        finally:
+            if restart.done():
+                self._restart = None
+        return self._backends
 
     async def next_user_turn(self) -> UserTurn | None:
         """BFCL's next question (multi-turn); where BFCL holds a function back, the turn
@@ -219,6 +247,11 @@ class BfclEnv(Environment):
         return Verdict(**json.loads(reply))
 
     async def close(self) -> None:
-        """Stop the episode's backends (their worker exits with its socket anyway)."""
+        """Stop the episode's backends (their worker exits with its socket anyway), and
+        a replacement still starting."""
+        if self._restart is not None:
+            self._restart.add_done_callback(_kill_started)  # if it is past cancelling
+            self._restart.cancel()
+            self._restart = None
         if self._backends is not None:
             self._backends.kill()

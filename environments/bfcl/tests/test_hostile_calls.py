@@ -15,15 +15,14 @@ from pathlib import Path
 
 import envhub
 from envhub import GoldCall, RemoteEnvironment
-from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import SessionHandle
-from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.testing import call_tool, serve_in_subprocess
 from envhub.types import Observation
 
-#: ``round(5, -12_000_000)``: 13 s of one core on the auditor's machine (issue 29, item 4)
+#: the issue's call (item 4) took 13 s at -12,000,000 decimal places on the auditor's
+#: machine and 7.6 s here; at -25,000,000 it would hold the loop past any liveness bound
 HOSTILE_ROUND = GoldCall(
-    name="round_number", arguments={"number": 5, "decimal_places": -12_000_000}
+    name="round_number", arguments={"number": 5, "decimal_places": -25_000_000}
 )
 
 
@@ -61,62 +60,102 @@ def _longest_health_gap(url: str, folder: Path) -> Iterator[list[float]]:
     longest.append(float(out))
 
 
-def _big_file_calls(lines: int) -> list[GoldCall]:
-    """A file of ``lines`` distinct lines (hex numbers, shuffled), sorted, then removed:
-    the sort takes about 0.7 s a million lines here, the rest a fraction."""
+def _big_file_calls(lines: int, name: str = "big.txt") -> list[GoldCall]:
+    """A file of ``lines`` distinct lines (hex numbers, shuffled) made, then sorted: the
+    sort takes about 0.7 s a million lines here, the echo a sixth of that."""
     content = "\n".join(f"{i * 7919 % lines:x}" for i in range(lines))
     return [
-        GoldCall(name="touch", arguments={"file_name": "big.txt"}),
-        GoldCall(name="echo", arguments={"content": content, "file_name": "big.txt"}),
-        GoldCall(name="sort", arguments={"file_name": "big.txt"}),
-        GoldCall(name="rm", arguments={"file_name": "big.txt"}),
+        GoldCall(name="touch", arguments={"file_name": name}),
+        GoldCall(name="echo", arguments={"content": content, "file_name": name}),
+        GoldCall(name="sort", arguments={"file_name": name}),
     ]
 
 
+async def _timeout_a_sort_exceeds(lines: int) -> float:
+    """A tool timeout that sorting a file of ``lines`` lines exceeds 2.5 times over and
+    making it does not, on this machine as loaded as it is now: a fixed timeout either
+    lets a fast machine finish the sort or a loaded one time out the echo. Measured on an
+    episode of its own, with no timeout to speak of."""
+    env = envhub.make("bfcl", categories="base", tool_timeout_s=120)
+    session = await env.open("multi_turn_base_0")
+    await session.reset()
+    took = []
+    for call in _big_file_calls(lines):
+        started = time.monotonic()
+        [observation] = (await call_tool(session, call.name, **call.arguments)).observations
+        took.append(time.monotonic() - started)
+        assert not observation.is_error, observation.content[:200]
+    await session.close()
+    _, echo_s, sort_s = took
+    assert sort_s > 4 * echo_s, f"the sort ({sort_s:.2f}s) is too close to the echo ({echo_s:.2f}s)"
+    return sort_s / 2.5
+
+
+async def _set_up(session: SessionHandle, call: GoldCall, tries: int = 5) -> Observation:
+    """One call that sets the scene, run again while it times out. These tests set tool
+    timeouts a sort exceeds, and a machine loaded more than when it was measured can make
+    a 20 MB echo exceed one too; a
+    call that timed out changed nothing (its worker was killed, and the one replacing it
+    replays only the calls that ran), so running it again is what a model would do."""
+    for _ in range(tries):
+        [observation] = (await call_tool(session, call.name, **call.arguments)).observations
+        if "timed out" not in observation.content:
+            assert not observation.is_error, observation
+            return observation
+    raise AssertionError(f"{call.name} timed out {tries} times")
+
+
 async def test_a_hostile_call_leaves_the_server_answering(tmp_path: Path) -> None:
-    """While one session of ``envhub serve`` sends the issue's ``round_number`` and then
-    a sort that runs past the 0.5 s tool timeout, ``/health`` keeps answering (a liveness
-    bound, generous: it answers every 50 ms). The first call is refused where it enters,
-    the sort is killed (a timeout error observation), and the episode, which removes the
-    file and goes on with the task's gold calls, is scored by BFCL's checker: right."""
-    env = envhub.make("bfcl", categories="base")
-    task = env.tasks.get("multi_turn_base_15")  # the file system and MathAPI
-    calls = [HOSTILE_ROUND, *_big_file_calls(2_000_000), *task.gold_actions]
-    # a remote environment publishes no gold data: the runner gets the task from here
-    hostile = task.model_copy(update={"gold_actions": calls})
-    serve = ("--tool-timeout", "0.5", "--max-body-bytes", str(32 << 20))
+    """While a session of ``envhub serve`` sends the issue's ``round_number`` and then a
+    sort that runs past the tool timeout, ``/health`` keeps answering, polled every
+    50 ms from a process of its own. The bound is generous (5 s, for a loaded machine
+    that schedules the server late; the issue's call held it 13 s). The first call is
+    refused where it enters, the sort is killed (a timeout error observation), the
+    episode goes on (the file is still there to remove), and it is scored by BFCL's
+    checker, not masked."""
+    touch, echo, sort = _big_file_calls(3_000_000)
+    timeout = await _timeout_a_sort_exceeds(3_000_000)
+    serve = ("--tool-timeout", f"{timeout:.3f}", "--max-body-bytes", str(32 << 20))
     with (
         serve_in_subprocess("bfcl", "--env-arg", "categories=base", *serve) as url,
         _longest_health_gap(url, tmp_path) as longest,
     ):
         async with RemoteEnvironment(url, "bfcl", transport="http") as remote:
-            trajectory = await EpisodeRunner(
-                remote, ReferencePolicy(), max_env_attempts=1, task_of=lambda _: hostile
-            ).run(EpisodeSpec(task_id=task.id, sample_index=0, group_id="hostile"))
-    assert longest[0] < 2.0, f"/health did not answer for {longest[0]:.1f}s"
-    tools = [str(m["content"]) for m in trajectory.messages if m["role"] == "tool"]
-    assert len(tools) > 4, (trajectory.error, [t[:200] for t in tools])
-    assert "out of range" in tools[0], tools[0]
-    assert "timed out" in tools[3], tools[3][:200]
-    assert "removed" in tools[4], tools[4]
-    assert not trajectory.masked and trajectory.reward == 1.0, trajectory.error
+            session = await remote.open("multi_turn_base_15")  # the file system and MathAPI
+            await session.reset()
+            round_call = await call_tool(session, HOSTILE_ROUND.name, **HOSTILE_ROUND.arguments)
+            for call in (touch, echo):
+                await _set_up(session, call)
+            killed = await call_tool(session, sort.name, **sort.arguments)
+            removed = await call_tool(session, "rm", file_name="big.txt")
+            closed = await session.close()
+    assert longest[0] < 5.0, f"/health did not answer for {longest[0]:.1f}s"
+    [refused] = round_call.observations
+    assert refused.is_error and "out of range" in refused.content, refused
+    assert "timed out" in killed.observations[0].content, killed.observations[0].content[:200]
+    assert "removed" in removed.observations[0].content, removed.observations[0]
+    assert closed.reward == 0.0 and closed.info["error_type"].startswith("multi_turn:"), closed
 
 
 async def test_a_call_past_its_timeout_is_killed_and_the_episode_keeps_its_state() -> None:
-    """Sorting a 20 MB file of three million lines takes seconds, past a 0.75 s tool
-    timeout: the call is killed (a timeout error observation) and the next call finds the
-    file system as the calls before the killed one left it."""
+    """Sorting a 20 MB file of three million lines takes longer than the tool timeout:
+    the call is killed (a timeout error observation) and the next call finds the
+    file system as the calls before the killed one left it: four such files, whose
+    replay in the replacement worker can take longer than one call may, and is not
+    charged to one."""
     lines = 3_000_000
-    touch, echo, sort, _ = _big_file_calls(lines)
-    env = envhub.make("bfcl", categories="base", tool_timeout_s=0.75)
+    names = [f"big{i}.txt" for i in range(4)]
+    timeout = await _timeout_a_sort_exceeds(lines)
+    env = envhub.make("bfcl", categories="base", tool_timeout_s=timeout)
     session = await env.open("multi_turn_base_0")  # the file system only
     await session.reset()
-    for call in (touch, echo):
-        [observation] = (await call_tool(session, call.name, **call.arguments)).observations
-        assert not observation.is_error, observation
-    [killed] = (await call_tool(session, sort.name, **sort.arguments)).observations
+    for name in names:
+        touch, echo, sort = _big_file_calls(lines, name)
+        for call in (touch, echo):
+            await _set_up(session, call)
+    [killed] = (await call_tool(session, sort.name, file_name=names[0])).observations
     assert killed.is_error and "timed out" in killed.content, killed
-    [counted] = (await call_tool(session, "wc", file_name="big.txt", mode="l")).observations
+    [counted] = (await call_tool(session, "wc", file_name=names[-1], mode="l")).observations
     assert not counted.is_error and f'"count": {lines}' in counted.content, counted
     closed = await session.close()
     assert closed.reward == 0.0 and closed.info["error_type"].startswith("multi_turn:")
