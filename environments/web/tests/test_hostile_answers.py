@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 import envhub
+from envhub.hostile import HOSTILE_ANSWERS
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers
 
@@ -49,11 +50,31 @@ def _shop_calls(gold: list[GoldCall]) -> Callable[[str], list[GoldCall]]:
     return calls
 
 
+#: what browser mode adds to text mode is Chromium typing, pressing and navigating the
+#: text, so it takes the corpus's texts that differ there (empty, not printable, long, quotes,
+#: shell and JSON syntax) and leaves the code injections, which reach the same site and
+#: score as in text mode, where the whole corpus runs (an episode costs seconds here)
+BROWSER_SUBSET = [
+    raw
+    for raw in HOSTILE_ANSWERS
+    if not raw
+    or not raw.isprintable()
+    or len(raw) > 200
+    or raw.startswith(("$(", "`", "'", "{", "1"))
+]
+
+
 @pytest.mark.parametrize("mode", ["text", pytest.param("browser", marks=pytest.mark.chromium)])
 async def test_hostile_text_in_a_shop_episode_scores_as_a_plain_wrong_answer(mode: str) -> None:
     env = envhub.make("web", mode=mode)
     task = await env.task(SHOP_TASK)
-    await check_hostile_answers(env, SHOP_TASK, _shop_calls(task.gold_actions), plain_wrong="0")
+    await check_hostile_answers(
+        env,
+        SHOP_TASK,
+        _shop_calls(task.gold_actions),
+        plain_wrong="0",
+        answers=BROWSER_SUBSET if mode == "browser" else None,
+    )
 
 
 def _enter_text_calls(text: str) -> list[GoldCall]:
