@@ -208,7 +208,9 @@ def _record_line(trajectory: Trajectory) -> bytes:
     try:
         return trajectory.model_dump_json().encode() + b"\n"
     except PydanticSerializationError:
-        text = json.dumps(trajectory.model_dump(mode="json"), ensure_ascii=False)
+        text = json.dumps(
+            trajectory.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":")
+        )  # compact, as model_dump_json writes every other record
         return valid_text(text).encode() + b"\n"
 
 
