@@ -31,8 +31,10 @@ for _ in $(seq 1 120); do
 done
 
 echo "==> envhub rollout calc against the local model"
+# temperature 0: sampled, this 135M model writes runaway tool-call arguments (the server
+# ignores max_tokens there, envhub/llm.py) until a prompt no longer fits its context
 envhub rollout calc --model smollm2-135m --base-url "http://127.0.0.1:$port/v1" \
-  --tasks 0:4 --group-size 2 --max-turns 4 --max-tokens 96 --temperature 0.7 \
+  --tasks 0:4 --group-size 2 --max-turns 4 --max-tokens 96 --temperature 0 \
   --resume -o runs/calc-smollm2.jsonl
 echo "trajectories: runs/calc-reference.jsonl runs/calc-smollm2.jsonl (summaries: *.summary.json)"
 echo "look at them: .venv/bin/envhub view runs/calc-reference.jsonl runs/calc-smollm2.jsonl"
