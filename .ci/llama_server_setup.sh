@@ -12,7 +12,7 @@
 # Only the `llama-server` target is built, statically linked (one file to cache), with the
 # web UI left out (it would be downloaded from Hugging Face) and no OpenSSL. The binary is
 # cached at $ENVHUB_CACHE (default ~/.cache/envhub)/llama-server/<version>/llama-server,
-# where envhub.llm looks for it (GGML_NATIVE: built for this machine kind's CPU). It is built in a temporary directory and moved into place with one rename, so an
+# where envhub.cli.llama_server looks for it (GGML_NATIVE: built for this machine kind's CPU). It is built in a temporary directory and moved into place with one rename, so an
 # interrupted build never leaves a binary behind. Idempotent: exits early when present.
 set -euo pipefail
 

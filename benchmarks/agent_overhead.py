@@ -29,8 +29,8 @@ from pathlib import Path
 from _scripted_model import load_note, run, scripted_server_process
 
 import envhub
+from envhub._util.gc_tuning import gc_tuned_for_throughput
 from envhub.agents import AgentEpisodeRunner, OpenAIAgentsRunner
-from envhub.gc_tuning import gc_tuned_for_throughput
 from envhub.policies import make_policy
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import psutil
 
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _load import free_port

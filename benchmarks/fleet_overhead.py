@@ -52,7 +52,7 @@ from _load import free_port
 from _scripted_model import load_note
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.fleet import PooledEnvironment
 from envhub.policies.base import Completion, GenerateRequest
 from envhub.policies.reference import ReferencePolicy

@@ -25,9 +25,9 @@ import time
 from _load import drive, free_port, report
 from server_throughput import start_server
 
-from envhub.client import RemoteEnvironment
-from envhub.images import build_env_image
-from envhub.images.run import remove_images, start_container, stop_container
+from envhub.clients.remote import RemoteEnvironment
+from envhub.environment_images import build_env_image
+from envhub.environment_images.run import remove_images, start_container, stop_container
 from envhub.rollout.runtime import run_async
 
 

@@ -474,7 +474,7 @@ def trl_arm(setup: Setup, arm: str, seed: int, before: list[float]) -> list[list
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from envhub.sync import run_sync
+    from envhub.runtime.sync import run_sync
     from envhub.trainers.trl import envhub_reward, environment_factory, task_dataset
 
     args, model = setup.args, setup.model
@@ -542,7 +542,7 @@ def trl_arm(setup: Setup, arm: str, seed: int, before: list[float]) -> list[list
 
 def vllm_policy(setup: Setup, model: Any, seed: int) -> tuple[Any, Any]:
     """A TokenPolicy over an in-process vLLM engine (GPU; untested without one)."""
-    from envhub.trainers.token_policy import TokenPolicy
+    from envhub.policies.token_policy import TokenPolicy
 
     sampler = _VLLMSampler(setup, model, seed)
     sampling = {"temperature": setup.args.temperature, "top_p": 1.0,
@@ -579,7 +579,7 @@ class _VLLMSampler:
         return await asyncio.to_thread(self._sample, prompt_ids)
 
     def _sample(self, prompt_ids: list[int]) -> Any:
-        from envhub.trainers.token_policy import Sample
+        from envhub.tokens.sample import Sample
 
         with self.lock:
             (out,) = self.llm.generate({"prompt_token_ids": prompt_ids}, self.params,
@@ -674,7 +674,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     import envhub
-    from envhub.sync import run_sync
+    from envhub.runtime.sync import run_sync
     from envhub.trainers.tiny import smollm2_tokenizer
     from envhub.trainers.trl import environment_factory
 

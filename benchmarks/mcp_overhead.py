@@ -39,7 +39,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from server_throughput import wait_healthy
 
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.rollout.runtime import run_async
 
 

@@ -36,7 +36,7 @@ from _load import Run, cpu_per_step, cpu_seconds, drive, free_port, peak_rss_mib
 from server_throughput import serving, wait_healthy
 
 from envhub.cli.serve import raise_open_files_limit
-from envhub.client import SessionTransport
+from envhub.clients.remote import SessionTransport
 from envhub.rollout.runtime import run_async
 
 HERE = Path(__file__).resolve().parent

@@ -31,9 +31,9 @@ import httpx
 from _load import cpu_per_step, cpu_seconds, drive, free_port, peak_rss_mib, report
 
 import envhub
+from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD
 from envhub.cli.serve import raise_open_files_limit
-from envhub.client import RemoteEnvironment, SessionTransport
-from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
+from envhub.clients.remote import RemoteEnvironment, SessionTransport
 from envhub.rollout.runtime import run_async
 
 OPENENV_STEPS_PER_S = 2200.0

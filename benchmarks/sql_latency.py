@@ -38,7 +38,7 @@ from envhub_sql.env import gold_is_ordered, gold_rows
 from envhub_sql.guard import check_query
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.policies.reference import ReferencePolicy
 from envhub.rollout.dispatcher import dispatch, plan_episodes
 from envhub.rollout.episode import EpisodeRunner

@@ -9,21 +9,22 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
+from envhub import _moved
 from envhub.budgets import Budgets as Budgets
-from envhub.describe import describe_environments as describe_environments
+from envhub.clients.describe import describe_environments as describe_environments
+from envhub.clients.local import LocalEnvironment as LocalEnvironment
+from envhub.clients.local import make as make
 from envhub.environment import Environment as Environment
 from envhub.environment import UserTurn as UserTurn
 from envhub.errors import ContextLengthExceeded as ContextLengthExceeded
 from envhub.errors import EnvhubError as EnvhubError
-from envhub.local import LocalEnvironment as LocalEnvironment
-from envhub.local import make as make
 from envhub.protocol import EnvironmentClient as EnvironmentClient
 from envhub.protocol import OpeningSession as OpeningSession
 from envhub.protocol import SessionHandle as SessionHandle
 from envhub.registry import discover_environments as discover_environments
-from envhub.session import Session as Session
-from envhub.sync import SyncSession as SyncSession
-from envhub.sync import sync_session as sync_session
+from envhub.runtime.session import Session as Session
+from envhub.runtime.sync import SyncSession as SyncSession
+from envhub.runtime.sync import sync_session as sync_session
 from envhub.task import GoldCall as GoldCall
 from envhub.task import Task as Task
 from envhub.task import TaskSet as TaskSet
@@ -37,8 +38,10 @@ from envhub.types import ToolCall as ToolCall
 
 __version__ = "0.1.0"
 
+_moved.install()  # old import paths (envhub.client, ...) keep working; see envhub._moved
+
 _LAZY = {
-    "RemoteEnvironment": "envhub.client",
+    "RemoteEnvironment": "envhub.clients.remote",
 }
 # Subpackages reachable as attributes without importing them first:
 # ``envhub.rollout.run(env, policy, tasks="0:100")`` after a bare ``import envhub``.

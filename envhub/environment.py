@@ -3,12 +3,12 @@
 An environment is a class whose ``@tool`` methods the model calls, with ``reset(task)``
 returning the first messages, per-episode state on ``self``, and ``reward()`` scoring
 the episode. One instance serves exactly one episode; budgets, error observations and
-metrics are the session's job (:mod:`envhub.session`), not the environment's.
+metrics are the session's job (:mod:`envhub.runtime.session`), not the environment's.
 
 Options (a data path, a mode, a sandbox backend) are the constructor's keyword
 arguments, so the operator's ``--env-arg KEY=VALUE`` reaches them unchanged; a server's
 clients may set only the options the class declares in ``client_options``
-(:mod:`envhub.options`).
+(:mod:`envhub.runtime.client_options`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The ids need no import of this module: with gymnasium 0.26-0.29 envhub's
 ``gymnasium.envs`` entry point registers them when gymnasium is imported, and with
 gymnasium 1.x, which dropped plugin loading, the module-prefixed id
 ``gymnasium.make("envhub.gym:envhub/calc-v0")`` imports this module, which registers one
-id per installed plugin (:mod:`envhub._gym_plugin`).
+id per installed plugin (:mod:`envhub.runtime.gym_registration`).
 
 Spaces are text: the action is a JSON assistant message
 ``{"role": "assistant"?, "content": str?, "tool_calls": [{"id", "name", "arguments"}]?}``
@@ -33,10 +33,10 @@ import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envhub._gym_plugin import register_envs
-from envhub.local import make
+from envhub.clients.local import make
 from envhub.model_text import ModelTextError, loads_json
-from envhub.sync import SyncSession, run_sync
+from envhub.runtime.gym_registration import register_envs
+from envhub.runtime.sync import SyncSession, run_sync
 from envhub.types import ENV_STOP_PREFIX, Observation, StepResult, ToolCall
 
 __all__ = ["EnvhubGymEnv", "JsonTextSpace", "register_envs"]

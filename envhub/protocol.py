@@ -42,7 +42,7 @@ class SessionHandle(Protocol):
 
     Every transport refuses what the HTTP API refuses, with
     :class:`envhub.errors.InvalidRequest` worded as the server words it
-    (:mod:`envhub.validation`): a client-chosen ``session_id`` outside
+    (:mod:`envhub.runtime.validation`): a client-chosen ``session_id`` outside
     :data:`envhub.types.SESSION_ID_PATTERN`, a step whose calls or ``request_id`` fail
     :class:`envhub.types.StepRequest`; a refused step changes nothing (no turn counted).
     """

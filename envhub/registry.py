@@ -1,9 +1,10 @@
-"""Plugin discovery: environments found through the ``envhub.environments`` entry points.
+"""Plugin discovery: environments found through the ``envhub.environments`` entry points,
+and trajectory exporters through ``envhub.exporters``.
 
 This module is the cheap half of the registry: :func:`discover_environments` reads
 entry-point metadata and imports no plugin, and :func:`load_environment_class` imports
 one plugin's module on demand (``make``). Building environments to describe them (tools,
-task counts) is :mod:`envhub.describe`'s job. ``"package.module:Class"`` works as an
+task counts) is :mod:`envhub.clients.describe`'s job. ``"package.module:Class"`` works as an
 environment id without any registration, and ``ENVHUB_BLOCK_PLUGINS=a,b`` hides
 plugins, as pytest's ``-p no:name`` does.
 """
@@ -12,17 +13,24 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from envhub.environment import Environment
-from envhub.errors import RegistryError
+from envhub.errors import InvalidRequest, RegistryError
+from envhub.trajectory import Trajectory
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "EXPORTER_GROUP",
     "EnvSpec",
+    "Exporter",
     "discover_environments",
+    "exporter_names",
     "load_environment_class",
+    "load_exporter",
 ]
 
 ENTRY_POINT_GROUP = "envhub.environments"
@@ -63,7 +71,7 @@ def _blocked() -> set[str]:
 
 def discover_environments() -> dict[str, EnvSpec]:
     """Installed plugins by name, from entry-point metadata only: no plugin is imported,
-    so this is fast and a broken plugin still shows up (see :mod:`envhub.describe`)."""
+    so this is fast and a broken plugin still shows up (see :mod:`envhub.clients.describe`)."""
     specs: dict[str, EnvSpec] = {}
     blocked = _blocked()
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -91,3 +99,31 @@ def load_environment_class(name: str) -> type[Environment]:
             f"install its plugin, e.g. `pip install envhub-{name}`"
         )
     return specs[name].load()
+
+
+# -- trajectory exporters ------------------------------------------------------------------
+# A benchmark plugin can write trajectories in its benchmark's own result format (BFCL's
+# result files, for instance) so that the benchmark's evaluator scores the same episodes
+# envhub rewarded. ``envhub export --format NAME`` finds the exporter by name; the entry
+# point is a callable ``(trajectories, output) -> int`` that writes under ``output`` (a file
+# or a directory, as the format needs) and returns how many trajectories it wrote.
+
+EXPORTER_GROUP = "envhub.exporters"
+
+Exporter = Callable[[Iterable[Trajectory], Path], int]
+
+
+def exporter_names() -> list[str]:
+    """The export formats installed plugins provide."""
+    return sorted({ep.name for ep in entry_points(group=EXPORTER_GROUP)})
+
+
+def load_exporter(name: str) -> Exporter:
+    """The exporter a plugin registered as ``name``; :class:`InvalidRequest` naming the
+    installed ones when there is none."""
+    for ep in entry_points(group=EXPORTER_GROUP):
+        if ep.name == name:
+            exporter: Exporter = ep.load()
+            return exporter
+    known = ", ".join(["parquet", "jsonl", *exporter_names()])
+    raise InvalidRequest(f"unknown export format {name!r}; installed formats: {known}")

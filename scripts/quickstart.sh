@@ -32,7 +32,7 @@ done
 
 echo "==> envhub rollout calc against the local model"
 # temperature 0: sampled, this 135M model writes runaway tool-call arguments (the server
-# ignores max_tokens there, envhub/llm.py) until a prompt no longer fits its context
+# ignores max_tokens there, envhub/cli/llama_server.py) until a prompt no longer fits its context
 envhub rollout calc --model smollm2-135m --base-url "http://127.0.0.1:$port/v1" \
   --tasks 0:4 --group-size 2 --max-turns 4 --max-tokens 96 --temperature 0 \
   --resume -o runs/calc-smollm2.jsonl

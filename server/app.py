@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from envhub.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment
 from envhub.server.auth import BearerAuth
 from envhub.server.errors import install_error_handlers
 from envhub.server.fastpath import SessionFastPath

@@ -20,8 +20,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from envhub.errors import EnvhubError
+from envhub.runtime.validation import malformed_json, validation_message
 from envhub.server.metrics import ServerMetrics
-from envhub.validation import malformed_json, validation_message
 
 __all__ = [
     "STATUS_BY_CODE",
@@ -110,7 +110,7 @@ def describe_unexpected(exc: BaseException, where: str) -> Described:
 def describe_validation(errors: Iterable[Mapping[str, Any]], hint: str | None = None
                         ) -> Described:
     """A body or message that fails its schema, worded by the core
-    (:func:`envhub.validation.validation_message`) as the in-process transport words it."""
+    (:func:`envhub.runtime.validation.validation_message`) as the in-process transport words it."""
     return VALIDATION_STATUS, "invalid_request", validation_message(errors, hint)
 
 

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.mcp.http import McpEndpoints
 from envhub.protocol import ClosingOnExit, OpeningSession
+from envhub.runtime.validation import check_session_id, invalid_request
 from envhub.server.errors import STATUS_BY_CODE
 from envhub.server.metrics import ServerMetrics
 from envhub.server.store import SessionStore
@@ -33,7 +34,6 @@ from envhub.types import (
     StepResult,
     ToolCall,
 )
-from envhub.validation import check_session_id, invalid_request
 
 __all__ = ["McpDoor", "StoreEnvironment", "StoreSession", "mcp_endpoints"]
 

@@ -4,7 +4,7 @@ The store owns every server-side session and has one method per verb (``create``
 ``step``, ``close``, ``info``) taking the request's wire model: the FastAPI routes, the
 session fast path and the WebSocket handler all call these, so a verb behaves the same
 whichever door it came through. Each call goes straight to the in-process
-:class:`~envhub.session.Session` (no second dispatch path); the store only adds what
+:class:`~envhub.runtime.session.Session` (no second dispatch path); the store only adds what
 HTTP needs: ids and idempotent creation, a capacity limit, keeping closed results for
 retried closes, the idle-session reaper, and metrics.
 """
@@ -20,6 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from envhub._util.sized_lru import SizedLRU
+from envhub.clients.local import LocalEnvironment
 from envhub.errors import (
     CapacityError,
     EnvhubError,
@@ -27,11 +29,9 @@ from envhub.errors import (
     RegistryError,
     SessionNotFound,
 )
-from envhub.local import LocalEnvironment
-from envhub.options import client_option_schemas, validate_client_options
+from envhub.runtime.client_options import client_option_schemas, validate_client_options
+from envhub.runtime.session import Session
 from envhub.server.metrics import ServerMetrics
-from envhub.session import Session
-from envhub.sized_lru import SizedLRU
 from envhub.types import (
     CloseResult,
     CreateSession,
@@ -56,7 +56,7 @@ class HostedEnvironment:
     """One environment the server hosts, plus the variants clients asked for with ``options``.
 
     Client options are checked against the environment's declared client-settable
-    options before anything is built (:mod:`envhub.options`). Building a variant
+    options before anything is built (:mod:`envhub.runtime.client_options`). Building a variant
     constructs the environment and loads its tasks, which can take seconds of CPU, so it
     runs in a worker thread, a few at a time; concurrent requests for the same option
     set wait for one build. Built variants are kept by count and by task-set memory.
@@ -78,7 +78,7 @@ class HostedEnvironment:
         await self.info()
 
     async def info(self) -> EnvironmentInfo:
-        """The environment's own :meth:`~envhub.local.LocalEnvironment.info` under the name
+        """The environment's own :meth:`~envhub.clients.local.LocalEnvironment.info` under the name
         clients use here; built once."""
         if self._info is None:
             info = await self.base.info()

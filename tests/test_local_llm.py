@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envhub.errors import PolicyError
-from envhub.llm import (
+from envhub.cli.llama_server import (
     CHAT_FORMAT,
     MODEL_NAME,
     MODEL_PATH_ENV,
@@ -26,6 +25,7 @@ from envhub.llm import (
     model_path,
     server_command,
 )
+from envhub.errors import PolicyError
 
 CALCULATE_TOOL = {
     "type": "function",

@@ -20,13 +20,13 @@ import pytest
 from envhub_calc import CalcEnv
 
 from envhub import UserTurn
-from envhub.llm import MODEL_NAME, llama_server_binary, local_llm_server
-from envhub.local import LocalEnvironment
+from envhub.cli.llama_server import MODEL_NAME, llama_server_binary, local_llm_server
+from envhub.clients.local import LocalEnvironment
 from envhub.policies import SamplingParams
 from envhub.policies.tito import LlamaCppBackend, TitoPolicy
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
-from envhub.toolcalls import parse_hermes
-from envhub.trainers.tokens import trajectory_rows
+from envhub.tokens.tool_call_parsers import parse_hermes
+from envhub.trainers.token_rows import trajectory_rows
 
 
 def _missing() -> str | None:

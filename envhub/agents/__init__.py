@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AgentEpisodeRunner": "envhub.agents.episode",
+    "AgentEpisodeRunner": "envhub.agents.agent_loop",
     "CaptureProxy": "envhub.agents.proxy",
     "CapturedCall": "envhub.agents.proxy",
     "CommandAgentRunner": "envhub.agents.command",

@@ -22,7 +22,7 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """List installed environments: name, version, tools, tasks; broken plugins show their error."""
-    from envhub.describe import describe_environments
+    from envhub.clients.describe import describe_environments
 
     listings = describe_environments()
     if as_json:
@@ -48,8 +48,8 @@ def info_command(
 ) -> None:
     """Show an environment's options (all, and those a server's clients may set, with their
     bounds), tools with their JSON schemas, and a sample task."""
+    from envhub.clients.local import LocalEnvironment
     from envhub.environment import option_names
-    from envhub.local import LocalEnvironment
 
     try:
         local = LocalEnvironment(env, parse_env_args(env_arg or []))
@@ -76,7 +76,7 @@ def init_command(
     ] = None,
 ) -> None:
     """Scaffold a new environment plugin (a renamed copy of calc), ready for `pip install -e`."""
-    from envhub.scaffold import scaffold_plugin
+    from envhub.cli.scaffold import scaffold_plugin
 
     target = directory or Path("environments") / name
     try:

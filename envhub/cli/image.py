@@ -28,8 +28,8 @@ def build_cmd(
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the tag exists")] = False,
 ) -> None:
     """Build ENV's image offline (skipped when its content tag exists); prints the tag."""
+    from envhub.environment_images import build_env_image
     from envhub.errors import EnvhubError
-    from envhub.images import build_env_image
 
     try:
         typer.echo(build_env_image(env, force=force))
@@ -42,8 +42,8 @@ def list_cmd(
     env: Annotated[str | None, typer.Argument(help="only this environment's images")] = None,
 ) -> None:
     """List environment images (and the shared envhub/runtime images)."""
+    from envhub.environment_images.run import list_images
     from envhub.errors import EnvhubError
-    from envhub.images.run import list_images
 
     try:
         rows = list_images(env)
@@ -62,8 +62,8 @@ def rm_cmd(
     ] = False,
 ) -> None:
     """Remove an environment's images (or --all of them)."""
+    from envhub.environment_images.run import remove_images
     from envhub.errors import EnvhubError
-    from envhub.images.run import remove_images
 
     if (env is None) == (not all_):
         raise _fail(ValueError("name an environment or pass --all"))
@@ -95,9 +95,9 @@ def run_cmd(
     (user namespaces and mount allowed), /proc and /sys unmasked (/proc/keys,
     /proc/timer_list, /sys/firmware... visible, /proc/sys a writable mount) and AppArmor
     off; run it on dedicated nodes or a VM-isolated runtime where that matters."""
+    from envhub.environment_images import build_env_image
+    from envhub.environment_images.run import start_container
     from envhub.errors import EnvhubError
-    from envhub.images import build_env_image
-    from envhub.images.run import start_container
 
     try:
         tag = build_env_image(env) if build else f"envhub/{env}:latest"

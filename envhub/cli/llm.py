@@ -1,8 +1,8 @@
 """``envhub llm serve``: the embedded local model as an OpenAI-compatible endpoint.
 
 Lets a user try envhub rollouts with no API key and no network: it serves
-SmolLM2-135M-Instruct (see :mod:`envhub.llm`) until Ctrl-C. ``envhub.llm`` is imported
-inside the command so that ``envhub --help`` does not pay for it.
+SmolLM2-135M-Instruct (see :mod:`envhub.cli.llama_server`) until Ctrl-C. The launcher is
+imported inside the command so that ``envhub --help`` does not pay for it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 
 from envhub.cli._app import app
-from envhub.llm import DEFAULT_N_CTX
+from envhub.cli.llama_server import DEFAULT_N_CTX
 
 __all__ = ["llm_app"]
 
@@ -40,8 +40,8 @@ def serve(
     tool calls are supported (chat format ``chatml-function-calling``). llama-server also
     answers token-id prompts at http://HOST:PORT/completion.
     """
+    from envhub.cli.llama_server import MODEL_NAME, SERVER_KINDS, serve_foreground
     from envhub.errors import PolicyError
-    from envhub.llm import MODEL_NAME, SERVER_KINDS, serve_foreground
 
     if server not in SERVER_KINDS:
         typer.echo(f"error: --server must be one of {', '.join(SERVER_KINDS)}", err=True)

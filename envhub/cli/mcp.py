@@ -45,7 +45,7 @@ def mcp_command(
     Add it to an MCP client as the command `envhub mcp ENV [--task ID]`.
     """
     try:
-        from envhub.local import make
+        from envhub.clients.local import make
         from envhub.mcp.stdio import refuse_stdio
     except ImportError as exc:
         typer.echo(f"error: {exc.name} is missing: pip install 'envhub[mcp]'", err=True)

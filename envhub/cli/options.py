@@ -97,6 +97,6 @@ GcThresholdOption = Annotated[
     int,
     typer.Option(
         help="allocations between young garbage collections, after freezing startup "
-        "objects (see envhub.gc_tuning); 0 keeps Python's defaults",
+        "objects (see envhub._util.gc_tuning); 0 keeps Python's defaults",
     ),
 ]

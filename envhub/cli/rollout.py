@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD
 from envhub.cli._app import app
 from envhub.cli.options import (
     EnvArgOption,
@@ -32,16 +33,15 @@ from envhub.cli.targets import (
     local_task_source,
 )
 from envhub.errors import EnvhubError, RolloutFailed
-from envhub.gc_tuning import DEFAULT_GC_THRESHOLD
 
 if TYPE_CHECKING:
-    from envhub.client import SessionTransport
+    from envhub.clients.remote import SessionTransport
     from envhub.protocol import EnvironmentClient
     from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
     from envhub.trajectory import Trajectory
 
-# The defaults of envhub.client.DEFAULT_TRANSPORT, envhub.rollout.breaker and
+# The defaults of envhub.clients.remote.DEFAULT_TRANSPORT, envhub.rollout.breaker and
 # envhub.rollout.run, spelled out so that `envhub --help` imports none of them
 # (tests/rollout/test_defaults.py holds them equal).
 DEFAULT_ENV_TRANSPORT = "ws"
@@ -521,7 +521,7 @@ def export_command(
 
 
 def _export_with_plugin(file: Path, format: str, target: Path) -> None:
-    from envhub.exporters import load_exporter
+    from envhub.registry import load_exporter
     from envhub.trajectory import read_trajectories
 
     try:

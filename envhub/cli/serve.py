@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 from envhub.cli._app import app
 from envhub.cli.options import (
     EnvArgOption,
@@ -21,12 +22,11 @@ from envhub.cli.options import (
     env_options,
 )
 from envhub.errors import EnvhubError
-from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from envhub.local import LocalEnvironment
+    from envhub.clients.local import LocalEnvironment
 
 __all__ = ["build_app", "raise_open_files_limit", "serve"]
 
@@ -54,7 +54,7 @@ def build_app(
     here too, so a replica serves exactly what ``envhub serve`` would. Raises
     :class:`~envhub.errors.EnvhubError` or ``ValueError`` (an env listed twice, a bad
     limit) before anything is served."""
-    from envhub.local import make
+    from envhub.clients.local import make
     from envhub.server import create_app
 
     hosted: dict[str, LocalEnvironment] = {}

@@ -17,7 +17,7 @@ import typer
 from envhub.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from envhub.client import SessionTransport
+    from envhub.clients.remote import SessionTransport
     from envhub.protocol import EnvironmentClient
 
 __all__ = [
@@ -92,11 +92,11 @@ class EnvTarget:
             return PooledEnvironment(self.env_urls, env, options, token=self.token,
                                      transport=self.transport)
         if self.env_urls:
-            from envhub.client import RemoteEnvironment
+            from envhub.clients.remote import RemoteEnvironment
 
             return RemoteEnvironment(self.env_urls[0], env, options, token=self.token,
                                      transport=self.transport)
-        from envhub.local import make
+        from envhub.clients.local import make
 
         return make(env, max_turns=max_turns, **options)
 
@@ -106,7 +106,7 @@ async def local_task_source(
 ) -> EnvironmentClient:
     """A local copy of ``env`` (same options) to read whole tasks from, refused unless it
     is the version ``remote`` runs: another version's gold actions would score wrongly."""
-    from envhub.local import make
+    from envhub.clients.local import make
 
     local = make(env, **options)
     served = (await remote.info()).version

@@ -10,9 +10,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from envhub.cache import cache_root
 from envhub.cli._app import app
 from envhub.errors import EnvhubError
+from envhub.runtime.cache import cache_root
 
 __all__ = ["report_command", "view_command"]
 
@@ -63,7 +63,7 @@ def view_command(
 
         from envhub.view.app import create_app
         from envhub.view.catalog import Catalog
-        from envhub.view.tokens import load_decoder
+        from envhub.view.token_text import load_decoder
     except ImportError as exc:
         raise _missing_extra(exc) from None
     try:
@@ -101,7 +101,7 @@ def report_command(
     """Write one self-contained HTML report of a run (inline CSS and SVG, opens offline)."""
     try:
         from envhub.view.report import write_report
-        from envhub.view.tokens import load_decoder
+        from envhub.view.token_text import load_decoder
     except ImportError as exc:
         raise _missing_extra(exc) from None
     try:

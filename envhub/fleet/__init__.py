@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from envhub.fleet.pool import PinnedSession, PooledEnvironment, ReplicaState
-from envhub.fleet.replicas import ReplicaAddress, ReplicaSource, StaticReplicas
+from envhub.clients.pooled import PinnedSession, PooledEnvironment, ReplicaState
+from envhub.clients.replicas import ReplicaAddress, ReplicaSource, StaticReplicas
 
 if TYPE_CHECKING:
     from envhub.fleet.ray_fleet import FleetEnvironment

@@ -1,7 +1,7 @@
 """A fleet replica's server as a container (``envhub fleet up --containers``).
 
 Instead of serving the app from its own process, the replica actor runs its
-environment's image (:mod:`envhub.images`) on its node and supervises it: a thread
+environment's image (:mod:`envhub.environment_images`) on its node and supervises it: a thread
 polls docker's health status, and a container that exits or turns unhealthy is removed
 and replaced by a new one (a new port), which the replica registers again. Containers
 carry the replica id and namespace as labels, so a restarted actor removes what its dead
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from envhub.images.run import (
+from envhub.environment_images.run import (
     Container,
     containers_labelled,
     health,

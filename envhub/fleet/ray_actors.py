@@ -209,7 +209,7 @@ class Replica:
     ) -> ContainerServer:
         """Run the environment's image (built here first if this node lacks it),
         published on ``host``, supervised until :meth:`shutdown`."""
-        from envhub.images import build_env_image
+        from envhub.environment_images import build_env_image
 
         return ContainerServer(
             build_env_image(self.env), replica_id=self.replica_id, namespace=namespace,
@@ -226,7 +226,7 @@ class Replica:
         )  # fmt: skip
 
     def _serve(self) -> None:
-        from envhub.gc_tuning import gc_tuned_for_throughput
+        from envhub._util.gc_tuning import gc_tuned_for_throughput
 
         with gc_tuned_for_throughput():
             self._server.run(sockets=[self._socket])

@@ -26,8 +26,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from envhub.clients.pooled import PooledEnvironment
+from envhub.clients.replicas import ReplicaAddress
 from envhub.errors import FleetError
-from envhub.fleet.pool import PooledEnvironment
 from envhub.fleet.ray_actors import (
     REGISTRY_NAME,
     RegistryActor,
@@ -36,7 +37,6 @@ from envhub.fleet.ray_actors import (
     reap_node_sandboxes,
     replica_actor_name,
 )
-from envhub.fleet.replicas import ReplicaAddress
 
 __all__ = [
     "DownReport",
@@ -509,7 +509,7 @@ def _reap_nodes(
 
 class RayReplicas:
     """The replicas of ``env`` that the registry of ``namespace`` lists: a
-    :class:`~envhub.fleet.replicas.ReplicaSource`. Each read is one bounded call to the
+    :class:`~envhub.clients.replicas.ReplicaSource`. Each read is one bounded call to the
     registry actor; a registry that is gone or silent is a :class:`FleetError`."""
 
     def __init__(
@@ -550,7 +550,7 @@ class RayReplicas:
 
 class FleetEnvironment(PooledEnvironment):
     """Environment ``env`` on the replicas of the Ray fleet at ``address``: a
-    :class:`~envhub.fleet.pool.PooledEnvironment` whose source is :class:`RayReplicas`.
+    :class:`~envhub.clients.pooled.PooledEnvironment` whose source is :class:`RayReplicas`.
     Joins the cluster at construction (a :class:`FleetError` when there is none); the
     other keyword arguments (``token``, ``wait_for_replica_s``...) are the pool's."""
 

@@ -57,7 +57,7 @@ def make_policy(
     """Build a policy by kind; ``options`` go to its constructor (e.g. ``api_key``).
 
     ``tito`` takes ``tokenizer``: a tokenizer object, or a model directory or GGUF file
-    loaded with :func:`envhub.tokenizers.load_tokenizer` (and ``chat_template``, a Jinja
+    loaded with :func:`envhub.tokens.tokenizers.load_tokenizer` (and ``chat_template``, a Jinja
     file replacing its template)."""
     urls = list(base_urls or [])
     if kind == "reference":
@@ -95,7 +95,7 @@ def _tito_policy(
     if tokenizer is None:
         raise InvalidRequest("the tito policy needs the model's tokenizer (--tokenizer)")
     if isinstance(tokenizer, (str, os.PathLike)):
-        from envhub.tokenizers import load_tokenizer
+        from envhub.tokens.tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer, chat_template=chat_template)
     elif chat_template is not None:

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from envhub.backoff import backoff_delay
+from envhub._util.backoff import backoff_delay
 from envhub.errors import TransientPolicyError
 
 __all__ = ["RetryPolicy"]
@@ -17,7 +17,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """Retries with exponential backoff and jitter (:func:`envhub.backoff.backoff_delay`):
+    """Retries with exponential backoff and jitter (:func:`envhub._util.backoff.backoff_delay`):
     attempt ``n`` waits between half and all of ``min(max_delay_s, base_delay_s * 2**n)``."""
 
     max_attempts: int = 6

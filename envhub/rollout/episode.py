@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from envhub.cleanup import abort_quietly
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
 from envhub.policies.base import (
     Completion,
@@ -47,6 +46,7 @@ from envhub.policies.gate import (
 )
 from envhub.policies.retry import RetryPolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
+from envhub.runtime.cleanup import abort_quietly
 from envhub.task import Task
 from envhub.trajectory import (
     EnvRef,

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 from envhub.errors import InvalidRequest, RolloutFailed
-from envhub.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
@@ -94,7 +94,7 @@ async def run(
     transport (the session's own ``max_turns`` budget also applies: whichever is lower
     ends the episode, with ``stop_reason="max_turns"`` either way). ``max_consecutive_masked``
     masked episodes in a row open the circuit breaker (``None``: never). ``gc_threshold``:
-    see :func:`envhub.gc_tuning.gc_tuned_for_throughput` (0 leaves the collector alone).
+    see :func:`envhub._util.gc_tuning.gc_tuned_for_throughput` (0 leaves the collector alone).
 
     Raises :class:`~envhub.errors.RolloutFailed` when the breaker opened or more than
     ``max_masked_fraction`` of the episodes are masked (``None``: no limit).
@@ -122,7 +122,7 @@ async def run(
         metrics = RolloutMetrics(metrics_port)
     make_runner: Callable[..., EpisodeRunner] = EpisodeRunner
     if agent is not None:
-        from envhub.agents.episode import AgentEpisodeRunner
+        from envhub.agents.agent_loop import AgentEpisodeRunner
 
         make_runner = functools.partial(AgentEpisodeRunner, agent=agent)
     runner = make_runner(
@@ -177,7 +177,7 @@ def _blocking(function: Callable[P, Coroutine[Any, Any, T]], name: str, doc: str
 
     @functools.wraps(function)
     def blocking(*args: P.args, **kwargs: P.kwargs) -> T:
-        from envhub.sync import run_sync as on_background_loop
+        from envhub.runtime.sync import run_sync as on_background_loop
 
         return on_background_loop(function(*args, **kwargs))
 
@@ -188,7 +188,7 @@ def _blocking(function: Callable[P, Coroutine[Any, Any, T]], name: str, doc: str
 
 run_sync = _blocking(run, "run_sync", """:func:`run`, blocking (same arguments and result).
 
-It runs on envhub's background event loop (the one behind ``envhub.session``), so it also
+It runs on envhub's background event loop (the one behind ``envhub.runtime.session``), so it also
 works where a loop is already running (a notebook), and the environment and policy stay
 on one loop across calls. Interrupting the call cancels the run.""")
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from envhub.cleanup import abort_quietly as abort_quietly
+from envhub.clients.local import make
 from envhub.environment import Environment
 from envhub.errors import InvalidRequest
-from envhub.local import make
 from envhub.protocol import EnvironmentClient, SessionHandle
-from envhub.sync import run_sync
+from envhub.runtime.cleanup import abort_quietly as abort_quietly
+from envhub.runtime.sync import run_sync
 from envhub.types import Message
 
 __all__ = ["abort_quietly", "resolve_environment", "start_messages", "tool_schemas"]
@@ -40,7 +40,7 @@ def resolve_environment(
                 f"{', '.join(sorted(make_kwargs))}: a hosted environment's budgets are set by "
                 "its server (envhub serve --max-turns ...)"
             )
-        from envhub.client import RemoteEnvironment
+        from envhub.clients.remote import RemoteEnvironment
 
         return RemoteEnvironment(env, env_name, options=options, token=token)
     if isinstance(env, str) or (inspect.isclass(env) and issubclass(env, Environment)):

@@ -32,7 +32,7 @@ from envhub.trainers.advantages import (
     group_advantages,
     task_normalize,
 )
-from envhub.trainers.tokens import NOT_SAMPLED, DriftPolicy, TokenRow, trajectory_rows
+from envhub.trainers.token_rows import NOT_SAMPLED, DriftPolicy, TokenRow, trajectory_rows
 from envhub.trajectory import Trajectory
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 For CPU demos and tests of the asynchronous loop (``examples/async_grpo_loop.py``): the
 rollout engine drives the very model the trainer updates, through
-:class:`~envhub.trainers.token_policy.TokenPolicy`, with no inference server. Generation
+:class:`~envhub.policies.token_policy.TokenPolicy`, with no inference server. Generation
 runs in a worker thread under :attr:`HFSampler.lock`; the trainer holds the same lock
 while it updates the weights, so no episode samples from half-updated parameters. For
 real throughput serve the model with vLLM or SGLang and use the ``openai`` policy.
@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from envhub.trainers.token_policy import Sample, TokenPolicy
+from envhub.policies.token_policy import TokenPolicy
+from envhub.tokens.sample import Sample
 
 __all__ = ["HFSampler", "transformers_policy"]
 

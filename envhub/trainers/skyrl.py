@@ -45,8 +45,8 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
 from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient, SessionHandle
-from envhub.sync import run_sync
-from envhub.toolcalls import ToolParser, parse_hermes
+from envhub.runtime.sync import run_sync
+from envhub.tokens.tool_call_parsers import ToolParser, parse_hermes
 from envhub.trainers.environments import resolve_environment, start_messages
 from envhub.types import Message
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient
-from envhub.tokenizers import load_tokenizer
+from envhub.tokens.tokenizers import load_tokenizer
 
 __all__ = ["SMOLLM2_GGUF", "smollm2_gguf_path", "smollm2_tokenizer", "tiny_llama"]
 
@@ -95,7 +95,7 @@ def gold_trajectories(env: EnvironmentClient, task_ids: list[str]) -> list[Any]:
     """One episode per task played by envhub's reference (gold-replay) policy."""
     from envhub.policies.reference import ReferencePolicy
     from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
-    from envhub.sync import run_sync
+    from envhub.runtime.sync import run_sync
 
     runner = EpisodeRunner(env, ReferencePolicy())
 
@@ -128,7 +128,7 @@ def imitate_gold(
     """
     import torch
 
-    from envhub.trainers.tokens import trajectory_rows
+    from envhub.trainers.token_rows import trajectory_rows
 
     trajectories = gold_trajectories(env, task_ids)
     if tools is not None:

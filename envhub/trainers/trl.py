@@ -46,7 +46,7 @@ from typing import Any
 
 from envhub.errors import EnvhubError, InvalidRequest, SessionClosed
 from envhub.protocol import EnvironmentClient, SessionHandle
-from envhub.sync import run_sync
+from envhub.runtime.sync import run_sync
 from envhub.trainers.environments import (
     abort_quietly,
     resolve_environment,

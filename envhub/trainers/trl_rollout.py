@@ -22,8 +22,8 @@ from typing import Any
 
 from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient
-from envhub.sync import run_sync
-from envhub.trainers.tokens import NOT_SAMPLED, TokenRow, trajectory_rows
+from envhub.runtime.sync import run_sync
+from envhub.trainers.token_rows import NOT_SAMPLED, TokenRow, trajectory_rows
 from envhub.trajectory import Trajectory
 from envhub.types import Message
 
@@ -40,7 +40,7 @@ def trl_sample(row: TokenRow, eos_token_id: int) -> dict[str, Any]:
 
     A row with a ``mask_reason`` keeps its tokens but gets ``env_mask`` all 0; an empty
     completion becomes one EOS token with mask 0 (TRL needs at least one token).
-    ``policy_versions`` is the row's (:attr:`~envhub.trainers.tokens.TokenRow.policy_versions`)
+    ``policy_versions`` is the row's (:attr:`~envhub.trainers.token_rows.TokenRow.policy_versions`)
     after the prompt, one per ``completion_ids`` token: the version that sampled it, ``-1``
     on tokens the policy did not sample (and on the EOS stand-in).
     """

@@ -37,8 +37,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from envhub.trainers.token_policy import Sample, Sampler
-from envhub.trainers.tokens import trajectory_rows
+from envhub.tokens.sample import Sample, Sampler
+from envhub.trainers.token_rows import trajectory_rows
 from envhub.trajectory import Trajectory
 
 __all__ = ["agent_loop_output", "verl_sampler"]
@@ -52,7 +52,7 @@ def agent_loop_output(
     ``response_length`` (verl's ``rollout.response_length``) cuts the response fields
     (``envhub_policy_versions`` included), and records ``envhub_truncated`` in
     ``extra_fields``. The versions are the token row's
-    (:attr:`~envhub.trainers.tokens.TokenRow.policy_versions`) after the prompt, so they
+    (:attr:`~envhub.trainers.token_rows.TokenRow.policy_versions`) after the prompt, so they
     stay aligned with ``response_ids`` token for token.
     """
     row = trajectory_rows(trajectory, drift="mask")[0]

@@ -20,9 +20,9 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from envhub.errors import InvalidRequest
+from envhub.policies.token_policy import TokenPolicy
 from envhub.rollout import EpisodeRunner, EpisodeSpec
 from envhub.trainers.environments import resolve_environment
-from envhub.trainers.token_policy import TokenPolicy
 from envhub.trainers.verl import agent_loop_output, verl_sampler
 
 __all__ = ["EnvhubAgentLoop"]

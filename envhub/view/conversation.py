@@ -11,7 +11,7 @@ laid out (:func:`laid_out`) to a fixed depth, so no rendering step recurses thro
 Tool messages in a trajectory carry no ``is_error`` flag (an observation becomes a plain
 ``tool`` message); a result is marked as an error when its message says ``is_error``
 (other writers may record it) or its content starts with ``Error: ``, the prefix the
-session gives every error observation (:meth:`envhub.session.Session._error`).
+session gives every error observation (:meth:`envhub.runtime.session.Session._error`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from envhub.trajectory import Trajectory
 from envhub.view.record import ViewedCall, ViewedRecord, check_record, describe
-from envhub.view.tokens import Decoder, TokenCell, token_cells
+from envhub.view.token_text import Decoder, TokenCell, token_cells
 
 __all__ = [
     "MAX_DEPTH", "ChatEntry", "Conversation", "ToolCallView", "TurnTokens", "conversation",

@@ -39,8 +39,8 @@ from typing import Any, Final
 
 import orjson
 
-from envhub.cache import locked
 from envhub.errors import InvalidRequest
+from envhub.runtime.cache import locked
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
 from envhub.view.record import BadRecord, ViewedRecord, check_record
 

@@ -14,7 +14,7 @@ from envhub.view.conversation import Conversation, conversation
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
 from envhub.view.index import EpisodeRow, RunIndex
 from envhub.view.stats import RunStats, TaskStats
-from envhub.view.tokens import Decoder
+from envhub.view.token_text import Decoder
 
 __all__ = [
     "PAGE_SIZE",

@@ -15,7 +15,7 @@ from envhub.view import pages
 from envhub.view.catalog import Catalog
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
 from envhub.view.render import ReportLinks, render
-from envhub.view.tokens import Decoder, decode_ids
+from envhub.view.token_text import Decoder, decode_ids
 
 __all__ = ["write_report"]
 

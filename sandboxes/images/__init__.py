@@ -29,8 +29,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from envhub.cache import cache_root, locked
 from envhub.errors import SandboxError
+from envhub.runtime.cache import cache_root, locked
 
 __all__ = [
     "Recipe",
@@ -197,7 +197,7 @@ def build_image_once(tag: str, build: Callable[[], None], *, force: bool = False
 
     Tags are content hashes, so an existing tag is the finished image, and docker only
     tags an image once its build or import succeeded. Builds of one tag run one at a time
-    across threads and processes (:func:`envhub.cache.locked`, lock files in
+    across threads and processes (:func:`envhub.runtime.cache.locked`, lock files in
     ``$ENVHUB_CACHE/images``): the first to take the lock builds, the others find it.
     """
     if not force and image_exists(tag):

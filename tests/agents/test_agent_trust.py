@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from envhub.agents import AgentEpisode, AgentEpisodeRunner, CommandAgentRunner, make_agent
 from envhub.cli._app import app
+from envhub.clients.local import LocalEnvironment
 from envhub.errors import InvalidRequest
-from envhub.local import LocalEnvironment
 from envhub.rollout import EpisodeSpec
 from envhub.trajectory import Trajectory, TrajectoryWriter, export_trajectories
 from tests.mcp.clients import http_session

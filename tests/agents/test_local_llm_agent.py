@@ -18,7 +18,7 @@ import pytest
 
 import envhub
 from envhub.agents import OpenAIAgentsRunner
-from envhub.llm import MODEL_NAME, llama_cpp_available, local_llm_server
+from envhub.cli.llama_server import MODEL_NAME, llama_cpp_available, local_llm_server
 from envhub.policies import OpenAIPolicy, SamplingParams
 from envhub.rollout import run
 from envhub.trajectory import read_trajectories

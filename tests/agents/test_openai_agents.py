@@ -24,8 +24,8 @@ from envhub.agents import (
     make_agent,
 )
 from envhub.cli._app import app
+from envhub.clients.local import LocalEnvironment
 from envhub.errors import InvalidRequest
-from envhub.local import LocalEnvironment
 from envhub.policies import ReferencePolicy, SamplingParams
 from envhub.rollout import EpisodeSpec, run
 from envhub.task import Task

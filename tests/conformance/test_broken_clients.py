@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import envhub
-from envhub.conformance import CHECKS, check_client_conformance, run_conformance
 from envhub.errors import ToolArgumentError
 from envhub.protocol import EnvironmentClient, OpeningSession, SessionHandle
-from envhub.session import Session
+from envhub.runtime.session import Session
 from envhub.task import Task
+from envhub.testing.conformance import CHECKS, check_client_conformance, run_conformance
 from envhub.types import (
     CloseResult,
     EnvironmentInfo,

@@ -19,12 +19,12 @@ from typing import Any, Literal
 import pytest
 
 import envhub
-import envhub.client
-from envhub.client import RemoteEnvironment
-from envhub.conformance import CHECKS, check_client_conformance
+import envhub.clients.remote
+from envhub.clients.remote import RemoteEnvironment
 from envhub.protocol import EnvironmentClient
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
+from envhub.testing.conformance import CHECKS, check_client_conformance
 from tests.images.conftest import docker_problem
 
 TRANSPORTS = ("local", "http", "ws")
@@ -111,7 +111,7 @@ async def test_client_conforms(
     if transport == "local":
         client = case.local()
     else:
-        monkeypatch.setattr(envhub.client, "_TASK_PAGE", 100)  # listings span several pages
+        monkeypatch.setattr(envhub.clients.remote, "_TASK_PAGE", 100)  # listings span several pages
         client = RemoteEnvironment(request.getfixturevalue("server_url"), case.env,
                                    transport=transport)  # fmt: skip
     try:

@@ -20,17 +20,17 @@ import pytest
 
 import envhub
 from envhub import Environment, Task, TaskSet, tool
-from envhub.client import RemoteEnvironment
-from envhub.conformance import _nested_arguments
-from envhub.hostile import deeply_nested_json
+from envhub.clients.remote import RemoteEnvironment
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.server import create_app
 from envhub.task import GoldCall
 from envhub.testing import replay_calls, serve_in_thread
-from envhub.toolcalls import parse_hermes, parse_llama3_json
-from envhub.trainers.tokens import template_message
+from envhub.testing.conformance import _nested_arguments
+from envhub.testing.hostile import deeply_nested_json
+from envhub.tokens.tool_call_parsers import parse_hermes, parse_llama3_json
+from envhub.trainers.token_rows import template_message
 from envhub.trajectory import Trajectory
 from envhub.types import ToolCall
 

@@ -1,7 +1,7 @@
 """A request the HTTP API refuses is refused alike on every transport: the same
 ``InvalidRequest`` with the same message in-process, over HTTP and over WebSocket (the
 conformance checks hold the error types; this holds the words, which come from one
-formatter, :func:`envhub.validation.validation_message`)."""
+formatter, :func:`envhub.runtime.validation.validation_message`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.errors import EnvhubError, InvalidRequest, SessionClosed
 from envhub.protocol import EnvironmentClient
 from envhub.server import create_app

@@ -1,4 +1,4 @@
-"""envhub.cache.build_once: one build per artefact across threads, asyncio tasks and
+"""envhub.runtime.cache.build_once: one build per artefact across threads, asyncio tasks and
 processes; a failed or killed build leaves nothing half-built behind."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from envhub.cache import build_once, build_once_async, cache_root, locked
+from envhub.runtime.cache import build_once, build_once_async, cache_root, locked
 from envhub.testing import first_uses_at_once
 
 #: a builder that records each run in ``builds`` and takes a while, to widen the race
 _BUILDER = """
 import time
 from pathlib import Path
-from envhub.cache import build_once
+from envhub.runtime.cache import build_once
 
 def builder(tmp: Path) -> None:
     with open({builds!r}, "a") as fh:
@@ -109,7 +109,7 @@ def test_killed_build_is_cleaned_up_and_rebuilt(tmp_path: Path) -> None:
     code = f"""
 import time
 from pathlib import Path
-from envhub.cache import build_once
+from envhub.runtime.cache import build_once
 
 def builder(tmp):
     tmp.mkdir()
@@ -170,7 +170,7 @@ def test_locked_excludes_other_processes(tmp_path: Path) -> None:
     marker = tmp_path / "released"
     code = f"""
 from pathlib import Path
-from envhub.cache import locked
+from envhub.runtime.cache import locked
 print("waiting", flush=True)
 with locked({str(tmp_path / "image")!r}):
     print("inside after release:", Path({str(marker)!r}).exists(), flush=True)

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 import envhub
-from envhub.cleanup import abort_quietly, cleanup_failures
 from envhub.errors import SandboxError
+from envhub.runtime.cleanup import abort_quietly, cleanup_failures
 from tests.core.toy_envs import ToyEnv
 
 
@@ -26,11 +26,11 @@ def test_session_abort_logs_and_counts_a_failing_close(caplog: pytest.LogCapture
     async def main() -> None:
         session = await envhub.make(CloseFailsEnv).open("toy-1")
         before = cleanup_failures().get("Session.abort of close-fails", 0)
-        with caplog.at_level(logging.WARNING, logger="envhub.cleanup"):
+        with caplog.at_level(logging.WARNING, logger="envhub.runtime.cleanup"):
             await session.abort()  # does not raise
             await session.abort()  # aborting twice: nothing left to close
         assert cleanup_failures()["Session.abort of close-fails"] == before + 1
-        (record,) = [r for r in caplog.records if r.name == "envhub.cleanup"]
+        (record,) = [r for r in caplog.records if r.name == "envhub.runtime.cleanup"]
         assert "sandbox gone while closing" in record.getMessage()
         assert record.exc_info is not None and record.exc_info[0] is SandboxError
 
@@ -45,7 +45,7 @@ def test_abort_quietly_records_what_the_session_raises(caplog: pytest.LogCapture
             raise ConnectionError("server went away")
 
     before = cleanup_failures().get("test abort", 0)
-    with caplog.at_level(logging.WARNING, logger="envhub.cleanup"):
+    with caplog.at_level(logging.WARNING, logger="envhub.runtime.cleanup"):
         asyncio.run(abort_quietly(Unreachable(), "test abort"))  # type: ignore[arg-type]
     assert cleanup_failures()["test abort"] == before + 1
     assert any("server went away" in r.getMessage() for r in caplog.records)

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 import envhub
 from envhub import Environment
 from envhub.cli import app
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from tests.core.game_envs import COUNTER_GAME, CounterGame

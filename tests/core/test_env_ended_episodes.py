@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.gym import EnvhubGymEnv
 from envhub.policies import ReferencePolicy
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec

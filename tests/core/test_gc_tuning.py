@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from envhub.gc_tuning import gc_tuned_for_throughput
+from envhub._util.gc_tuning import gc_tuned_for_throughput
 
 
 def test_settings_apply_inside_the_block_and_are_restored() -> None:

@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 PUBLIC_MODULES = (
     "envhub",
-    "envhub.cache",
+    "envhub.runtime.cache",
     "envhub.errors",
-    "envhub.loop_thread",
+    "envhub.runtime.loop_thread",
     "envhub.rewards",
     "envhub.rewards.rubric",
     "envhub.rewards.sql",
@@ -34,7 +34,7 @@ PUBLIC_MODULES = (
     "envhub.sandboxes",
     "envhub.sandboxes.images",
     "envhub.testing",
-    "envhub.trajectory",  # the trajectory format: what exporters (envhub.exporters) read
+    "envhub.trajectory",  # the trajectory format: what exporters read
     "envhub.types",
 )
 
@@ -96,13 +96,13 @@ def test_public_modules_export_what_they_define(module_name: str) -> None:
 
 
 def test_the_session_module_is_not_shadowed() -> None:
-    """``envhub.session`` is the module (its ``Session`` class); the blocking function
+    """``envhub.runtime.session`` is the module (its ``Session`` class); the blocking function
     that opens a session in scripts is ``envhub.sync_session``."""
     code = (
-        "import envhub.session, envhub, types\n"
-        "assert isinstance(envhub.session, types.ModuleType), envhub.session\n"
-        "assert envhub.session.Session is envhub.Session\n"
-        "assert envhub.sync_session.__module__ == 'envhub.sync'\n"
+        "import envhub.runtime.session, envhub, types\n"
+        "assert isinstance(envhub.runtime.session, types.ModuleType), envhub.runtime.session\n"
+        "assert envhub.runtime.session.Session is envhub.Session\n"
+        "assert envhub.sync_session.__module__ == 'envhub.runtime.sync'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     with envhub.sync_session("tests.core.toy_envs:ToyEnv", "toy-2") as session:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import envhub
-from envhub.describe import describe_environment, describe_environments
+from envhub.clients.describe import describe_environment, describe_environments
 from envhub.errors import RegistryError
 from envhub.registry import discover_environments, load_environment_class
 
@@ -110,6 +110,8 @@ def test_discovery_is_cheap_and_describing_is_separate() -> None:
         return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
 
     registry = imported_by("envhub.registry")
-    assert not registry & {"envhub.local", "envhub.describe", "envhub.session"}, registry
-    assert "envhub.local" in imported_by("envhub.describe")
-    assert "envhub.describe" not in imported_by("envhub.local")  # not even inside a function
+    heavy = {"envhub.clients.local", "envhub.clients.describe", "envhub.runtime.session"}
+    assert not registry & heavy, registry
+    assert "envhub.clients.local" in imported_by("envhub.clients.describe")
+    # not even inside a function:
+    assert "envhub.clients.describe" not in imported_by("envhub.clients.local")

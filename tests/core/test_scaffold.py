@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from envhub.cli.scaffold import scaffold_plugin
 from envhub.errors import InvalidRequest
-from envhub.scaffold import scaffold_plugin
 
 
 def test_init_creates_installable_plugin(tmp_path: Path) -> None:

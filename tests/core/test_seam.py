@@ -17,21 +17,18 @@ from pathlib import Path
 import pytest
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.pooled import PooledEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.protocol import EnvironmentClient, SessionHandle
+from envhub.server.mcp import StoreEnvironment
+from envhub.server.metrics import ServerMetrics
+from envhub.server.store import SessionStore
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [ROOT / "envhub"]
-# The transports themselves, and the server (a transport that hosts in-process sessions).
-TRANSPORTS = {
-    ROOT / "envhub" / "local.py",
-    ROOT / "envhub" / "client.py",
-    ROOT / "envhub" / "_http_transports.py",
-    ROOT / "envhub" / "_remote_calls.py",
-    ROOT / "envhub" / "protocol.py",
-    ROOT / "envhub" / "describe.py",  # describes in-process builds (the registry's heavy half)
-    ROOT / "envhub" / "fleet" / "pool.py",  # a transport made of one remote client per replica
-}
+# The transports themselves: every module of envhub/clients/ and the protocol they
+# implement. (The server's store client, server/mcp.py, is the one transport outside.)
+TRANSPORTS = {*(ROOT / "envhub" / "clients").rglob("*.py"), ROOT / "envhub" / "protocol.py"}
 CONCRETE = {"LocalEnvironment", "RemoteEnvironment", "Session", "RemoteSession"}
 # attributes only one transport has: reading them with getattr/hasattr is a transport test
 ONE_SIDED = {"tasks", "tools", "new_session", "env_class", "budgets", "messages", "closed"}
@@ -89,7 +86,7 @@ def test_no_consumer_tests_which_transport_it_holds() -> None:
 
 def test_the_guard_sees_each_kind_of_transport_test() -> None:
     leaky = (
-        "from envhub.local import LocalEnvironment\n"
+        "from envhub.clients.local import LocalEnvironment\n"
         "import inspect\n"
         "def tools(env):\n"
         "    if isinstance(env, (str, LocalEnvironment)):\n"
@@ -124,15 +121,24 @@ def test_consumers_are_typed_against_the_protocols() -> None:
     assert not offences, "\n".join(offences)
 
 
-def test_both_transports_are_environment_clients() -> None:
+def test_every_transport_is_an_environment_client() -> None:
     local = envhub.make("calc")
     remote = RemoteEnvironment("http://127.0.0.1:9", "calc", transport="http")
-    assert isinstance(local, EnvironmentClient) and isinstance(remote, EnvironmentClient)
+    pooled = PooledEnvironment(["http://127.0.0.1:9"], "calc", transport="http")
 
     async def sessions() -> None:
-        async with local.open("calc-0-00001") as session:
-            assert isinstance(session, SessionHandle)
-        await remote.aclose()
+        store = SessionStore({"calc": local}, max_sessions=4, session_ttl_s=60.0,
+                             metrics=ServerMetrics())
+        try:
+            for client in (local, remote, pooled, StoreEnvironment(store, "calc")):
+                assert isinstance(client, EnvironmentClient), type(client).__name__
+            for client in (local, StoreEnvironment(store, "calc")):
+                async with client.open("calc-0-00001") as session:
+                    assert isinstance(session, SessionHandle), type(session).__name__
+        finally:
+            await store.shutdown()
+            await remote.aclose()
+            await pooled.aclose()
 
     asyncio.run(sessions())
 

@@ -48,7 +48,7 @@ async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
 ) -> None:
     if (problem := docker_problem()) is not None:
         pytest.skip(problem)
-    from envhub.images import build_env_image
+    from envhub.environment_images import build_env_image
 
     build_env_image("calc")  # what each replica would otherwise build on its node
     records = fleet_up(ray_cluster.address, {"calc": 2}, namespace=NS, containers=True,

@@ -24,7 +24,6 @@ if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray 
 
 import ray
 
-from envhub.conformance import CHECKS, check_client_conformance
 from envhub.errors import FleetError, ReplicaLost, Unauthorized
 from envhub.fleet import FleetEnvironment
 from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
@@ -38,6 +37,7 @@ from envhub.fleet.ray_fleet import (
 )
 from envhub.sandboxes.local import DIR_PREFIX as LOCAL_DIR_PREFIX
 from envhub.testing import call_tool
+from envhub.testing.conformance import CHECKS, check_client_conformance
 from tests.fleet.conftest import RayCluster, free_port
 
 SQL_NEEDS = {"sql": {"sandbox_slots": 1}}

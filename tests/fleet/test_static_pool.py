@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.errors import FleetError, RolloutFailed
 from envhub.fleet import PooledEnvironment
 from envhub.policies.reference import ReferencePolicy

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from envhub.images.run import Container
+from envhub.environment_images.run import Container
 
 IMAGE_ENVS = ("calc", "sql", "search")
 TOKEN = "image-test-token"
@@ -42,7 +42,7 @@ def env_images() -> dict[str, str]:
     """``{env: tag}`` for calc, sql and search (built if missing)."""
     if (problem := docker_problem()) is not None:
         pytest.skip(problem)
-    from envhub.images import build_env_image
+    from envhub.environment_images import build_env_image
 
     return {env: build_env_image(env) for env in IMAGE_ENVS}
 
@@ -50,7 +50,7 @@ def env_images() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def containers(env_images: dict[str, str]) -> Iterator[dict[str, Container]]:
     """One running container per image, token-protected, published on 127.0.0.1."""
-    from envhub.images.run import start_container, stop_container
+    from envhub.environment_images.run import start_container, stop_container
 
     started: dict[str, Container] = {}
     try:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from envhub.images import CONTAINER_PORT
-from envhub.images.recipe import load_env_recipe
+from envhub.environment_images import CONTAINER_PORT
+from envhub.environment_images.recipe import load_env_recipe
 from tests.images.conftest import IMAGE_ENVS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

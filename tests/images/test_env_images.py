@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
-from envhub.client import RemoteEnvironment
-from envhub.conformance import CHECKS, check_client_conformance
-from envhub.images.run import NETWORK, Container
+from envhub.clients.remote import RemoteEnvironment
+from envhub.environment_images.run import NETWORK, Container
+from envhub.testing.conformance import CHECKS, check_client_conformance
 from tests.images.conftest import IMAGE_ENVS, TOKEN
 
 
@@ -88,9 +88,9 @@ def test_the_container_is_confined(containers: dict[str, Container]) -> None:
 def test_unchanged_rebuild_is_a_no_op_and_a_new_version_a_new_tag(
     env_images: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import envhub.images.build as build
-    from envhub.images import build_env_image
-    from envhub.images.wheelhouse import Source
+    import envhub.environment_images.build as build
+    from envhub.environment_images import build_env_image
+    from envhub.environment_images.wheelhouse import Source
 
     tag = build_env_image("calc")  # the tree's current tag (the fixture's, unless it changed)
     created = _docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", tag)
@@ -121,7 +121,7 @@ async def test_a_container_killed_mid_rollout_masks_its_episodes(
     import asyncio
 
     import envhub
-    from envhub.images.run import start_container, stop_container
+    from envhub.environment_images.run import start_container, stop_container
     from envhub.rollout import run
     from tests.fleet.holding import HoldAtSecondTurn
 

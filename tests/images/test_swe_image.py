@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.testing import call_tool
 from tests.images.conftest import TOKEN, docker_problem
 
@@ -34,7 +34,7 @@ PROBE = (
 def swe_image() -> str:
     if (problem := docker_problem()) is not None:
         pytest.skip(problem)
-    from envhub.images import build_env_image
+    from envhub.environment_images import build_env_image
 
     return build_env_image("swe")  # the `bwrap` sandbox image first, if missing
 
@@ -57,7 +57,7 @@ async def _bash(url: str, task_id: str, command: str) -> str:
 
 
 def test_swe_image_checks_a_task_in_bwrap_sandboxes_inside_the_container(swe_image: str) -> None:
-    from envhub.images.run import start_container, stop_container
+    from envhub.environment_images.run import start_container, stop_container
 
     container = start_container(swe_image, token=TOKEN)
     try:

@@ -24,13 +24,13 @@ def web_image() -> str:
         if os.environ.get("ENVHUB_REQUIRE_WEB_IMAGE") == "1":
             pytest.fail("ENVHUB_REQUIRE_WEB_IMAGE=1 but the chromium sandbox image is not built")
         pytest.skip("sandbox image 'chromium' not built (envhub sandbox build chromium)")
-    from envhub.images import build_env_image
+    from envhub.environment_images import build_env_image
 
     return build_env_image("web")
 
 
 def test_web_image_checks_in_text_mode_and_runs_browser_mode(web_image: str) -> None:
-    from envhub.images.run import start_container, stop_container
+    from envhub.environment_images.run import start_container, stop_container
 
     text = start_container(web_image, token=TOKEN, args=["--env-arg", "mode=text"])
     try:

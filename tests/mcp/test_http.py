@@ -14,7 +14,7 @@ from mcp.types import INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION, TextContent
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from tests.mcp.clients import (

@@ -14,9 +14,9 @@ from mcp.types import PARSE_ERROR
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import envhub
-from envhub.hostile import deeply_nested_json
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
+from envhub.testing.hostile import deeply_nested_json
 from tests.mcp.clients import ACCEPT, INITIALIZE, TASKS
 
 HEADERS = {**ACCEPT, "Content-Type": "application/json"}

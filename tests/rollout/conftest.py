@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import envhub
-from envhub.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
 

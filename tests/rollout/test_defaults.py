@@ -9,7 +9,7 @@ import pytest
 
 import envhub
 from envhub.cli.rollout import rollout_command
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from tests.rollout.scripted_server import ThreadedUvicorn
 
 server_app = pytest.importorskip("envhub.server", reason="the server extra is not installed")
@@ -25,7 +25,7 @@ async def test_the_client_and_the_cli_default_to_the_same_transport() -> None:
         assert remote.transport == cli_default("env_transport") == "ws"
     finally:
         await remote.aclose()
-    from envhub.client import DEFAULT_TRANSPORT
+    from envhub.clients.remote import DEFAULT_TRANSPORT
 
     assert DEFAULT_TRANSPORT == "ws"
     # the httpx engine has no WebSocket client: HTTP is its default, ws a clear error

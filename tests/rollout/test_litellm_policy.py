@@ -6,7 +6,7 @@ from collections import deque
 
 import pytest
 
-from envhub.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment
 from envhub.policies import make_policy
 from tests.rollout.helpers import FAST_RETRY, run_episodes
 from tests.rollout.scripted_server import ScriptConfig

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 import envhub.cli.rollout  # noqa: F401 - registers the commands on the app
 from envhub.cli._app import app
+from envhub.cli.llama_server import MODEL_NAME, llama_cpp_available, local_llm_server
 from envhub.errors import ContextLengthExceeded
-from envhub.llm import MODEL_NAME, llama_cpp_available, local_llm_server
 from envhub.policies import OpenAIPolicy, SamplingParams
 from envhub.policies.base import GenerateRequest
 from envhub.trajectory import read_trajectories

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from envhub.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment
 from envhub.policies import RetryPolicy
 from tests.rollout.helpers import eventually, openai_policy, run_episodes
 from tests.rollout.scripted_server import ScriptConfig, tokenize

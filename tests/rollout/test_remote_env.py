@@ -88,7 +88,7 @@ def test_a_server_running_another_version_is_refused(tmp_path: Path) -> None:
     """Gold actions of another version would score wrongly: refused before any episode."""
     from envhub_calc.env import CalcEnv
 
-    from envhub.local import LocalEnvironment
+    from envhub.clients.local import LocalEnvironment
 
     class NewerCalc(CalcEnv):
         version = "9.9.9"

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import envhub
 import envhub.cli.rollout
 from envhub.cli._app import app
-from envhub.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment
 from envhub.policies import ReferencePolicy
 from envhub.rollout import stream
 from envhub.trajectory import Trajectory

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 import envhub
+from envhub.clients.local import LocalEnvironment
 from envhub.errors import InvalidRequest
-from envhub.local import LocalEnvironment
 from envhub.policies.endpoints import EndpointPool
 from envhub.trajectory import Trajectory
 from tests.rollout.helpers import eventually, openai_policy

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from envhub.clients.local import LocalEnvironment
 from envhub.errors import InvalidRequest, StreamTimeout
-from envhub.local import LocalEnvironment
 from envhub.policies import OpenAIPolicy, ReferencePolicy
 from envhub.rollout import stream
 from tests.rollout.helpers import FAST_RETRY

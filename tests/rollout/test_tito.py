@@ -26,15 +26,15 @@ from typer.testing import CliRunner
 
 import envhub.cli.rollout  # noqa: F401 - registers the commands on the app
 from envhub.cli._app import app
+from envhub.clients.local import LocalEnvironment
 from envhub.errors import ContextLengthExceeded, InvalidRequest, PolicyError
-from envhub.local import LocalEnvironment
 from envhub.policies import GenerateRequest, SamplingParams, make_policy
 from envhub.policies.base import EpisodeAware
 from envhub.policies.tito import TitoPolicy, VLLMBackend, tito_backend
 from envhub.policies.tito.backends import LlamaCppBackend, SGLangBackend
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.testing import serve_in_thread
-from envhub.toolcalls import (
+from envhub.tokens.tool_call_parsers import (
     TOOL_PARSERS,
     parse_hermes,
     parse_llama3_json,
@@ -42,7 +42,7 @@ from envhub.toolcalls import (
     tool_parser,
 )
 from envhub.trainers.grpo import build_batch
-from envhub.trainers.tokens import template_message, trajectory_rows
+from envhub.trainers.token_rows import template_message, trajectory_rows
 from envhub.trajectory import Trajectory, read_trajectories
 from tests.rollout.helpers import FAST_RETRY
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import envhub
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from envhub.trainers.grpo import build_batch

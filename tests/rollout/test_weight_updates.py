@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from envhub.clients.local import LocalEnvironment
 from envhub.errors import InvalidRequest, WeightUpdateFailed
-from envhub.local import LocalEnvironment
 from envhub.policies import Completion, GenerateRequest, Policy, SamplingParams
 from envhub.policies.weight_sync import NoopSync, SGLangSync, VLLMSync, WeightSync
 from envhub.rollout import Group, RolloutStream, stream
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate
-from envhub.trainers.tokens import NOT_SAMPLED, trajectory_rows
+from envhub.trainers.token_rows import NOT_SAMPLED, trajectory_rows
 from envhub.trajectory import Trajectory, Turn
 from tests.rollout.helpers import FAST_RETRY, openai_policy
 from tests.rollout.scripted_server import CALC_SCRIPT

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 import envhub
-import envhub.local
+import envhub.clients.local
 import envhub.server.store
-from envhub.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment
 from envhub.server.store import HostedEnvironment
 from tests.server import adversarial_envs
 from tests.server.adversarial_envs import QUOTING, SLOW
@@ -136,7 +136,7 @@ def test_the_shared_task_set_cache_is_bounded_by_memory(
 
     one_set = LocalEnvironment("calc", {"num_tasks": 2_000, "seed": 100}).tasks_bytes
     assert one_set > 2_000 * 500  # a task holds its prompt, answer and gold calls
-    monkeypatch.setattr(envhub.local._TASKSETS, "max_bytes", int(one_set * 2.5))
+    monkeypatch.setattr(envhub.clients.local._TASKSETS, "max_bytes", int(one_set * 2.5))
     first = tasks(1)
     assert tasks(1) is first  # shared while it fits
     tasks(2)

@@ -11,14 +11,14 @@ import pytest
 import uvicorn
 
 import envhub
-from envhub._http_transports import HttpEngine
-from envhub._remote_calls import (
+from envhub.clients._http_transports import HttpEngine
+from envhub.clients._remote_calls import (
     HttpSessionCalls,
     SessionCalls,
     WebSocketSessionCalls,
     WebSocketSessions,
 )
-from envhub.client import RemoteEnvironment, RemoteSession
+from envhub.clients.remote import RemoteEnvironment, RemoteSession
 from envhub.errors import (
     CapacityError,
     InvalidRequest,

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from envhub.client import RemoteEnvironment
+from envhub.clients.remote import RemoteEnvironment
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from envhub.types import StepResult

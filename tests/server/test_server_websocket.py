@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 import envhub
-from envhub._remote_calls import WebSocketSessionCalls, WebSocketSessions
-from envhub.client import RemoteEnvironment, RemoteSession
+from envhub.clients._remote_calls import WebSocketSessionCalls, WebSocketSessions
+from envhub.clients.remote import RemoteEnvironment, RemoteSession
 from envhub.errors import InvalidRequest, SessionClosed, SessionNotFound, Unauthorized
 
 ECHO = {"id": "e", "name": "echo", "arguments": {"text": "hi"}}

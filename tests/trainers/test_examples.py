@@ -29,7 +29,7 @@ def run(*args: str) -> str:
 def test_importing_the_adapters_loads_no_heavy_dependency() -> None:
     code = (
         "import sys, envhub.trainers, envhub.trainers.grpo, envhub.trainers.trl, "
-        "envhub.trainers.verl, envhub.trainers.token_policy; "
+        "envhub.trainers.verl, envhub.policies.token_policy; "
         "heavy = {'torch', 'transformers', 'trl', 'datasets', 'verl', 'skyrl_gym'}; "
         "print(sorted(heavy & set(sys.modules)))"
     )

@@ -14,7 +14,7 @@ from envhub.trainers.grpo import (
     group_advantages,
     task_normalize,
 )
-from envhub.trainers.tokens import trajectory_rows
+from envhub.trainers.token_rows import trajectory_rows
 from tests.trainers.factories import drifted, trajectory, turn, two_turn
 
 # -- advantages ------------------------------------------------------------------------------

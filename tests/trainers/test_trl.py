@@ -10,7 +10,7 @@ import pytest
 
 import envhub
 from envhub.errors import InvalidRequest
-from envhub.sync import run_sync
+from envhub.runtime.sync import run_sync
 from envhub.trainers.trl import envhub_reward, environment_factory, task_dataset
 from envhub.trainers.trl_rollout import EnvhubRollout
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer

@@ -11,7 +11,7 @@ import pytest
 
 import envhub
 from envhub.trainers.grpo import build_batch
-from envhub.trainers.tokens import trajectory_rows
+from envhub.trainers.token_rows import trajectory_rows
 from envhub.trainers.trl_rollout import trl_sample
 from envhub.trainers.verl import agent_loop_output
 from envhub.trajectory import Trajectory

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import envhub
+from envhub.policies.token_policy import TokenPolicy
 from envhub.rollout import EpisodeRunner, EpisodeSpec
-from envhub.trainers.token_policy import TokenPolicy
 from envhub.trainers.verl import agent_loop_output, verl_sampler
 from tests.trainers.conftest import TRAIN_TASKS
 from tests.trainers.factories import drifted, split_turn, trajectory, turn, two_turn

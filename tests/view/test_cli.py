@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from envhub.cli import app
 from envhub.view.app import create_app
-from envhub.view.tokens import load_decoder
+from envhub.view.token_text import load_decoder
 from tests.rollout.scripted_server import ThreadedUvicorn
 from tests.view.conftest import Viewer
 

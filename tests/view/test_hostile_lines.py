@@ -23,8 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
-from envhub.hostile import deeply_nested_json
 from envhub.testing import serve_in_thread
+from envhub.testing.hostile import deeply_nested_json
 from envhub.view.app import create_app
 from envhub.view.catalog import Catalog
 from envhub.view.index import RunIndex

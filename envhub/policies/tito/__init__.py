@@ -14,7 +14,7 @@ from envhub.policies.tito.backends import TitoBackend as TitoBackend
 from envhub.policies.tito.backends import VLLMBackend as VLLMBackend
 from envhub.policies.tito.backends import tito_backend as tito_backend
 from envhub.policies.tito.policy import TitoPolicy as TitoPolicy
-from envhub.policies.tito.render import ChatRenderer as ChatRenderer
+from envhub.tokens.chat_template import ChatRenderer as ChatRenderer
 
 __all__ = [
     "TITO_BACKENDS",

@@ -25,7 +25,7 @@ Each server names things its own way (checked against their documentation and so
   :meth:`SGLangBackend.weight_version` reads it as the turn's version when it is an
   integer (``7`` or ``"7"``) and ignores other labels (SGLang's default is ``"default"``).
 
-Replies become a :class:`~envhub.trainers.token_policy.Sample` (``finished`` is false
+Replies become a :class:`~envhub.tokens.sample.Sample` (``finished`` is false
 when the token limit cut the completion, ``aborted`` true when the server ended it early:
 vLLM's and SGLang's ``abort``, a weight update). A backend is stateless: the policy sends the
 body to the ``path`` below an endpoint's base URL, through its endpoint pool, and hands
@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from envhub.errors import InvalidRequest, PolicyError
 from envhub.policies.base import SamplingParams
 from envhub.policies.weight_sync import parse_version
-from envhub.trainers.token_policy import Sample
+from envhub.tokens.sample import Sample
 
 __all__ = [
     "TITO_BACKENDS",

@@ -3,7 +3,7 @@
 A chat endpoint tokenises each turn's rendered chat itself, and re-rendering history
 can tokenise earlier turns differently from what the model sampled ("token drift"). This
 policy never lets that happen: it renders the first prompt once with the model's chat
-template (:class:`~envhub.policies.tito.render.ChatRenderer`), sends token ids to a
+template (:class:`~envhub.tokens.chat_template.ChatRenderer`), sends token ids to a
 completion endpoint (:mod:`envhub.policies.tito.backends`: llama.cpp, vLLM, SGLang),
 and builds each later prompt as the previous prompt + the sampled ids + the ids of the
 new messages. Every turn's prompt therefore starts with the previous turn's prompt and
@@ -11,8 +11,8 @@ completion (``prefix_ok`` is true by construction, and the rollout checks it), a
 trainer reads the ids as recorded.
 
 Tool calls are parsed from the decoded completion by a named parser
-(:mod:`envhub.toolcalls`, ``hermes`` by default); a malformed call is passed on verbatim
-and the session answers it with an error observation, as for any policy.
+(:mod:`envhub.tokens.tool_call_parsers`, ``hermes`` by default); a malformed call is
+passed on verbatim and the session answers it with an error observation, as for any policy.
 
 An episode's ids live in the policy between its turns, keyed by
 :attr:`~envhub.policies.base.GenerateRequest.episode_id`, until the episode ends: the
@@ -64,10 +64,10 @@ from envhub.policies.gate import gated
 from envhub.policies.partial import ABORTED, tokens_left, until_complete
 from envhub.policies.retry import RetryPolicy
 from envhub.policies.tito.backends import TitoBackend, tito_backend
-from envhub.policies.tito.render import ChatRenderer
 from envhub.policies.transport import PooledPolicy, TransportOptions
-from envhub.toolcalls import ToolParser, tool_parser
-from envhub.trainers.token_policy import Sample
+from envhub.tokens.chat_template import ChatRenderer
+from envhub.tokens.sample import Sample
+from envhub.tokens.tool_call_parsers import ToolParser, tool_parser
 from envhub.types import Message
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class TitoPolicy(PooledPolicy):
     (llama.cpp and SGLang: the server's root URL; vLLM: its ``/v1`` URL).
 
     ``tokenizer`` is a ``transformers`` tokenizer with the model's chat template
-    (:func:`envhub.tokenizers.load_tokenizer` reads one from a directory or a GGUF
+    (:func:`envhub.tokens.tokenizers.load_tokenizer` reads one from a directory or a GGUF
     file). ``tool_parser`` is a registered parser name or a parser. The connection options
     are :class:`~envhub.policies.transport.PooledTransport`'s, as for
     :class:`~envhub.policies.openai_compat.OpenAIPolicy`.

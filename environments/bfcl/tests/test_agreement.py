@@ -26,8 +26,8 @@ import envhub
 import envhub.cli.rollout  # registers the commands on the app
 from envhub import GoldCall, Task
 from envhub.cli._app import app
-from envhub.llm import MODEL_NAME as LOCAL_MODEL
-from envhub.llm import llama_cpp_available, local_llm_server
+from envhub.cli.llama_server import MODEL_NAME as LOCAL_MODEL
+from envhub.cli.llama_server import llama_cpp_available, local_llm_server
 from envhub.policies import OpenAIPolicy, SamplingParams
 from envhub.policies.base import Completion, GenerateRequest
 from envhub.trajectory import Trajectory, read_trajectories

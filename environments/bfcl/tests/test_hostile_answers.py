@@ -1,4 +1,4 @@
-"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against BFCL: in a multi-turn
+"""The shared hostile-answer corpus (:mod:`envhub.testing.hostile`) against BFCL: in a multi-turn
 entry each text is a file's name and content, a directory, and both arguments of a
 MathAPI call (they reach BFCL's live backends and, replayed, its checker's ``eval``), then
 the final message; in a single-turn entry it is both arguments of the one function (BFCL's

@@ -1,4 +1,4 @@
-"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against calc: each text goes
+"""The shared hostile-answer corpus (:mod:`envhub.testing.hostile`) against calc: each text goes
 through the calculator (the model's tool input reaches its parser too) and is then the
 final answer. Every episode is scored as a plain wrong answer, nothing runs on the host,
 and the episodes scored afterwards get a clean run's rewards."""

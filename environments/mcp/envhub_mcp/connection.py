@@ -5,7 +5,7 @@ The official SDK's ``mcp.Client`` is an async context manager whose task group m
 entered and left by one task, while an episode's reset, tool calls (each in its own
 task under the session's timeout) and close come from different tasks, and sessions
 from different event loops. So every connection is held open by a task on one
-process-wide loop thread (:class:`envhub.loop_thread.LoopThread`), and callers reach it
+process-wide loop thread (:class:`envhub.runtime.loop_thread.LoopThread`), and callers reach it
 from any loop; cancelling a caller (the session's tool timeout) cancels the call.
 
 Failure contract of :meth:`ServerConnection.call`:
@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from envhub.errors import SandboxError, ToolError
-from envhub.loop_thread import LoopThread
+from envhub.runtime.loop_thread import LoopThread
 from envhub_mcp.servers import HttpServer, StdioServer
 
 __all__ = ["ServerConnection", "ServerToolError", "mcp_loop"]

@@ -1,4 +1,4 @@
-"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against mcp, with real servers:
+"""The shared hostile-answer corpus (:mod:`envhub.testing.hostile`) against mcp, with real servers:
 each text is forwarded to the server's tools first (the model's tool input reaches a
 third-party server over the MCP transport) and is then the answer. Every episode is
 scored as a plain wrong answer, nothing runs on the host, and the episodes scored
@@ -7,10 +7,10 @@ afterwards get a clean run's rewards."""
 from __future__ import annotations
 
 import envhub
-from envhub.hostile import HOSTILE_ANSWERS
 from envhub.model_text import valid_text
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers
+from envhub.testing.hostile import HOSTILE_ANSWERS
 
 #: how the corpus's shell injections start: ``$(...)``, backquotes, ``1; touch``
 _SHELL_INJECTIONS = ("$(", "`", "1; ")

@@ -13,7 +13,7 @@ from reasoning_gym.factory import create_dataset
 
 import envhub
 from envhub.errors import InvalidRequest
-from envhub.options import validate_client_options
+from envhub.runtime.client_options import validate_client_options
 from envhub.types import CloseResult
 
 

@@ -3,7 +3,7 @@
 Through a real server holding a token, the issue's probe (sympy's ``x!`` transformation
 reaching an ``exec`` that writes a file and forges score lines) runs nothing, returns
 nothing of the server's, and leaves the episodes after it alone. The shared corpus
-(:mod:`envhub.hostile`) scores as a plain wrong answer on the default scorer and under
+(:mod:`envhub.testing.hostile`) scores as a plain wrong answer on the default scorer and under
 bubblewrap: the whole corpus on one dataset, a representative part on the others."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from envhub_reasoning_gym import UNPARSEABLE
 from reasoning_gym.factory import create_dataset
 
 import envhub
-from envhub.hostile import hostile_answers
 from envhub.sandboxes.bwrap import bwrap_problem
 from envhub.server import create_app
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers, serve_in_thread
+from envhub.testing.hostile import hostile_answers
 
 TOKEN = "envhub-hostile-test-token-5f1c2e"
 #: the datasets the issue saw run code: each scores with sympy's parse_expr

@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from envhub.cache import build_once
 from envhub.errors import InvalidRequest
+from envhub.runtime.cache import build_once
 from envhub_search.index import MAX_QUERY_CHARS, Hit, QueryTooLong, SearchIndex
 
 __all__ = ["Bm25sRetriever"]
@@ -55,7 +55,7 @@ class Bm25sRetriever:
 
     def _build(self, target: Path) -> None:
         """Index every passage (rowid order, so a bm25s document i is SQLite row i + 1) and
-        save the matrix at ``target`` (once per corpus: :func:`envhub.cache.build_once`)."""
+        save the matrix at ``target`` (once per corpus: :func:`envhub.runtime.cache.build_once`)."""
         texts: list[str] = []
         for rows in self._index.passage_batches(_BATCH):
             texts.extend(f"{title}\n{body}" for _rowid, title, body in rows)

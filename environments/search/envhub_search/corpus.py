@@ -5,7 +5,7 @@ by a hash of them: the builder version, the versions of the data packages, the s
 counterfactual flag, and the path, size and modification time of any user files. The
 cache lives under ``$ENVHUB_CACHE/search`` (or ``~/.cache/envhub/search``); each corpus
 is built once however many threads and processes ask at once, into a temporary directory
-renamed into place (:func:`envhub.cache.build_once`). Within a process, each corpus is
+renamed into place (:func:`envhub.runtime.cache.build_once`). Within a process, each corpus is
 loaded once and shared by all sessions.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Protocol
 
 from envhub import TaskSet
-from envhub.cache import build_once
-from envhub.cache import cache_root as envhub_cache_root
 from envhub.errors import InvalidRequest
+from envhub.runtime.cache import build_once
+from envhub.runtime.cache import cache_root as envhub_cache_root
 from envhub_search.articles import Passage, chunk, prose_documents, render_documents
 from envhub_search.counterfactual import perturb
 from envhub_search.index import Hit, SearchIndex, build_index

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from envhub.session import Session
+from envhub.runtime.session import Session
 from envhub.types import Observation, ToolCall
 
 

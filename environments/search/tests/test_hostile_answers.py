@@ -1,4 +1,4 @@
-"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against search: each text is
+"""The shared hostile-answer corpus (:mod:`envhub.testing.hostile`) against search: each text is
 a ``search`` query (the model's tool input reaches FTS5's and bm25s's query parsers) and
 then the answer. Every episode is scored as a plain wrong answer, nothing runs on the
 host, and the episodes scored afterwards get a clean run's rewards, with both

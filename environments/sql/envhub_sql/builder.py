@@ -1,7 +1,7 @@
 """Build the shipped SQLite databases from package data into a cache directory.
 
 Each database is built once, atomically (written to a temporary file, then renamed), even
-when many threads or processes use it first at once (:func:`envhub.cache.build_once`).
+when many threads or processes use it first at once (:func:`envhub.runtime.cache.build_once`).
 The DDL (with primary and foreign keys) lives in ``data/<db>.sql``; the loaders here only
 turn package data into rows.
 The file name carries :data:`BUILD_VERSION`, so changing a loader rebuilds the cache.
@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from envhub.cache import build_once, cache_root
+from envhub.runtime.cache import build_once, cache_root
 from envhub_sql import sources
 
 __all__ = ["BUILD_VERSION", "DATABASES", "build_database", "cache_dir", "database_path"]

@@ -1,4 +1,4 @@
-"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against sql: each text runs
+"""The shared hostile-answer corpus (:mod:`envhub.testing.hostile`) against sql: each text runs
 through ``run_sql`` (the model's tool input reaches sqlite too) and is then the submitted
 query. Every episode is scored as a plain wrong answer, nothing runs on the host, and
 the episodes scored afterwards get a clean run's rewards; with the query workers (the

@@ -1,7 +1,7 @@
 """The builder: pinned sdist -> git repository at a reproducible base commit -> venv/image.
 
 Everything lands in :func:`~envhub_swe.catalog.cache_root`, each artefact built once
-(across threads and processes, see :func:`envhub.cache.build_once`) and reused after:
+(across threads and processes, see :func:`envhub.runtime.cache.build_once`) and reused after:
 
 - ``sdists/<name-version>/<file>``: downloaded with ``pip download --no-binary :all:``,
   sha256-checked;
@@ -22,8 +22,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from envhub.cache import build_once
 from envhub.errors import SandboxError
+from envhub.runtime.cache import build_once
 from envhub_swe.catalog import Layout, RepoSpec, cache_root, load_catalog
 
 __all__ = [

@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field
 
-from envhub.cache import cache_root as envhub_cache_root
 from envhub.errors import InvalidRequest
+from envhub.runtime.cache import cache_root as envhub_cache_root
 
 __all__ = ["Catalog", "Layout", "RepoSpec", "cache_root", "load_catalog"]
 
@@ -83,7 +83,8 @@ def load_catalog() -> Catalog:
 
 def cache_root() -> Path:
     """Where the builder keeps sdists, wheels, git repositories and host venvs:
-    ``$ENVHUB_SWE_CACHE``, else ``swe/`` in envhub's cache (:func:`envhub.cache.cache_root`)."""
+    ``$ENVHUB_SWE_CACHE``, else ``swe/`` in envhub's cache
+    (:func:`envhub.runtime.cache.cache_root`)."""
     env = os.environ.get("ENVHUB_SWE_CACHE")
     return Path(env) if env else envhub_cache_root("swe")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from envhub.loop_thread import LoopThread
+from envhub.runtime.loop_thread import LoopThread
 from envhub.sandboxes import Sandbox, SandboxPool, SandboxSpec
 
 __all__ = ["acquire", "release", "shutdown"]

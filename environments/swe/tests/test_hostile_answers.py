@@ -1,4 +1,4 @@
-"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against swe, in bubblewrap
+"""The shared hostile-answer corpus (:mod:`envhub.testing.hostile`) against swe, in bubblewrap
 sandboxes (the cheapest confined backend): each text is a ``bash`` command and then the
 first line of the package's module, so the submitted patch runs it when grading imports
 the package. Every episode is scored as a plain wrong answer, nothing it runs reaches
@@ -18,10 +18,10 @@ import os
 import pytest
 
 import envhub
-from envhub.hostile import HOSTILE_ANSWERS
 from envhub.sandboxes import bwrap_problem
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers
+from envhub.testing.hostile import HOSTILE_ANSWERS
 
 TASK = "inflection__flip_boolean-d15dde55"  # gold: one line of inflection/__init__.py
 

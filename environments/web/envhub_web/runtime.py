@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from envhub.loop_thread import LoopThread
+from envhub.runtime.loop_thread import LoopThread
 from envhub_web.procs import chromium_pids
 
 __all__ = ["Runtime", "add_shutdown_hook", "runtime", "shutdown"]

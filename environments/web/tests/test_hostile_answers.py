@@ -1,4 +1,4 @@
-"""The shared hostile-answer corpus (:mod:`envhub.hostile`) against web and miniwob: each
+"""The shared hostile-answer corpus (:mod:`envhub.testing.hostile`) against web and miniwob: each
 text is what the model types and asks for (a search query the site tokenizes and renders,
 a URL, a key, an option) and then its final answer, in an episode that goes on to do the
 task. Every episode is scored as the same episode with a plain wrong answer is, nothing
@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 import envhub
-from envhub.hostile import HOSTILE_ANSWERS
 from envhub.task import GoldCall
 from envhub.testing import check_hostile_answers
+from envhub.testing.hostile import HOSTILE_ANSWERS
 
 SHOP_TASK = "minishop-0-00004"
 #: MiniWoB's enter-text: type the name shown into [6], submit with [7]

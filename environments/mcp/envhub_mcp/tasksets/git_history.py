@@ -1,12 +1,12 @@
 """The ``git-history`` task set: questions about a small repository's history, answered
 through ``mcp-server-git`` (the reference MCP server on PyPI).
 
-The repository is built once per machine into envhub's cache (:func:`envhub.cache.build_once`)
-by a fixed script: fixed names, e-mails, author and committer dates, contents and git
-configuration, so every build has the same commit hashes and the shipped answers (which
-quote hashes) stay true. :data:`HEAD` is checked after the build; a git that hashed
-differently would fail there, not in a silently wrong reward. Each episode gets its own
-copy, since the server's tools can commit, reset and check out.
+The repository is built once per machine into envhub's cache
+(:func:`envhub.runtime.cache.build_once`) by a fixed script: fixed names, e-mails, author
+and committer dates, contents and git configuration, so every build has the same commit
+hashes and the shipped answers (which quote hashes) stay true. :data:`HEAD` is checked after
+the build; a git that hashed differently would fail there, not in a silently wrong reward.
+Each episode gets its own copy, since the server's tools can commit, reset and check out.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import subprocess
 from pathlib import Path
 from typing import NamedTuple
 
-from envhub.cache import build_once_async, cache_root
 from envhub.errors import EnvironmentFailure
+from envhub.runtime.cache import build_once_async, cache_root
 
 __all__ = ["HEAD", "build_repository", "prepare_workdir", "repository"]
 

@@ -67,8 +67,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Literal, get_args
 
-from envhub.cache import cache_root
 from envhub.errors import PolicyError
+from envhub.runtime.cache import cache_root
 
 __all__ = [
     "CHAT_FORMAT",

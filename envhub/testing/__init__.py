@@ -2,7 +2,7 @@
 
 ``call_tool``: one turn with one tool call, for tool tests. ``replay_calls``: an episode
 of scripted calls through the rollout engine, for hostile-action tests.
-``check_hostile_answers``: the shared hostile-answer corpus (:mod:`envhub.hostile`) through
+``check_hostile_answers``: the shared hostile-answer corpus (:mod:`envhub.testing.hostile`) through
 an environment, each answer scored as a plain wrong one.
 ``check_environment``: for every selected task, replaying the gold actions must score 1 and
 doing nothing must score 0 (:mod:`envhub.rollout.check` runs both through the rollout
@@ -27,15 +27,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from envhub.conformance import ConformanceReport as ConformanceReport
-from envhub.conformance import check_client_conformance as check_client_conformance
-from envhub.hostile import HOSTILE_ANSWERS, hostile_answers
-from envhub.local import make
+from envhub.clients.local import make
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.rollout.check import CheckFailure, CheckReport, check_tasks
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.task import GoldCall
+from envhub.testing.conformance import ConformanceReport as ConformanceReport
+from envhub.testing.conformance import check_client_conformance as check_client_conformance
+from envhub.testing.hostile import HOSTILE_ANSWERS, hostile_answers
 from envhub.trajectory import Trajectory
 from envhub.types import StepResult, ToolCall
 
@@ -201,7 +201,7 @@ async def check_hostile_answers(
     plain_wrong: str = "0",
     answers: Iterable[str] | None = None,
 ) -> None:
-    """Every hostile answer (default: :data:`envhub.hostile.HOSTILE_ANSWERS`; ``{marker}``
+    """Every hostile answer (default: :data:`envhub.testing.hostile.HOSTILE_ANSWERS`; ``{marker}``
     in any of them names this run's marker file) through ``replay_calls``,
     ``answer_calls(text)`` making the episode's calls: each episode is scored (not masked,
     one attempt) with the reward ``plain_wrong`` gets, no ``{marker}`` file appears on this

@@ -3,7 +3,7 @@
 Freeing a session after something already went wrong (an exception, a cancelled
 episode, a reaped idle session) must not replace the error that matters with a second
 one from the cleanup, so aborts swallow their own failures. Swallowed is not hidden:
-each one is logged as a warning with its traceback (logger ``envhub.cleanup``) and
+each one is logged as a warning with its traceback (logger ``envhub.runtime.cleanup``) and
 counted per place in this process, so a plugin whose ``close`` always fails, or a server
 that no longer answers aborts, shows up in the logs and in :func:`cleanup_failures`.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["abort_quietly", "cleanup_failures", "record_cleanup_failure"]
 
-log = logging.getLogger("envhub.cleanup")
+log = logging.getLogger("envhub.runtime.cleanup")
 
 _failures: Counter[str] = Counter()
 _failures_lock = threading.Lock()

@@ -5,7 +5,7 @@ describing one imports its plugin, builds it with its options and loads its task
 it costs what the plugin's start costs (seconds for a large task set). ``envhub list``
 uses it. A plugin that fails at any of those steps is reported in its row, never
 raised, so one broken plugin cannot hide the others. The summary itself is
-:meth:`envhub.LocalEnvironment.describe`; this module only imports ``envhub.local``, never
+:meth:`envhub.LocalEnvironment.describe`; this module only imports ``envhub.clients.local``, never
 the other way round.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envhub.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment
 from envhub.registry import discover_environments
 from envhub.types import EnvironmentInfo
 

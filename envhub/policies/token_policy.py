@@ -13,30 +13,14 @@ whether re-rendering the history kept earlier turns' ids intact.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from envhub.policies.base import Completion, GenerateRequest
-from envhub.toolcalls import ToolParser, parse_hermes
-from envhub.trainers.tokens import template_message
+from envhub.tokens.chat_template import template_message
+from envhub.tokens.sample import Sample, Sampler  # a sampler's types, with the policy over it
+from envhub.tokens.tool_call_parsers import ToolParser, parse_hermes
 
 __all__ = ["Sample", "Sampler", "TokenPolicy"]
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """What a sampler returns: the sampled ids (ending at EOS when ``finished``) and the
-    logprob of each under the distribution it was drawn from. ``aborted``: the server
-    ended the request early (a weight update) and the ids are a partial completion."""
-
-    token_ids: list[int]
-    logprobs: list[float] | None
-    finished: bool
-    aborted: bool = False
-
-
-Sampler = Callable[[list[int]], Awaitable[Sample]]
 
 
 class TokenPolicy:

@@ -1,7 +1,7 @@
 """Environment image recipes: what an environment's image needs beyond envhub itself.
 
-One YAML file per environment in ``envhub/images/recipes/<env>.yaml`` (shipped as package
-data); an environment without one gets the default recipe (``python`` base, nothing to
+One YAML file per environment in ``envhub/environment_images/recipes/<env>.yaml`` (shipped
+as package data); an environment without one gets the default recipe (``python`` base, nothing to
 prepare). The recipe's bytes are part of the image's content tag, so editing a recipe
 gives a new image.
 """
@@ -37,7 +37,7 @@ class EnvImageRecipe(BaseModel):
     - ``read_only``: run with a read-only root file system (``tmpfs`` paths stay writable);
     - ``nested_sandbox``: the environment makes its own ``bwrap`` sandboxes inside the
       container, so its containers are confined less than any other image's
-      (:data:`envhub.images.run.NESTED_SANDBOX_OPTIONS`, for this image only): envhub's
+      (:data:`envhub.environment_images.run.NESTED_SANDBOX_OPTIONS`, for this image only): envhub's
       seccomp denylist replaces docker's allowlist (user namespaces, ``mount`` and
       ``pivot_root`` allowed); ``/proc`` and ``/sys`` are unmasked, for the server and
       the model's commands alike (docker's masked paths such as ``/proc/kcore``,

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
-from envhub.loop_thread import LoopThread
-from envhub.session import Session
+from envhub.runtime.loop_thread import LoopThread
+from envhub.runtime.session import Session
 from envhub.types import CloseResult, SessionStart, StepResult, ToolCall
 
 __all__ = ["SyncSession", "run_sync", "sync_session"]
@@ -86,6 +86,6 @@ def sync_session(
 
     ``kwargs`` are the same as :func:`envhub.make` (budgets and environment options).
     """
-    from envhub.local import make
+    from envhub.clients.local import make
 
     return SyncSession(make(env, **kwargs), task_id, seed)

@@ -1,7 +1,7 @@
 """``LocalEnvironment``: an environment class plus options, opening in-process sessions.
 
 It is the in-process :class:`~envhub.protocol.EnvironmentClient` (as
-:class:`envhub.client.RemoteEnvironment` is the HTTP/WebSocket one), so the rollout
+:class:`envhub.clients.remote.RemoteEnvironment` is the HTTP/WebSocket one), so the rollout
 engine, the trainer adapters and the gymnasium adapter work against either.
 """
 
@@ -12,14 +12,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from envhub._util.sized_lru import SizedLRU, approx_bytes
 from envhub.budgets import Budgets
 from envhub.environment import Environment
 from envhub.errors import InvalidRequest
-from envhub.options import client_option_schemas
 from envhub.protocol import OpeningSession
 from envhub.registry import discover_environments, load_environment_class
-from envhub.session import Session
-from envhub.sized_lru import SizedLRU, approx_bytes
+from envhub.runtime.client_options import client_option_schemas
+from envhub.runtime.session import Session
 from envhub.task import Task, TaskSet
 from envhub.types import EnvironmentInfo
 
@@ -74,7 +74,7 @@ class LocalEnvironment:
 
     Besides the protocol's coroutines it keeps in-process conveniences: :attr:`tasks`
     (the task set, loaded on first use), :attr:`tools` and :meth:`new_session` (an
-    unstarted :class:`~envhub.session.Session`, for the server's session store).
+    unstarted :class:`~envhub.runtime.session.Session`, for the server's session store).
     """
 
     def __init__(
@@ -148,7 +148,7 @@ class LocalEnvironment:
         return self.describe()
 
     def describe(self) -> EnvironmentInfo:
-        """:meth:`info` for blocking callers (``envhub info``, :mod:`envhub.describe`); it
+        """:meth:`info` for blocking callers (``envhub info``, :mod:`envhub.clients.describe`); it
         loads the task set in this thread if no one has yet."""
         tasks = self.tasks
         return EnvironmentInfo(

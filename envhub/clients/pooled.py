@@ -11,13 +11,13 @@ ours then). Two choices instead of the global minimum keep many clients from her
 the same replica between probes, at the price of a spread that is even only on average.
 
 Failure model. A background task probes ``/health`` every ``health_interval_s`` and asks
-the :class:`~envhub.fleet.replicas.ReplicaSource` for the current list every
+the :class:`~envhub.clients.replicas.ReplicaSource` for the current list every
 ``refresh_s``; a replica that fails a probe, or whose connection fails under a call, gets
 no new sessions until a probe succeeds again. The sessions that were on it fail with
 :class:`~envhub.errors.ReplicaLost`, an infrastructure error: the rollout masks that
 attempt and reruns the episode on a fresh session, which lands on a live replica; the
 episode is written once. The data plane is the replica's own WebSocket/HTTP API
-(:class:`~envhub.client.RemoteEnvironment`, one per replica): the pool adds a choice at
+(:class:`~envhub.clients.remote.RemoteEnvironment`, one per replica): the pool adds a choice at
 open and nothing per step.
 """
 
@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
 
-from envhub.client import RemoteEnvironment, RemoteSession, SessionTransport
+from envhub.clients.remote import RemoteEnvironment, RemoteSession, SessionTransport
+from envhub.clients.replicas import ReplicaAddress, ReplicaSource, StaticReplicas
 from envhub.errors import CapacityError, EnvhubError, FleetError, RemoteError, ReplicaLost
-from envhub.fleet.replicas import ReplicaAddress, ReplicaSource, StaticReplicas
 from envhub.protocol import ClosingOnExit, OpeningSession, SessionHandle
 from envhub.task import Task
 from envhub.types import (
@@ -49,7 +49,7 @@ from envhub.types import (
 )
 
 if TYPE_CHECKING:
-    from envhub._http_transports import HttpEngine
+    from envhub.clients._http_transports import HttpEngine
 
 __all__ = ["PinnedSession", "PooledEnvironment", "ReplicaState"]
 
@@ -191,7 +191,7 @@ class PooledEnvironment:
     ``wait_for_replica_s`` for one (a restarting replica re-registers), then raises
     :class:`~envhub.errors.FleetError`; a source that lists no replica at all fails at
     once. ``token``, ``timeout``, ``transport``, ``http`` and ``max_connections`` are
-    :class:`~envhub.client.RemoteEnvironment`'s, per replica; ``retries`` is low by
+    :class:`~envhub.clients.remote.RemoteEnvironment`'s, per replica; ``retries`` is low by
     default, since a failing replica is better left for another than retried.
     """
 

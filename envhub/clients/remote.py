@@ -3,9 +3,9 @@
 
 ``await env.open(task_id)`` returns a :class:`RemoteSession`, a
 :class:`~envhub.protocol.SessionHandle` like the in-process
-:class:`~envhub.session.Session`, so rollouts and adapters run against either. The HTTP
-engine is aiohttp when installed, else httpx (:mod:`envhub._http_transports` says why);
-retries, error mapping and the two session transports are in :mod:`envhub._remote_calls`.
+:class:`~envhub.runtime.session.Session`, so rollouts and adapters run against either. The HTTP
+engine is aiohttp when installed, else httpx (:mod:`envhub.clients._http_transports` says why);
+retries, error mapping and the two session transports are in :mod:`envhub.clients._remote_calls`.
 
 ``transport="ws"`` (the default, as for ``envhub rollout --env-url``) sends a session's
 create, steps and close over a WebSocket (``/v1/ws``, aiohttp only) leased from a pool
@@ -26,17 +26,17 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from envhub._http_transports import AiohttpTransport, HttpEngine, make_transport
-from envhub._remote_calls import (
+from envhub.clients._http_transports import AiohttpTransport, HttpEngine, make_transport
+from envhub.clients._remote_calls import (
     HttpSessions,
     Requests,
     SessionCalls,
     Sessions,
     WebSocketSessions,
 )
-from envhub.cleanup import record_cleanup_failure
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.protocol import ClosingOnExit, OpeningSession
+from envhub.runtime.cleanup import record_cleanup_failure
 from envhub.task import Task
 from envhub.types import (
     CloseResult,
@@ -59,7 +59,7 @@ _TASK_PAGE = 10_000
 class RemoteSession(ClosingOnExit):
     """One episode on the server, a :class:`~envhub.protocol.SessionHandle`.
 
-    It holds the :class:`~envhub._remote_calls.SessionCalls` its create handed back (HTTP
+    It holds the :class:`~envhub.clients._remote_calls.SessionCalls` its create handed back (HTTP
     requests or the session's WebSocket), and the start: ``task_id``, ``messages`` and
     ``tools`` (the tools in force, which a user turn may change) are known without a call.
     """
@@ -113,7 +113,7 @@ class RemoteSession(ClosingOnExit):
         """Free the server session now. The API has no unscored delete, so on the server
         this is a close (the reward runs; its result is dropped, and a later
         :meth:`close` raises :class:`~envhub.errors.SessionClosed`); if it fails (logged and
-        counted, :mod:`envhub.cleanup`), the server's idle reaper frees the session."""
+        counted, :mod:`envhub.runtime.cleanup`), the server's idle reaper frees the session."""
         if not self.closed:
             self.closed = self._aborted = True
             try:

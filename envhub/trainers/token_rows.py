@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from envhub.model_text import ModelTextError, read_arguments
+from envhub.tokens.chat_template import template_message
 from envhub.trajectory import Trajectory, Turn
 
 __all__ = ["DriftPolicy", "MaskReason", "TokenRow", "template_message", "trajectory_rows"]
@@ -188,29 +188,6 @@ def _recorded_rows(trajectory: Trajectory, drift: DriftPolicy) -> list[TokenRow]
 
 
 # -- retokenization ------------------------------------------------------------------------
-
-
-def template_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A chat message as Hugging Face chat templates expect it: string content and
-    tool-call arguments as objects (most templates ``tojson`` them, which would
-    double-encode the JSON strings of the OpenAI wire format)."""
-    out = dict(message)
-    if out.get("content") is None:
-        out["content"] = ""
-    calls = out.get("tool_calls")
-    if calls:
-        fixed = []
-        for call in calls:
-            function = dict(call.get("function") or {})
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                try:
-                    function["arguments"] = read_arguments(arguments)
-                except ModelTextError:
-                    pass  # malformed arguments stay the text the model wrote
-            fixed.append({**call, "function": function})
-        out["tool_calls"] = fixed
-    return out
 
 
 def _render(

@@ -27,8 +27,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from envhub.environment_images.build import CONTAINER_PORT, LABEL
 from envhub.errors import EnvhubError
-from envhub.images.build import CONTAINER_PORT, LABEL
 
 __all__ = [
     "CONTAINER_LABEL",

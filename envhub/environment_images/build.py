@@ -7,14 +7,14 @@ Two images, each content-tagged and built once (:func:`envhub.sandboxes.images.b
   environment image starts from it, so they share that layer;
 - ``envhub/<env>:<hash>`` (and ``:latest``): the runtime plus the plugin, its data built
   at build time by the recipe's ``prepare`` from what its ``fetch`` downloaded on the
-  host (:mod:`envhub.images.recipe`), a non-root user, a health check and
+  host (:mod:`envhub.environment_images.recipe`), a non-root user, a health check and
   ``envhub serve ENV --host 0.0.0.0 --port 8000`` as entrypoint.
 
 A tag hashes everything that goes in: the parent tag, the Dockerfile template, the
 recipe, the envhub and plugin versions and their source files. An unchanged rebuild is
 therefore a no-op (the tag exists, nothing runs), and a changed plugin version or file
 gives a new tag. ``docker build`` runs with ``--network none``: pip installs only the
-host-made wheels (:mod:`envhub.images.wheelhouse`).
+host-made wheels (:mod:`envhub.environment_images.wheelhouse`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from envhub.environment_images.recipe import EnvImageRecipe, load_env_recipe, recipe_digest
+from envhub.environment_images.wheelhouse import (
+    Source,
+    build_wheels,
+    envhub_source,
+    plugin_source,
+    tree_digest,
+)
 from envhub.errors import EnvhubError
-from envhub.images.recipe import EnvImageRecipe, load_env_recipe, recipe_digest
-from envhub.images.wheelhouse import Source, build_wheels, envhub_source, plugin_source, tree_digest
 from envhub.sandboxes import images as sandbox_images
 
 __all__ = [

@@ -5,9 +5,9 @@ Token-in/token-out rollouts (:mod:`envhub.policies.tito`) and the CPU trainer de
 need the served model's tokenizer without a model hub. ``transformers`` reads a GGUF
 file's tokenizer (through the ``gguf`` package), but parsing it takes 10-30 s of CPU;
 the converted tokenizer is therefore saved once per machine under the cache directory
-(:func:`envhub.cache.cache_root`: ``$ENVHUB_CACHE`` or ``~/.cache/envhub``), keyed by
+(:func:`envhub.runtime.cache.cache_root`: ``$ENVHUB_CACHE`` or ``~/.cache/envhub``), keyed by
 the file's name, size and mtime, and later loads take well under a second. Concurrent
-first uses convert it once (:func:`envhub.cache.build_once`).
+first uses convert it once (:func:`envhub.runtime.cache.build_once`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from envhub.cache import build_once, cache_root
 from envhub.errors import InvalidRequest
+from envhub.runtime.cache import build_once, cache_root
 
 __all__ = ["gguf_tokenizer_dir", "load_tokenizer"]
 

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envhub.errors import InvalidRequest, SessionClosed, SessionError, TaskNotFound
-from envhub.hostile import deeply_nested_json
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.task import GoldCall, Task
+from envhub.testing.hostile import deeply_nested_json
 from envhub.types import CloseResult, EnvironmentInfo, SessionInfo, StepResult, ToolCall
 
 __all__ = [

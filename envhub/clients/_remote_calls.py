@@ -1,12 +1,12 @@
-"""How :class:`envhub.client.RemoteEnvironment` calls a server: retried requests, and the
+"""How :class:`envhub.clients.remote.RemoteEnvironment` calls a server: retried requests, and the
 two session transports (one HTTP request per call, or a session's pooled WebSocket).
 
-A :class:`RemoteSession <envhub.client.RemoteSession>` holds one :class:`SessionCalls`
+A :class:`RemoteSession <envhub.clients.remote.RemoteSession>` holds one :class:`SessionCalls`
 object, made by the environment's :class:`Sessions` when the session is created,
 so the session never branches on which transport it runs over.
 
 Every call is idempotent and is retried on connection errors (and, over HTTP, on
-502/503/504) with :func:`envhub.backoff.backoff_delay`: creates carry a client-generated
+502/503/504) with :func:`envhub._util.backoff.backoff_delay`: creates carry a client-generated
 ``session_id``, steps a ``request_id``, and close is idempotent on the server. Error
 bodies become the matching :mod:`envhub.errors` exception (``SessionNotFound``,
 ``CapacityError``, ...) with the HTTP ``status`` attached, or
@@ -21,7 +21,8 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from envhub._http_transports import (
+from envhub._util.backoff import backoff_delay
+from envhub.clients._http_transports import (
     AiohttpTransport,
     SocketPool,
     Transport,
@@ -29,7 +30,6 @@ from envhub._http_transports import (
     WebSocketChannel,
     WebSocketRefused,
 )
-from envhub.backoff import backoff_delay
 from envhub.errors import (
     CapacityError,
     EnvhubError,

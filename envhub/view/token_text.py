@@ -1,5 +1,5 @@
 """Token ids to text for the token view: a transformers tokenizer (a local folder or a
-GGUF file, loaded by :func:`envhub.tokenizers.load_tokenizer`) when the user gives one
+GGUF file, loaded by :func:`envhub.tokens.tokenizers.load_tokenizer`) when the user gives one
 with ``--tokenizer``, else the ids themselves.
 
 Loading is explicit and up front (:func:`load_decoder`), so a bad path is a CLI error,
@@ -32,7 +32,7 @@ def load_decoder(path: str | Path) -> Decoder:
     path = Path(path)
     if not path.exists():
         raise InvalidRequest(f"--tokenizer {path}: no such file or folder", code="not_found")
-    from envhub.tokenizers import load_tokenizer
+    from envhub.tokens.tokenizers import load_tokenizer
 
     try:
         tokenizer: Any = load_tokenizer(path)

@@ -37,14 +37,38 @@ from collections.abc import Sequence
 from typing import Any
 
 from envhub.errors import PolicyError
-from envhub.trainers.tokens import template_message
+from envhub.model_text import ModelTextError, read_arguments
 from envhub.types import Message
 
-__all__ = ["ChatRenderer"]
+__all__ = ["ChatRenderer", "template_message"]
 
 _MARKER = "\u2063envhub-assistant-marker\u2063"  # text no template or model writes
 _LITERAL = "\u2063envhub-literal-{}\u2063"  # a special-token string found in message text
 _LITERAL_RE = re.compile("\u2063envhub-literal-(\\d+)\u2063")
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as Hugging Face chat templates expect it: string content and
+    tool-call arguments as objects (most templates ``tojson`` them, which would
+    double-encode the JSON strings of the OpenAI wire format)."""
+    out = dict(message)
+    if out.get("content") is None:
+        out["content"] = ""
+    calls = out.get("tool_calls")
+    if calls:
+        fixed = []
+        for call in calls:
+            function = dict(call.get("function") or {})
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    function["arguments"] = read_arguments(arguments)
+                except ModelTextError:
+                    pass  # malformed arguments stay the text the model wrote
+            fixed.append({**call, "function": function})
+        out["tool_calls"] = fixed
+    return out
+
 
 
 class ChatRenderer:

@@ -26,9 +26,9 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from envhub.cache import cache_root
 from envhub.errors import EnvhubError, RegistryError
 from envhub.registry import ENTRY_POINT_GROUP
+from envhub.runtime.cache import cache_root
 
 __all__ = ["Source", "build_wheels", "envhub_source", "plugin_source"]
 

@@ -23,7 +23,6 @@ from typing import Any
 from pydantic import ValidationError
 
 from envhub.budgets import Budgets
-from envhub.cleanup import record_cleanup_failure
 from envhub.environment import Environment, UserTurn
 from envhub.errors import (
     EnvhubError,
@@ -35,6 +34,8 @@ from envhub.errors import (
 )
 from envhub.model_text import valid_text
 from envhub.protocol import ClosingOnExit
+from envhub.runtime.cleanup import record_cleanup_failure
+from envhub.runtime.validation import check_session_id, invalid_request
 from envhub.task import Task
 from envhub.tools import ToolSpec, parse_arguments
 from envhub.types import (
@@ -50,7 +51,6 @@ from envhub.types import (
     StopReason,
     ToolCall,
 )
-from envhub.validation import check_session_id, invalid_request
 
 __all__ = ["Session", "truncate_output"]
 
@@ -211,7 +211,7 @@ class Session(ClosingOnExit):
     async def abort(self) -> None:
         """Free resources without scoring (server reaper, crashed clients); the
         environment's ``close`` failing is logged and counted, not raised
-        (:mod:`envhub.cleanup`)."""
+        (:mod:`envhub.runtime.cleanup`)."""
         if not self.closed:
             self.closed = self._aborted = True
             try:
