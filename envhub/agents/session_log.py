@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envhub.agents.proxy import CapturedCall
 from envhub.model_text import ModelTextError, loads_json
@@ -120,3 +120,7 @@ def _parsed(arguments: str | dict[str, Any]) -> Any:
         return loads_json(arguments)
     except ModelTextError:  # not JSON, nested past the parser's limit, a huge integer
         return arguments
+
+
+if TYPE_CHECKING:  # the protocol, checked statically against this implementation
+    _session: type[SessionHandle] = LoggedSession

@@ -6,6 +6,11 @@ reach an environment through :class:`envhub.protocol.EnvironmentClient` and
 (``isinstance(env, LocalEnvironment)``, ``inspect.isawaitable`` on a client's answer,
 duck-typed ``getattr(env, "tasks")``) means the two sides drifted and one transport gets
 behaviour the other lacks; this test names the file and line.
+
+The implementations are found, not listed: every class of the package that implements a
+protocol (in ``envhub/clients/``, the server's MCP store client in ``server/mcp.py``, the
+fleet, wrappers such as the agents' logged session) must be pinned to it statically, so
+``mypy`` (``.ci/typecheck.sh``) checks each one against the protocol.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from envhub.server.store import SessionStore
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [ROOT / "envhub"]
+# envhub as installed: server/, sandboxes/ and rewards/ are envhub.server etc.
+INSTALLED = [ROOT / "envhub", ROOT / "server", ROOT / "sandboxes", ROOT / "rewards"]
 # The transports themselves: every module of envhub/clients/ and the protocol they
 # implement. (The server's store client, server/mcp.py, is the one transport outside.)
 TRANSPORTS = {*(ROOT / "envhub" / "clients").rglob("*.py"), ROOT / "envhub" / "protocol.py"}
@@ -119,6 +126,85 @@ def test_consumers_are_typed_against_the_protocols() -> None:
                     offences.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name} "
                                     f"takes or returns {', '.join(sorted(concrete))}")
     assert not offences, "\n".join(offences)
+
+
+def implementations(source: str) -> list[tuple[int, str, str]]:
+    """(line, class, protocol) for each class in ``source`` that implements the seam: a
+    :class:`SessionHandle` inherits :class:`~envhub.protocol.ClosingOnExit` (the shared
+    ``async with``), an :class:`EnvironmentClient`'s ``open`` returns ``OpeningSession``."""
+    found: list[tuple[int, str, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = {ast.unparse(base).rpartition(".")[2] for base in node.bases}
+        if "Protocol" in bases:  # the seam itself
+            continue
+        if "ClosingOnExit" in bases:
+            found.append((node.lineno, node.name, "SessionHandle"))
+        for item in node.body:
+            if (isinstance(item, ast.FunctionDef) and item.name == "open" and item.returns
+                    and ast.unparse(item.returns).strip("'\"") == "OpeningSession"):
+                found.append((node.lineno, node.name, "EnvironmentClient"))
+    return found
+
+
+def static_checks(source: str) -> set[tuple[str, str]]:
+    """(class, protocol) for each ``_x: type[Protocol] = Class`` in ``source``: the
+    assignment that makes mypy check ``Class`` against ``Protocol``."""
+    pinned: set[tuple[str, str]] = set()
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Name)
+                and isinstance(node.annotation, ast.Subscript)
+                and ast.unparse(node.annotation.value) == "type"):
+            pinned.add((node.value.id, ast.unparse(node.annotation.slice)))
+    return pinned
+
+
+def _installed_modules() -> list[Path]:
+    return sorted(path for package in INSTALLED for path in package.rglob("*.py"))
+
+
+def test_every_implementation_is_checked_against_its_protocol() -> None:
+    """Wherever an implementation lives, it is found here and must be pinned (in its
+    module or another) so that the type check holds it to the protocol; a new client in
+    ``envhub/clients/`` or elsewhere cannot skip the check by not being listed."""
+    sources = {path: path.read_text("utf-8") for path in _installed_modules()}
+    pinned = set().union(*(static_checks(source) for source in sources.values()))
+    found = {
+        (path, line, name, protocol)
+        for path, source in sources.items()
+        for line, name, protocol in implementations(source)
+    }
+    where = {path.relative_to(ROOT).parts[:2] for path, *_ in found}
+    assert ("envhub", "clients") in where and ("server", "mcp.py") in where, where
+    offences = [
+        f"{path.relative_to(ROOT)}:{line}: {name} implements {protocol} but no "
+        f"`if TYPE_CHECKING: _x: type[{protocol}] = {name}` checks it"
+        for path, line, name, protocol in sorted(found)
+        if (name, protocol) not in pinned
+    ]
+    assert not offences, "\n".join(offences)
+
+
+def test_the_guard_finds_implementations_and_their_pins() -> None:
+    source = (
+        "class Seam(typing.Protocol):\n"
+        "    def open(self) -> OpeningSession: ...\n"
+        "class Handle(protocol.ClosingOnExit):\n"
+        "    pass\n"
+        "class Client:\n"
+        "    def open(self, task_id=None) -> 'OpeningSession':\n"
+        "        pass\n"
+        "class Other:\n"
+        "    def open(self) -> int:\n"
+        "        pass\n"
+        "if TYPE_CHECKING:\n"
+        "    _client: type[EnvironmentClient] = Client\n"
+        "    _other: list[int] = []\n"
+    )
+    assert implementations(source) == [(3, "Handle", "SessionHandle"),
+                                       (5, "Client", "EnvironmentClient")]
+    assert static_checks(source) == {("Client", "EnvironmentClient")}
 
 
 def test_every_transport_is_an_environment_client() -> None:
