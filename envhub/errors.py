@@ -28,7 +28,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── WeightUpdateFailed       model servers did not take new weights    (weight_update_failed)
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 
-``code`` is the machine-readable error code of the HTTP API (DESIGN.md).
+``code`` is the machine-readable error code of the HTTP API (docs/architecture.md).
 """
 
 from __future__ import annotations

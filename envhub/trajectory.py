@@ -1,6 +1,6 @@
 """The versioned trajectory format: pydantic models, a crash-safe JSONL writer, a reader.
 
-One JSON line per episode (DESIGN.md). The writer appends and flushes one line per
+One JSON line per episode (docs/architecture.md). The writer appends and flushes one line per
 record, so a rollout killed at any instant leaves at most one unfinished last line.
 
 A *complete record* is a line that parses as a JSON object. Every line but the last ends
