@@ -27,7 +27,8 @@ from _scripted_model import load_note, run, scripted_server_process, server_root
 
 import envhub
 from envhub.policies import make_policy
-from envhub.policies.endpoints import ROUTING_MODES
+from envhub.policies.endpoints import ROUTING_MODES, RoutingMode
+from envhub.policies.transport import TransportOptions
 
 
 @dataclass
@@ -45,10 +46,14 @@ class Outcome:
         return 1 - self.recomputed_tokens / max(self.prompt_tokens, 1)
 
 
-async def rollout(urls: list[str], routing: str, tasks: int, group_size: int) -> tuple[float, int]:
+async def rollout(
+    urls: list[str], routing: RoutingMode, tasks: int, group_size: int
+) -> tuple[float, int]:
     """(wall seconds, masked episodes) of one run."""
     env = envhub.make("calc")
-    policy = make_policy("openai", model="scripted", base_urls=urls, routing=routing)
+    policy = make_policy(
+        "openai", model="scripted", base_urls=urls, transport=TransportOptions(routing=routing)
+    )
     task_ids = (await env.task_ids(None))[:tasks]
     started = time.perf_counter()
     try:
@@ -60,7 +65,7 @@ async def rollout(urls: list[str], routing: str, tasks: int, group_size: int) ->
     return time.perf_counter() - started, result.summary.masked
 
 
-def measure(routing: str, args: argparse.Namespace) -> Outcome:
+def measure(routing: RoutingMode, args: argparse.Namespace) -> Outcome:
     server_args = ["--latency", str(args.latency), "--prefix-cache-us-per-token",
                    str(args.us_per_token), "--calc-turns", str(args.turns),
                    "--distinct-samples"]  # fmt: skip

@@ -1,39 +1,152 @@
-"""Plugin discovery: environments found through the ``envhub.environments`` entry points,
-and trajectory exporters through ``envhub.exporters``.
+"""Plugin discovery: every kind of plugin is found the same way, through its entry-point
+group, with ``"package.module:Name"`` working as a name without any registration.
 
-This module is the cheap half of the registry: :func:`discover_environments` reads
-entry-point metadata and imports no plugin, and :func:`load_environment_class` imports
-one plugin's module on demand (``make``). Building environments to describe them (tools,
-task counts) is :mod:`envhub.clients.describe`'s job. ``"package.module:Class"`` works as an
-environment id without any registration, and ``ENVHUB_BLOCK_PLUGINS=a,b`` hides
-plugins, as pytest's ``-p no:name`` does.
+A :class:`PluginKind` names a group (``envhub.environments``, ``envhub.policies``,
+``envhub.agents``, ``envhub.tito_backends``, ``envhub.tool_call_parsers``,
+``envhub.sandboxes``); :func:`plugin_names` lists a group's names from metadata alone and
+:func:`load_plugin` imports one on demand. envhub's own policies, backends and parsers are
+entry points of its own distribution (``pyproject.toml``), found exactly as a third
+party's are. ``ENVHUB_BLOCK_PLUGINS=a,b`` hides plugins of those names, as pytest's
+``-p no:name`` does.
+
+For environments, :func:`discover_environments` reads entry-point metadata and imports no
+plugin, and :func:`load_environment_class` imports one plugin's module on demand
+(``make``). Building environments to describe them (tools, task counts) is
+:mod:`envhub.clients.describe`'s job.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
+from typing import Any, Generic, TypeVar, cast
 
 from envhub.environment import Environment
-from envhub.errors import InvalidRequest, RegistryError
+from envhub.errors import EnvhubError, InvalidRequest, RegistryError
 from envhub.trajectory import Trajectory
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ENVIRONMENTS",
+    "EXPORTERS",
     "EXPORTER_GROUP",
     "EnvSpec",
     "Exporter",
+    "PluginKind",
     "discover_environments",
     "exporter_names",
     "load_environment_class",
     "load_exporter",
+    "load_plugin",
+    "plugin_names",
 ]
 
-ENTRY_POINT_GROUP = "envhub.environments"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PluginKind(Generic[T]):
+    """One kind of plugin: the entry-point ``group`` that registers it, the ``noun`` its
+    errors use, the error class they raise and a ``hint`` added to the unknown-name error
+    (``{name}`` is the name asked for). ``T`` is what an entry point of the group must
+    name (a class or a factory): the consumer's contract, declared where the kind is."""
+
+    group: str
+    noun: str
+    error: type[EnvhubError] = InvalidRequest
+    hint: str = ""
+
+
+ENVIRONMENTS: PluginKind[type[Environment]] = PluginKind(
+    "envhub.environments",
+    "environment",
+    RegistryError,
+    "install its plugin, e.g. `pip install envhub-{name}`",
+)
+ENTRY_POINT_GROUP = ENVIRONMENTS.group
+
+
+def _blocked() -> set[str]:
+    return {n.strip() for n in os.environ.get("ENVHUB_BLOCK_PLUGINS", "").split(",") if n.strip()}
+
+
+@functools.lru_cache(maxsize=8)
+def _installed(path: tuple[str, ...]) -> EntryPoints:
+    """Every installed entry point. Reading all distributions' metadata costs
+    milliseconds, and environments resolve their sandbox backend each time one is built,
+    so it is read once per ``sys.path`` (``path`` is only the cache key: a distribution
+    put on the path, as tests do, is seen)."""
+    # entry_points() with no argument is Python 3.10/3.11's SelectableGroups, or 3.12's
+    # EntryPoints; select() works on both and scans nothing again
+    return cast("EntryPoints", entry_points().select())
+
+
+def _entry_points(kind: PluginKind[Any]) -> dict[str, EntryPoint]:
+    """``kind``'s entry points by name, blocked ones left out; the first of a name wins
+    (distributions in ``sys.path`` order). envhub's own come first, in the order of its
+    ``pyproject.toml``, then the plugins' by name, so that listings read the same
+    wherever the plugins are installed."""
+    blocked = _blocked()
+    found: dict[str, EntryPoint] = {}
+    for ep in _installed(tuple(sys.path)).select(group=kind.group):
+        if ep.name not in blocked:
+            found.setdefault(ep.name, ep)
+    own = [name for name, ep in found.items() if _distribution(ep) == "envhub"]
+    others = sorted(set(found) - set(own))
+    return {name: found[name] for name in [*own, *others]}
+
+
+def _distribution(ep: EntryPoint) -> str | None:
+    dist = getattr(ep, "dist", None)
+    return str(dist.metadata["Name"]) if dist is not None else None
+
+
+def plugin_names(kind: PluginKind[Any]) -> list[str]:
+    """The names installed distributions register in ``kind``'s group, from metadata only
+    (nothing is imported): envhub's own first, then the plugins' by name."""
+    return list(_entry_points(kind))
+
+
+def _import(kind: PluginKind[T], name: str, ep: EntryPoint, distribution: str | None) -> T:
+    try:
+        obj = ep.load()
+    except Exception as exc:  # an import error of any kind must not crash listings
+        hint = f" (try `pip install --force-reinstall {distribution}`)" if distribution else ""
+        raise kind.error(
+            f"{kind.noun} {name!r} failed to import from {ep.value}: "
+            f"{type(exc).__name__}: {exc}{hint}"
+        ) from exc
+    if not callable(obj):
+        raise kind.error(f"{kind.noun} {name!r}: {ep.value} is not a class or a function")
+    return cast("T", obj)
+
+
+def load_plugin(kind: PluginKind[T], name: str) -> T:
+    """The class or factory registered as ``name`` in ``kind``'s group, or named by
+    ``name`` itself when it is ``module:Name``; imported now. An unknown name, or one that
+    fails to import, is ``kind.error`` naming the installed choices."""
+    if ":" in name:
+        return _import(kind, name, EntryPoint(name=name, value=name, group=kind.group), None)
+    found = _entry_points(kind)
+    if name not in found:
+        known = ", ".join(found) or "none installed"
+        hint = f"; {kind.hint.format(name=name)}" if kind.hint else ""
+        raise kind.error(
+            f"unknown {kind.noun} {name!r}; choose one of {known}, or a module:Name "
+            f"(plugins register names in the {kind.group} entry-point group){hint}"
+        )
+    return _import(kind, name, found[name], _distribution(found[name]))
+
+
+def _environment_class(obj: object, where: str) -> type[Environment]:
+    if not (isinstance(obj, type) and issubclass(obj, Environment)):
+        raise RegistryError(f"{where} is not an envhub.Environment subclass")
+    return obj
 
 
 @dataclass(frozen=True)
@@ -46,42 +159,21 @@ class EnvSpec:
     version: str | None = None
 
     def load(self) -> type[Environment]:
-        module_name, _, attr = self.entry_point.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-            cls = getattr(module, attr) if attr else module
-        except Exception as exc:  # an import error of any kind must not crash listings
-            hint = (
-                f" (try `pip install --force-reinstall {self.distribution}`)"
-                if self.distribution
-                else ""
-            )
-            raise RegistryError(
-                f"environment {self.name!r} failed to import from {self.entry_point}: "
-                f"{type(exc).__name__}: {exc}{hint}"
-            ) from exc
-        if not (isinstance(cls, type) and issubclass(cls, Environment)):
-            raise RegistryError(f"{self.entry_point} is not an envhub.Environment subclass")
-        return cls
-
-
-def _blocked() -> set[str]:
-    return {n.strip() for n in os.environ.get("ENVHUB_BLOCK_PLUGINS", "").split(",") if n.strip()}
+        ep = EntryPoint(name=self.name, value=self.entry_point, group=ENVIRONMENTS.group)
+        loaded = _import(ENVIRONMENTS, self.name, ep, self.distribution)
+        return _environment_class(loaded, self.entry_point)
 
 
 def discover_environments() -> dict[str, EnvSpec]:
     """Installed plugins by name, from entry-point metadata only: no plugin is imported,
     so this is fast and a broken plugin still shows up (see :mod:`envhub.clients.describe`)."""
     specs: dict[str, EnvSpec] = {}
-    blocked = _blocked()
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in blocked:
-            continue
+    for name, ep in _entry_points(ENVIRONMENTS).items():
         dist = getattr(ep, "dist", None)
-        specs[ep.name] = EnvSpec(
-            name=ep.name,
+        specs[name] = EnvSpec(
+            name=name,
             entry_point=ep.value,
-            distribution=dist.metadata["Name"] if dist is not None else None,
+            distribution=_distribution(ep),
             version=dist.version if dist is not None else None,
         )
     return specs
@@ -89,16 +181,7 @@ def discover_environments() -> dict[str, EnvSpec]:
 
 def load_environment_class(name: str) -> type[Environment]:
     """Resolve an environment id (plugin name or ``module:Class``) to its class."""
-    if ":" in name:
-        return EnvSpec(name=name, entry_point=name).load()
-    specs = discover_environments()
-    if name not in specs:
-        installed = ", ".join(sorted(specs)) or "none"
-        raise RegistryError(
-            f"unknown environment {name!r} (installed: {installed}); "
-            f"install its plugin, e.g. `pip install envhub-{name}`"
-        )
-    return specs[name].load()
+    return _environment_class(load_plugin(ENVIRONMENTS, name), name)
 
 
 # -- trajectory exporters ------------------------------------------------------------------
@@ -108,22 +191,20 @@ def load_environment_class(name: str) -> type[Environment]:
 # point is a callable ``(trajectories, output) -> int`` that writes under ``output`` (a file
 # or a directory, as the format needs) and returns how many trajectories it wrote.
 
-EXPORTER_GROUP = "envhub.exporters"
-
 Exporter = Callable[[Iterable[Trajectory], Path], int]
+
+EXPORTERS: PluginKind[Exporter] = PluginKind(
+    "envhub.exporters", "export format", hint="parquet and jsonl are built in"
+)
+EXPORTER_GROUP = EXPORTERS.group
 
 
 def exporter_names() -> list[str]:
     """The export formats installed plugins provide."""
-    return sorted({ep.name for ep in entry_points(group=EXPORTER_GROUP)})
+    return plugin_names(EXPORTERS)
 
 
 def load_exporter(name: str) -> Exporter:
     """The exporter a plugin registered as ``name``; :class:`InvalidRequest` naming the
     installed ones when there is none."""
-    for ep in entry_points(group=EXPORTER_GROUP):
-        if ep.name == name:
-            exporter: Exporter = ep.load()
-            return exporter
-    known = ", ".join(["parquet", "jsonl", *exporter_names()])
-    raise InvalidRequest(f"unknown export format {name!r}; installed formats: {known}")
+    return load_plugin(EXPORTERS, name)

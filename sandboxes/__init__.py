@@ -8,16 +8,20 @@ need with a ``SandboxSpec`` and the backend comes from configuration
         result = await sb.exec("python3 -c 'print(1)'", timeout=10)
 
 Backends: ``local`` (no isolation; the default), ``bwrap`` (Linux namespaces),
-``docker`` (containers; needs ``pip install envhub[docker]``). ``SandboxPool`` keeps
-sandboxes pre-started so an episode gets one in milliseconds. ``bwrap_problem()`` says
-why bwrap cannot run on this host (``None``: it can), for code that confines its own
-children with it where it works.
+``docker`` (containers; needs ``pip install envhub[docker]``), and any a plugin registers
+in the ``envhub.sandboxes`` entry-point group (``backend_names()`` lists them).
+``SandboxPool`` keeps sandboxes pre-started so an episode gets one in milliseconds.
+``bwrap_problem()`` says why bwrap cannot run on this host (``None``: it can), for code
+that confines its own children with it where it works.
 """
 
 from __future__ import annotations
 
 from envhub.sandboxes._select import (
-    BACKENDS as BACKENDS,
+    SANDBOXES as SANDBOXES,
+)
+from envhub.sandboxes._select import (
+    backend_names as backend_names,
 )
 from envhub.sandboxes._select import (
     make_sandbox as make_sandbox,
@@ -36,12 +40,13 @@ from envhub.sandboxes.pool import PoolMetrics as PoolMetrics
 from envhub.sandboxes.pool import SandboxPool as SandboxPool
 
 __all__ = [
-    "BACKENDS",
+    "SANDBOXES",
     "ExecResult",
     "PoolMetrics",
     "Sandbox",
     "SandboxPool",
     "SandboxSpec",
+    "backend_names",
     "bwrap_problem",
     "make_sandbox",
     "open_sandbox",

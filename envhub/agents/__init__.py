@@ -22,14 +22,14 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from envhub.agents.base import AGENT_KINDS as AGENT_KINDS
+from envhub.agents.base import AGENTS as AGENTS
 from envhub.agents.base import AgentCrashed as AgentCrashed
 from envhub.agents.base import AgentEpisode as AgentEpisode
 from envhub.agents.base import AgentRunner as AgentRunner
 from envhub.agents.base import make_agent as make_agent
 
 __all__ = [
-    "AGENT_KINDS",
+    "AGENTS",
     "AgentCrashed",
     "AgentEpisode",
     "AgentEpisodeRunner",

@@ -14,19 +14,15 @@ episode is masked whatever the agent does with the error it gets.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Protocol, runtime_checkable
 
 from envhub.errors import EnvhubError, InvalidRequest
+from envhub.registry import PluginKind, load_plugin
 from envhub.types import Message
 
-__all__ = ["AGENT_KINDS", "AgentCrashed", "AgentEpisode", "AgentRunner", "make_agent"]
-
-AGENT_KINDS = {"openai-agents": "envhub.agents.openai_agents:OpenAIAgentsRunner"}
-"""Built-in runners by ``--agent`` name; any ``module:Class`` works too, and
-``command:ARGV`` runs a child process per episode (:mod:`envhub.agents.command`)."""
+__all__ = ["AGENTS", "AgentCrashed", "AgentEpisode", "AgentRunner", "make_agent"]
 
 COMMAND_PREFIX = "command:"
 
@@ -68,6 +64,14 @@ class AgentRunner(Protocol):
     async def run(self, episode: AgentEpisode) -> None: ...
 
 
+AGENTS: PluginKind[Callable[[], AgentRunner]] = PluginKind(
+    "envhub.agents", "agent", hint="or command:ARGV (a child process per episode)"
+)
+"""The ``envhub.agents`` entry-point group: runner classes (built with no arguments) by
+``--agent`` name; ``openai-agents`` is envhub's own. ``command:ARGV`` runs a child
+process per episode (:mod:`envhub.agents.command`)."""
+
+
 class AgentCrashed(EnvhubError):
     """The agent could not run the episode (its framework raised, or it never called the
     model through the proxy): an infrastructure failure, retried then masked."""
@@ -76,7 +80,7 @@ class AgentCrashed(EnvhubError):
 
 
 def make_agent(kind: str, *, pass_env: Sequence[str] = ()) -> AgentRunner:
-    """The runner for an ``--agent`` value: a built-in name, ``module:Class`` (built
+    """The runner for an ``--agent`` value: a name in :data:`AGENTS`, ``module:Class`` (built
     with no arguments) or ``command:ARGV`` (a shell-quoted command line), whose child also
     gets the variables of envhub's environment that ``pass_env`` names (``--agent-env``)."""
     if kind.startswith(COMMAND_PREFIX):
@@ -88,22 +92,7 @@ def make_agent(kind: str, *, pass_env: Sequence[str] = ()) -> AgentRunner:
             f"--agent-env passes variables to a command: agent's child; agent {kind!r} "
             "runs in envhub's own process"
         )
-    target = AGENT_KINDS.get(kind, kind)
-    module_name, _, class_name = target.partition(":")
-    if not class_name:
-        raise InvalidRequest(
-            f"unknown agent {kind!r}: choose one of {', '.join(AGENT_KINDS)}, give a "
-            "module:Class implementing envhub.agents.AgentRunner, or command:ARGV"
-        )
-    try:
-        module = import_module(module_name)
-    except ImportError as exc:
-        hint = " (pip install 'envhub[agents]')" if kind in AGENT_KINDS else ""
-        raise InvalidRequest(f"agent {kind!r} cannot be imported{hint}: {exc}") from exc
-    factory = getattr(module, class_name, None)
-    if factory is None:
-        raise InvalidRequest(f"agent {kind!r}: {module_name} has no {class_name}")
-    runner = factory()
+    runner = load_plugin(AGENTS, kind)()
     if not isinstance(runner, AgentRunner):
         raise InvalidRequest(f"agent {kind!r} does not implement envhub.agents.AgentRunner")
     return runner

@@ -9,13 +9,24 @@ from typing import Annotated, Any
 
 import typer
 
+from envhub.registry import PluginKind, plugin_names
+from envhub.sandboxes import SANDBOXES
+
 __all__ = [
     "EnvArgOption",
     "GcThresholdOption",
     "SandboxBackendOption",
     "env_options",
     "parse_env_args",
+    "plugin_choices",
 ]
+
+
+def plugin_choices(kind: PluginKind[Any]) -> str:
+    """``kind``'s installed names for a ``--help`` text, ``a|b|c`` (read from entry-point
+    metadata once, when the command is defined; nothing is imported)."""
+    return "|".join(plugin_names(kind))
+
 
 EnvArgOption = Annotated[
     list[str] | None,
@@ -45,9 +56,9 @@ SandboxBackendOption = Annotated[
     str | None,
     typer.Option(
         "--sandbox",
-        help="sandbox backend (local|bwrap|docker) of the environments that declare a "
-        "`sandbox` option, as --env-arg sandbox=... would set it "
-        "(default: each environment's own, see $ENVHUB_SANDBOX)",
+        help=f"sandbox backend ({plugin_choices(SANDBOXES)}, or module:Class) of the "
+        "environments that declare a `sandbox` option, as --env-arg sandbox=... would set "
+        "it (default: each environment's own, see $ENVHUB_SANDBOX)",
     ),
 ]
 

@@ -17,12 +17,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD
+from envhub.agents.base import AGENTS
 from envhub.cli._app import app
 from envhub.cli.options import (
     EnvArgOption,
     GcThresholdOption,
     SandboxBackendOption,
     env_options,
+    plugin_choices,
 )
 from envhub.cli.targets import (
     EnvFleetOption,
@@ -33,9 +35,13 @@ from envhub.cli.targets import (
     local_task_source,
 )
 from envhub.errors import EnvhubError, RolloutFailed
+from envhub.policies.factory import POLICIES, TITO_BACKENDS
+from envhub.tokens.tool_call_parsers import TOOL_CALL_PARSERS
 
 if TYPE_CHECKING:
     from envhub.clients.remote import SessionTransport
+    from envhub.policies.endpoints import RoutingMode
+    from envhub.policies.openai_compat import TokenIdMode
     from envhub.protocol import EnvironmentClient
     from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
@@ -145,7 +151,8 @@ def rollout_command(
         list[str] | None, typer.Option("--base-url", help="OpenAI-compatible base URL (repeatable)")
     ] = None,
     policy: Annotated[
-        str, typer.Option(help="openai | tito (token-in/token-out) | litellm | reference")
+        str, typer.Option(help=f"{plugin_choices(POLICIES)} (an envhub.policies entry point; "
+                          "tito: token-in/token-out) or module:Name")
     ] = "openai",
     tasks: Annotated[
         str | None,
@@ -216,12 +223,12 @@ def rollout_command(
         Path | None, typer.Option(help="tito: a Jinja chat template replacing the tokenizer's")
     ] = None,
     tito_backend: Annotated[
-        str, typer.Option(help="tito: the server kind: llama.cpp (/completion at the server's "
-                          "root URL) | vllm (/v1/completions) | sglang (/generate)")
+        str, typer.Option(help=f"tito: the server kind ({plugin_choices(TITO_BACKENDS)}, or "
+                          "module:Class); --base-url is its root URL (vllm: its /v1 URL)")
     ] = "llama.cpp",
     tool_parser: Annotated[
-        str, typer.Option(help="tito: how tool calls are read from the sampled text: hermes | "
-                          "llama3_json")
+        str, typer.Option(help="tito: how tool calls are read from the sampled text: "
+                          f"{plugin_choices(TOOL_CALL_PARSERS)} (or module:function)")
     ] = "hermes",
     max_env_attempts: Annotated[
         int, typer.Option(help="tries of an episode whose environment fails, then masked")
@@ -240,8 +247,8 @@ def rollout_command(
     agent: Annotated[
         str | None,
         typer.Option(help="an external agent framework plays each episode over MCP, its "
-                     "model calls recorded by a capture proxy: openai-agents | module:Class | "
-                     "'command:ARGV' (a child process per episode)"),
+                     f"model calls recorded by a capture proxy: {plugin_choices(AGENTS)} | "
+                     "module:Class | 'command:ARGV' (a child process per episode)"),
     ] = None,
     agent_env: Annotated[
         list[str] | None,
@@ -255,7 +262,8 @@ def rollout_command(
     Writes one JSON line per episode as it finishes, then OUTPUT.summary.json. Exits 1
     when the run stopped on a dead server or masked more than --max-masked-fraction.
     """
-    from envhub.policies import SamplingParams, make_policy
+    from envhub.policies import SamplingParams, TitoOptions, make_policy
+    from envhub.policies.transport import TransportOptions
     from envhub.rollout.runtime import run_async
 
     if env_transport not in ("ws", "http"):
@@ -274,38 +282,20 @@ def rollout_command(
     if policy in ("openai", "tito") and not base_url:
         raise _fail(NO_MODEL_HINT)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
-    options: dict[str, Any] = {}
-    if policy == "openai":
-        options = {
-            "api_key": api_key,
-            "token_ids": token_ids,
-            "weight_version_header": weight_version_header or None,
-            "weight_version_field": weight_version_field or None,
-            "request_timeout_s": request_timeout,
-            "endpoint_concurrency": endpoint_concurrency,
-            "routing": routing,
-            "sticky_max_outstanding": sticky_max_outstanding,
-            "session_header": session_header or None,
-        }
-    elif policy == "tito":
-        options = {
-            "tokenizer": tokenizer,
-            "chat_template": chat_template,
-            "backend": tito_backend,
-            "tool_parser": tool_parser,
-            "weight_version_header": weight_version_header or None,
-            "weight_version_field": weight_version_field or None,
-            "api_key": api_key,
-            "request_timeout_s": request_timeout,
-            "endpoint_concurrency": endpoint_concurrency,
-            "routing": routing,
-            "sticky_max_outstanding": sticky_max_outstanding,
-            "session_header": session_header or None,
-        }
-    elif policy == "litellm":
-        options = {"api_key": api_key, "request_timeout_s": request_timeout}
-    elif policy == "reference":
-        options = {"wrong_action_p": wrong_action_p}
+    transport = TransportOptions(
+        api_key=api_key,
+        request_timeout_s=request_timeout,
+        endpoint_concurrency=endpoint_concurrency,
+        routing=cast("RoutingMode", routing),  # the endpoint pool refuses unknown modes
+        sticky_max_outstanding=sticky_max_outstanding,
+        session_header=session_header or None,
+        weight_version_header=weight_version_header or None,
+        weight_version_field=weight_version_field or None,
+    )
+    tito = TitoOptions(
+        tokenizer=tokenizer, chat_template=chat_template, backend=tito_backend,
+        tool_parser=tool_parser,
+    )  # fmt: skip
     run_options: dict[str, Any] = {
         "tasks": tasks,
         "group_size": group_size,
@@ -328,7 +318,11 @@ def rollout_command(
             run_options["agent"] = make_agent(agent, pass_env=agent_env or ())
         elif agent_env:
             raise _fail("--agent-env passes variables to a 'command:' agent: give --agent too")
-        chosen = make_policy(policy, model=model, base_urls=base_url, sampling=sampling, **options)
+        chosen = make_policy(
+            policy, model=model, base_urls=base_url or (), sampling=sampling,
+            transport=transport, token_ids=cast("TokenIdMode", token_ids), tito=tito,
+            wrong_action_p=wrong_action_p,
+        )  # fmt: skip
         result = run_async(
             _rollout(
                 env,

@@ -8,12 +8,15 @@ transient errors) minus token ids, which providers behind litellm do not return.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envhub.errors import ContextLengthExceeded, PolicyError, TransientPolicyError
+from envhub.errors import ContextLengthExceeded, InvalidRequest, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.openai_compat import parse_chat_response
 from envhub.policies.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from envhub.policies.factory import PolicyConfig
 
 __all__ = ["LiteLLMPolicy"]
 
@@ -57,6 +60,23 @@ class LiteLLMPolicy:
             self._kwargs["api_base"] = base_url
         if api_key:
             self._kwargs["api_key"] = api_key
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> LiteLLMPolicy:
+        """The ``litellm`` policy's factory (``envhub.policies`` entry point): at most one
+        base URL (litellm's ``api_base``); of the transport options, the API key and the
+        request timeout."""
+        model = config.require_model("litellm")
+        if len(config.base_urls) > 1:
+            raise InvalidRequest("the litellm policy takes at most one --base-url (api_base)")
+        return cls(
+            model,
+            base_url=config.base_urls[0] if config.base_urls else None,
+            api_key=config.transport.get("api_key"),
+            sampling=config.sampling,
+            request_timeout_s=config.transport.get("request_timeout_s", 600.0),
+            retry=config.retry,
+        )
 
     async def generate(self, request: GenerateRequest) -> Completion:
         completion = await self.retry.call(lambda: self._call(request))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Literal
 
-from envhub.errors import PolicyError, TransientPolicyError
+from envhub.errors import InvalidRequest, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.gate import gated
 from envhub.policies.partial import sampled_tokens, tokens_left, until_complete
@@ -46,6 +46,8 @@ from envhub.types import ToolCall
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from envhub.policies.factory import PolicyConfig
 
 __all__ = ["OpenAIPolicy", "is_context_overflow", "parse_chat_response"]
 
@@ -81,6 +83,20 @@ class OpenAIPolicy(PooledPolicy):
         self.retry = retry or RetryPolicy()
         self.token_ids: TokenIdMode = token_ids
         self._static_body = {"model": model, **self.sampling.to_request()}
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> OpenAIPolicy:
+        """The ``openai`` policy's factory (``envhub.policies`` entry point)."""
+        if config.token_ids not in ("auto", "on", "off"):
+            raise InvalidRequest(f"token_ids must be auto, on or off, not {config.token_ids!r}")
+        return cls(
+            config.require_model("openai"),
+            config.require_base_urls("openai"),
+            sampling=config.sampling,
+            token_ids=config.token_ids,
+            retry=config.retry,
+            **config.transport,
+        )
 
     async def generate(self, request: GenerateRequest) -> Completion:
         body: dict[str, Any] = {**self._static_body, "messages": request.messages}

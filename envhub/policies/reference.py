@@ -11,10 +11,14 @@ validates environments (``envhub check``), powers demos without a model server, 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from envhub.errors import PolicyError
 from envhub.policies.base import Completion, GenerateRequest
 from envhub.types import ToolCall
+
+if TYPE_CHECKING:
+    from envhub.policies.factory import PolicyConfig
 
 __all__ = ["NoopPolicy", "ReferencePolicy"]
 
@@ -29,6 +33,12 @@ class ReferencePolicy:
         self.model = "reference" if wrong_action_p == 0 else f"reference(wrong_p={wrong_action_p})"
         self.wrong_action_p = wrong_action_p
         self.seed = seed
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> ReferencePolicy:
+        """The ``reference`` policy's factory (``envhub.policies`` entry point): it needs
+        no model; of the options, ``wrong_action_p``."""
+        return cls(wrong_action_p=config.wrong_action_p)
 
     async def generate(self, request: GenerateRequest) -> Completion:
         task = request.task

@@ -3,8 +3,9 @@
 Policies that sample text themselves (token-in/token-out, :mod:`envhub.policies.tito`) and
 trainers whose generators hand over text (SkyRL and verl agent loops, which give the
 environment the decoded completion) must find the tool calls in that text. Each model
-family writes them its own way, so parsers are registered by name
-(:func:`register_tool_parser`, looked up with :func:`tool_parser`):
+family writes them its own way, so parsers are registered by name in the
+``envhub.tool_call_parsers`` entry-point group, envhub's own as a plugin's are (looked up
+with :func:`tool_parser`; a parser is a callable ``(text) -> ParsedAction``):
 
 - ``hermes`` (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), which
   Qwen2.5/3, SmolLM3, Hermes and most open tool-calling templates emit;
@@ -25,17 +26,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from envhub.errors import InvalidRequest
 from envhub.model_text import ModelTextError, read_arguments
+from envhub.registry import PluginKind, load_plugin
 from envhub.types import ToolCall
 
 __all__ = [
-    "TOOL_PARSERS",
+    "TOOL_CALL_PARSERS",
     "ParsedAction",
     "ToolParser",
     "parse_hermes",
     "parse_llama3_json",
-    "register_tool_parser",
     "tool_parser",
 ]
 
@@ -108,19 +108,12 @@ def _call(raw: str, call_id: str) -> ToolCall:
     return ToolCall(id=call_id, name=str(data.get("name") or ""), arguments=arguments)
 
 
-TOOL_PARSERS: dict[str, ToolParser] = {"hermes": parse_hermes, "llama3_json": parse_llama3_json}
-"""The registered parsers by name (``--tool-parser``); add one with :func:`register_tool_parser`."""
-
-
-def register_tool_parser(name: str, parser: ToolParser) -> None:
-    """Make ``parser`` available as ``name`` (replacing a parser of that name)."""
-    TOOL_PARSERS[name] = parser
+TOOL_CALL_PARSERS: PluginKind[ToolParser] = PluginKind("envhub.tool_call_parsers", "tool parser")
+"""The ``envhub.tool_call_parsers`` entry-point group: a parser by ``--tool-parser`` name."""
 
 
 def tool_parser(name: str) -> ToolParser:
-    """The parser registered as ``name``; an unknown name is an :class:`InvalidRequest`."""
-    try:
-        return TOOL_PARSERS[name]
-    except KeyError:
-        known = ", ".join(sorted(TOOL_PARSERS))
-        raise InvalidRequest(f"unknown tool parser {name!r}; choose one of {known}") from None
+    """The parser registered as ``name`` (``hermes``, ``llama3_json``, a plugin's) or named
+    ``module:function``; an unknown name is an :class:`InvalidRequest` listing the
+    installed ones."""
+    return load_plugin(TOOL_CALL_PARSERS, name)

@@ -8,6 +8,7 @@ import pytest
 
 from envhub.clients.local import LocalEnvironment
 from envhub.policies import make_policy
+from envhub.policies.transport import TransportOptions
 from tests.rollout.helpers import FAST_RETRY, run_episodes
 from tests.rollout.scripted_server import ScriptConfig
 
@@ -21,7 +22,7 @@ async def test_litellm_policy_runs_episodes_and_retries(scripted, calc: LocalEnv
         "litellm",
         model="openai/scripted",
         base_urls=[server.base_url],
-        api_key="x",
+        transport=TransportOptions(api_key="x"),
         retry=FAST_RETRY,
     )
     [trajectory] = await run_episodes(calc, policy, (await calc.task_ids("test"))[:1])

@@ -28,17 +28,16 @@ import envhub.cli.rollout  # noqa: F401 - registers the commands on the app
 from envhub.cli._app import app
 from envhub.clients.local import LocalEnvironment
 from envhub.errors import ContextLengthExceeded, InvalidRequest, PolicyError
-from envhub.policies import GenerateRequest, SamplingParams, make_policy
+from envhub.policies import GenerateRequest, SamplingParams, TitoOptions, make_policy
 from envhub.policies.base import EpisodeAware
 from envhub.policies.tito import TitoPolicy, VLLMBackend, tito_backend
 from envhub.policies.tito.backends import LlamaCppBackend, SGLangBackend
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.testing import serve_in_thread
 from envhub.tokens.tool_call_parsers import (
-    TOOL_PARSERS,
+    ParsedAction,
     parse_hermes,
     parse_llama3_json,
-    register_tool_parser,
     tool_parser,
 )
 from envhub.trainers.grpo import build_batch
@@ -491,8 +490,8 @@ async def test_the_models_endpoint_reports_the_version_once_per_server(
 
 def test_make_policy_builds_tito_and_names_bad_choices(tokenizer: Any) -> None:
     policy = make_policy(
-        "tito", model="m", base_urls=["http://127.0.0.1:1"], tokenizer=tokenizer,
-        backend="vllm", tool_parser="llama3_json",
+        "tito", model="m", base_urls=["http://127.0.0.1:1"],
+        tito=TitoOptions(tokenizer=tokenizer, backend="vllm", tool_parser="llama3_json"),
     )  # fmt: skip
     assert isinstance(policy, TitoPolicy) and isinstance(policy.backend, VLLMBackend)
     assert policy.parse_tools is parse_llama3_json
@@ -581,11 +580,12 @@ def test_llama3_json_and_registering_a_parser() -> None:
     [bad] = parse_llama3_json('{"name": "a", "parameters": {"q": ').tool_calls
     assert bad.name == "a" and bad.arguments == '{"name": "a", "parameters": {"q":'
     assert parse_llama3_json("just text").tool_calls == []
-    register_tool_parser("upper", lambda text: parse_hermes(text.upper()))
-    try:
-        assert tool_parser("upper")("hi").content == "HI"
-    finally:
-        del TOOL_PARSERS["upper"]
+    assert tool_parser("tests.rollout.test_tito:parse_upper")("hi").content == "HI"
+
+
+def parse_upper(text: str) -> ParsedAction:
+    """A parser of this module's own, found by ``module:function`` like a plugin's."""
+    return parse_hermes(text.upper())
 
 
 def test_rollout_cli_runs_tito_from_a_gguf_tokenizer(

@@ -29,16 +29,20 @@ Replies become a :class:`~envhub.tokens.sample.Sample` (``finished`` is false
 when the token limit cut the completion, ``aborted`` true when the server ended it early:
 vLLM's and SGLang's ``abort``, a weight update). A backend is stateless: the policy sends the
 body to the ``path`` below an endpoint's base URL, through its endpoint pool, and hands
-the parsed JSON back to :meth:`parse`.
+the parsed JSON back to :meth:`parse`. Backends are found by name in the
+``envhub.tito_backends`` entry-point group (:func:`tito_backend`), where a plugin adds a
+server kind as envhub registers these three.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from envhub.errors import InvalidRequest, PolicyError
+from envhub.errors import PolicyError
 from envhub.policies.base import SamplingParams
+from envhub.policies.factory import TITO_BACKENDS
 from envhub.policies.weight_sync import parse_version
+from envhub.registry import load_plugin
 from envhub.tokens.sample import Sample
 
 __all__ = [
@@ -190,17 +194,8 @@ class SGLangBackend:
         return parse_version(meta.get("weight_version")) if isinstance(meta, dict) else None
 
 
-TITO_BACKENDS: dict[str, type[TitoBackend]] = {
-    "llama.cpp": LlamaCppBackend,
-    "vllm": VLLMBackend,
-    "sglang": SGLangBackend,
-}
-
-
 def tito_backend(name: str) -> TitoBackend:
-    """The backend called ``name`` (``--tito-backend``)."""
-    try:
-        return TITO_BACKENDS[name]()
-    except KeyError:
-        known = ", ".join(TITO_BACKENDS)
-        raise InvalidRequest(f"unknown TITO backend {name!r}; choose one of {known}") from None
+    """A backend of the kind registered as ``name`` (``llama.cpp``, ``vllm``, ``sglang``,
+    a plugin's) or named ``module:Class``; an unknown name is an :class:`InvalidRequest`
+    listing the installed ones."""
+    return load_plugin(TITO_BACKENDS, name)()

@@ -54,11 +54,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envhub.errors import PolicyError, TransientPolicyError
+from envhub.errors import InvalidRequest, PolicyError, TransientPolicyError
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.gate import gated
 from envhub.policies.partial import ABORTED, tokens_left, until_complete
@@ -72,6 +73,8 @@ from envhub.types import Message
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from envhub.policies.factory import PolicyConfig
 
 __all__ = ["TitoPolicy"]
 
@@ -123,6 +126,34 @@ class TitoPolicy(PooledPolicy):
         self.retry = retry or RetryPolicy()
         self.max_episodes = max_episodes
         self._episodes: OrderedDict[str, _Episode] = OrderedDict()
+
+    @classmethod
+    def from_config(cls, config: PolicyConfig) -> TitoPolicy:
+        """The ``tito`` policy's factory (``envhub.policies`` entry point): the
+        tokenizer of ``config.tito`` is loaded here when it is a path, with its
+        ``chat_template``."""
+        model = config.require_model("tito")
+        urls = config.require_base_urls("tito")
+        options = config.tito
+        tokenizer = options.tokenizer
+        if tokenizer is None:
+            raise InvalidRequest("the tito policy needs the model's tokenizer (--tokenizer)")
+        if isinstance(tokenizer, (str, os.PathLike)):
+            from envhub.tokens.tokenizers import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer, chat_template=options.chat_template)
+        elif options.chat_template is not None:
+            raise InvalidRequest("chat_template goes with a tokenizer path, not a tokenizer object")
+        return cls(
+            model,
+            urls,
+            tokenizer,
+            backend=options.backend,
+            tool_parser=options.tool_parser,
+            sampling=config.sampling,
+            retry=config.retry,
+            **config.transport,
+        )
 
     async def generate(self, request: GenerateRequest) -> Completion:
         if request.episode_id is None:
