@@ -11,6 +11,7 @@ from typing import Any
 
 from envhub import _moved
 from envhub.budgets import Budgets as Budgets
+from envhub.clients.connect import connect as connect
 from envhub.clients.describe import describe_environments as describe_environments
 from envhub.clients.local import LocalEnvironment as LocalEnvironment
 from envhub.clients.local import make as make
@@ -69,6 +70,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "UserTurn",
+    "connect",
     "describe_environments",
     "discover_environments",
     "make",

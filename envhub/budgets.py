@@ -32,3 +32,9 @@ class Budgets(BaseModel):
         """A copy with the given fields replaced; ``None`` values keep the current field."""
         changes = {k: v for k, v in overrides.items() if v is not None}
         return self.model_validate({**self.model_dump(), **changes}) if changes else self
+
+    def over(self, defaults: Budgets) -> Budgets:
+        """``defaults`` (an environment's own budgets) with the fields set on this object
+        replaced: ``Budgets(max_turns=3).over(env_class.budgets)`` keeps the environment's
+        timeouts, so a caller overrides what it names and nothing else."""
+        return defaults.merged(**self.model_dump(include=self.model_fields_set))

@@ -26,18 +26,25 @@ means the episode ended by itself (terminal tool, final answer, the environment'
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envhub.clients.local import make
+from envhub.clients.connect import connect, make_keywords
+from envhub.environment import Environment
+from envhub.errors import InvalidRequest
 from envhub.model_text import ModelTextError, loads_json
+from envhub.protocol import EnvironmentClient
 from envhub.runtime.gym_registration import register_envs
 from envhub.runtime.sync import SyncSession, run_sync
 from envhub.types import ENV_STOP_PREFIX, Observation, StepResult, ToolCall
+
+if TYPE_CHECKING:
+    from envhub.clients.remote import SessionTransport
 
 __all__ = ["EnvhubGymEnv", "JsonTextSpace", "register_envs"]
 
@@ -79,19 +86,48 @@ class JsonTextSpace(spaces.Space[str]):
 
 
 class EnvhubGymEnv(gymnasium.Env[str, str]):
-    """A ``gymnasium.Env`` over an in-process envhub session."""
+    """A ``gymnasium.Env`` over envhub sessions on any transport (:func:`envhub.connect`).
+
+    ``env`` is the environment: a plugin name, ``module:Class``, a class, or a ready
+    :class:`~envhub.protocol.EnvironmentClient`. ``where`` says where it is hosted, as
+    :func:`envhub.connect` takes it (a server URL, several, ``ray://HOST:PORT``), with the
+    server's ``token``, ``transport`` and fleet ``namespace``; without it the episodes run
+    in-process. So ``gymnasium.make("envhub/calc-v0", where="http://127.0.0.1:8000")``
+    plays calc on that server. ``options`` are the environment's options and, in-process,
+    :func:`envhub.make`'s budget keywords (``max_turns=``...). :meth:`close` closes the
+    client this adapter connected, never a ready one it was given.
+    """
 
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium's own convention
 
     def __init__(
-        self, env: str, render_mode: str | None = None, split: str | None = None, **options: Any
+        self,
+        env: str | type[Environment] | EnvironmentClient,
+        render_mode: str | None = None,
+        split: str | None = None,
+        *,
+        where: str | Sequence[str] | None = None,
+        token: str | None = None,
+        transport: SessionTransport | None = None,
+        namespace: str | None = None,
+        **options: Any,
     ) -> None:
         self.render_mode = render_mode
-        self._factory = make(env, **options)
+        env_options, budgets = make_keywords(options)
+        target: str | Sequence[str] | type[Environment] | EnvironmentClient = env
+        hosted: str | None = None
+        if where is not None:
+            if not isinstance(env, str):
+                raise InvalidRequest(f"with where=, env names the hosted environment, not {env!r}")
+            target, hosted = where, env
+        self._client = connect(target, hosted, options=env_options, budgets=budgets, token=token,
+                               transport=transport, namespace=namespace)  # fmt: skip
+        self._owned = self._client is not env
         self._split = split
-        self._session = SyncSession(self._factory)
+        self._task_ids: list[str] | None = None  # the split's, asked once
+        self._session = SyncSession(self._client)
         # the tools of these options' episodes (a wrapped MCP server's, not only the class's)
-        tool_names = [tool["function"]["name"] for tool in self._factory.tools]
+        tool_names = [tool["function"]["name"] for tool in run_sync(self._client.info()).tools]
         self.action_space = JsonTextSpace(dict, lambda rng: _sample_action(rng, tool_names))
         self.observation_space = JsonTextSpace(list, lambda rng: [])
         self._transcript: list[dict[str, Any]] = []
@@ -102,8 +138,9 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         super().reset(seed=seed)
         task_id = (options or {}).get("task_id")
         if task_id is None:
-            tasks = self._factory.tasks.split(self._split)
-            task_id = tasks[int(self.np_random.integers(len(tasks)))].id
+            if self._task_ids is None:
+                self._task_ids = run_sync(self._client.task_ids(self._split))
+            task_id = self._task_ids[int(self.np_random.integers(len(self._task_ids)))]
         start = self._session.reset(task_id)
         self._transcript = list(start.messages)
         return json.dumps(start.messages), {"task_id": start.task_id, "tools": start.tools}
@@ -154,12 +191,13 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         )
 
     def close(self) -> None:
-        """Close the open episode, then the environment class's shared resources
-        (``aclose_shared``: sandbox pools, browsers), as ``envhub.make`` users do."""
-        session = self._session.session
-        if session is not None and not session.closed:
+        """Close the open episode, then the client this adapter connected (in-process:
+        the environment class's shared resources, ``aclose_shared``: sandbox pools,
+        browsers, as ``envhub.make`` users do; remote: its connections)."""
+        if not self._session.closed:
             self._session.close()
-        run_sync(self._factory.aclose())
+        if self._owned:
+            run_sync(self._client.aclose())
 
 
 class _MalformedAction(ValueError):

@@ -75,30 +75,21 @@ class EnvTarget:
 
     def open(self, env: str, options: dict[str, Any], max_turns: int | None = None
              ) -> EnvironmentClient:
-        """The environment client. ``max_turns`` is the in-process sessions' budget; a
-        server's budgets are its operator's (a client cannot raise them)."""
+        """The environment client, through :func:`envhub.connect`. ``max_turns`` is the
+        in-process sessions' budget; a server's budgets are its operator's (a client
+        cannot raise them)."""
+        from envhub.budgets import Budgets
+        from envhub.clients.connect import FLEET_SCHEME, connect
+
         if self.env_fleet:
-            try:
-                from envhub.fleet.ray_fleet import FleetEnvironment
-            except ImportError as exc:
-                raise InvalidRequest(
-                    f"--env-fleet needs Ray ({exc.name} is missing): pip install 'envhub[ray]'"
-                ) from None
-            return FleetEnvironment(self.env_fleet, env, options, namespace=self.fleet_namespace,
-                                    token=self.token, transport=self.transport)
-        if len(self.env_urls) > 1:
-            from envhub.fleet import PooledEnvironment
-
-            return PooledEnvironment(self.env_urls, env, options, token=self.token,
-                                     transport=self.transport)
+            address = self.env_fleet.removeprefix(FLEET_SCHEME)
+            return connect(FLEET_SCHEME + address, env, options=options, token=self.token,
+                           transport=self.transport, namespace=self.fleet_namespace)
         if self.env_urls:
-            from envhub.clients.remote import RemoteEnvironment
-
-            return RemoteEnvironment(self.env_urls[0], env, options, token=self.token,
-                                     transport=self.transport)
-        from envhub.clients.local import make
-
-        return make(env, max_turns=max_turns, **options)
+            return connect(self.env_urls, env, options=options, token=self.token,
+                           transport=self.transport)
+        return connect(env, options=options,
+                       budgets=None if max_turns is None else Budgets(max_turns=max_turns))
 
 
 async def local_task_source(
@@ -106,9 +97,9 @@ async def local_task_source(
 ) -> EnvironmentClient:
     """A local copy of ``env`` (same options) to read whole tasks from, refused unless it
     is the version ``remote`` runs: another version's gold actions would score wrongly."""
-    from envhub.clients.local import make
+    from envhub.clients.connect import connect
 
-    local = make(env, **options)
+    local = connect(env, options=options)
     served = (await remote.info()).version
     if local.version != served:
         await local.aclose()

@@ -241,11 +241,11 @@ def make(
 ) -> LocalEnvironment:
     """Load an environment by plugin name (or ``module:Class``) with options and budgets.
 
-    Budget keywords override single fields of the environment's default budgets;
-    every other keyword is an environment option.
+    ``budgets`` and the budget keywords override the fields they set of the environment's
+    default budgets (:meth:`Budgets.over`); every other keyword is an environment option.
     """
     cls = load_environment_class(env) if isinstance(env, str) else env
-    merged = (budgets or cls.budgets).merged(
+    merged = (budgets.over(cls.budgets) if budgets else cls.budgets).merged(
         max_turns=max_turns,
         tool_timeout_s=tool_timeout_s,
         episode_timeout_s=episode_timeout_s,

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
+from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.runtime.loop_thread import LoopThread
-from envhub.runtime.session import Session
 from envhub.types import CloseResult, SessionStart, StepResult, ToolCall
 
 __all__ = ["SyncSession", "run_sync", "sync_session"]
@@ -38,24 +38,35 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
 
 
 class SyncSession:
-    """``reset`` / ``step`` / ``close`` that block; wraps an async :class:`Session` factory."""
+    """``reset`` / ``step`` / ``close`` that block, over any
+    :class:`~envhub.protocol.EnvironmentClient` (in-process, a server, a pool, a fleet)."""
 
-    def __init__(self, factory: Any, task_id: str | None = None, seed: int | None = None) -> None:
-        self._factory = factory
+    def __init__(
+        self, env: EnvironmentClient, task_id: str | None = None, seed: int | None = None
+    ) -> None:
+        self._env = env
         self._task_id = task_id
         self._seed = seed
-        self.session: Session | None = None
+        self.session: SessionHandle | None = None
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """No episode is open: none was started, or the last one was closed."""
+        return self.session is None or self._closed
 
     def reset(self, task_id: str | None = None, seed: int | None = None) -> SessionStart:
-        """Start a new episode (closing any unfinished previous one)."""
-        if self.session is not None and not self.session.closed:
+        """Start a new episode (aborting any unfinished previous one)."""
+        if not self.closed:
+            assert self.session is not None
             run_sync(self.session.abort())
-        session: Session = self._factory.new_session(
+        self.session = None
+        self.session = run_sync(self._env.open(
             task_id if task_id is not None else self._task_id,
             seed=seed if seed is not None else self._seed,
-        )
-        self.session = session
-        return run_sync(session.reset())
+        ))  # fmt: skip
+        self._closed = False
+        return run_sync(self.session.reset())
 
     def step(
         self, tool_calls: Sequence[ToolCall | dict[str, Any]], content: str | None = None
@@ -63,9 +74,11 @@ class SyncSession:
         return run_sync(self._require().step(tool_calls, content))
 
     def close(self) -> CloseResult:
-        return run_sync(self._require().close())
+        result = run_sync(self._require().close())
+        self._closed = True
+        return result
 
-    def _require(self) -> Session:
+    def _require(self) -> SessionHandle:
         if self.session is None:
             self.reset()
         assert self.session is not None
@@ -75,7 +88,7 @@ class SyncSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.session is not None and not self.session.closed:
+        if not self.closed:
             self.close()
 
 

@@ -1,19 +1,18 @@
-"""Opening the environment an adapter is given: a plugin name, a server URL, or a client.
+"""Opening the environment an adapter is given: anything :func:`envhub.connect` takes.
 
-Every adapter (TRL, SkyRL, verl) accepts the same three forms and drives the result
-through the :class:`~envhub.protocol.EnvironmentClient` and
-:class:`~envhub.protocol.SessionHandle` protocols only (``open``, ``step``, ``close``,
-``abort``), so any transport works.
+Every adapter (TRL, SkyRL, verl) accepts the same forms (a plugin name or class, a server
+URL, several URLs, a Ray fleet, or a client) and drives the result through the
+:class:`~envhub.protocol.EnvironmentClient` and :class:`~envhub.protocol.SessionHandle`
+protocols only (``open``, ``step``, ``close``, ``abort``), so any transport works.
 """
 
 from __future__ import annotations
 
-import inspect
+from collections.abc import Sequence
 from typing import Any
 
-from envhub.clients.local import make
+from envhub.clients.connect import connect, make_keywords
 from envhub.environment import Environment
-from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.runtime.cleanup import abort_quietly as abort_quietly
 from envhub.runtime.sync import run_sync
@@ -23,31 +22,20 @@ __all__ = ["abort_quietly", "resolve_environment", "start_messages", "tool_schem
 
 
 def resolve_environment(
-    env: Any,
+    env: str | Sequence[str] | type[Environment] | EnvironmentClient,
     *,
     env_name: str | None = None,
     options: dict[str, Any] | None = None,
     token: str | None = None,
     **make_kwargs: Any,
 ) -> EnvironmentClient:
-    """An environment client from a plugin name (or environment class: in-process), a
-    server URL (with ``env_name``), or an already built :class:`EnvironmentClient`."""
-    if isinstance(env, str) and env.startswith(("http://", "https://")):
-        if not env_name:
-            raise InvalidRequest(f"a server URL ({env}) needs env_name= (which hosted environment)")
-        if make_kwargs:
-            raise InvalidRequest(
-                f"{', '.join(sorted(make_kwargs))}: a hosted environment's budgets are set by "
-                "its server (envhub serve --max-turns ...)"
-            )
-        from envhub.clients.remote import RemoteEnvironment
-
-        return RemoteEnvironment(env, env_name, options=options, token=token)
-    if isinstance(env, str) or (inspect.isclass(env) and issubclass(env, Environment)):
-        return make(env, **make_kwargs, **(options or {}))
-    if not isinstance(env, EnvironmentClient):
-        raise InvalidRequest(f"not an environment, name or URL: {env!r}")
-    return env
+    """:func:`envhub.connect` for the adapters' signatures: ``env_name`` names the hosted
+    environment of a server, pool or fleet; ``make_kwargs`` are :func:`envhub.make`'s
+    (budget fields such as ``max_turns``, and more environment options), in-process
+    only."""
+    extra, budgets = make_keywords(make_kwargs)
+    return connect(env, env_name, options={**(options or {}), **extra} if extra else options,
+                   budgets=budgets, token=token)  # fmt: skip
 
 
 def tool_schemas(env: EnvironmentClient) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ envhub-side adapters that do hand tokens to a trainer (:mod:`envhub.trainers.ver
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -69,14 +70,17 @@ def _session_factory(config: Any) -> EnvironmentClient:
     env = _config_value(config, "env")
     if env is None:
         raise InvalidRequest("the envhub SkyRL env needs env_config.env (a plugin name or URL)")
-    if not isinstance(env, str):
-        return resolve_environment(env)  # an already built environment client
+    if isinstance(env, EnvironmentClient) or inspect.isclass(env):
+        return resolve_environment(env)  # an already built client, or an environment class
+    hosted = not isinstance(env, str) or "://" in env
+    if not isinstance(env, str):  # several servers (a list, or omegaconf's ListConfig)
+        env = [str(url) for url in env]
     env_name = _config_value(config, "env_name")
     options = dict(_config_value(config, "options") or {})
     max_turns = _config_value(config, "max_turns")
     key = repr((env, env_name, sorted(options.items()), max_turns))
     if key not in _ENVIRONMENTS:
-        extra = {"max_turns": max_turns} if max_turns is not None and "://" not in env else {}
+        extra = {"max_turns": max_turns} if max_turns is not None and not hosted else {}
         _ENVIRONMENTS[key] = resolve_environment(
             env,
             env_name=env_name,
@@ -90,8 +94,9 @@ def _session_factory(config: Any) -> EnvironmentClient:
 class EnvhubSkyRLEnv(BaseTextEnv):
     """One envhub episode as a ``skyrl_gym`` text environment.
 
-    ``env_config``: ``env`` (plugin name, server URL, or an environment object),
-    ``env_name`` (with a URL), ``options``, ``max_turns``, ``token``. ``extras``:
+    ``env_config``: ``env`` (anything :func:`envhub.connect` takes: a plugin name, a
+    server URL, a list of them, ``ray://HOST:PORT``, an environment object), ``env_name``
+    (with a URL), ``options``, ``max_turns``, ``token``. ``extras``:
     ``task_id`` (required). ``tool_parser`` turns action text into tool calls.
     """
 

@@ -24,6 +24,7 @@ if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray 
 
 import ray
 
+import envhub
 from envhub.errors import FleetError, ReplicaLost, Unauthorized
 from envhub.fleet import FleetEnvironment
 from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
@@ -144,6 +145,20 @@ async def test_fleet_environment_runs_sessions_on_the_replicas(
     async with FleetEnvironment(ray_cluster.address, "calc", namespace="fleet-test") as env:
         with pytest.raises(Unauthorized):
             await env.open(task_ids[0])
+
+
+async def test_connect_reaches_the_fleet_by_its_ray_address(
+    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+) -> None:
+    """``envhub.connect("ray://HOST:PORT", env)`` is the fleet's client, what
+    ``envhub rollout --env-fleet`` opens."""
+    env = envhub.connect(f"ray://{ray_cluster.address}", "calc", namespace="fleet-test",
+                         token=TOKEN, transport="http")  # fmt: skip
+    assert isinstance(env, FleetEnvironment)
+    async with env:
+        async with env.open((await env.task_ids())[0]) as session:
+            assert session.served_by in {r.replica_id for r in fleet if r.env == "calc"}
+            assert (await session.reset()).messages
 
 
 def _wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 90.0) -> Any:

@@ -108,3 +108,24 @@ def test_remote_sessions(calc_server: str, calc: envhub.LocalEnvironment) -> Non
     assert messages == task.prompt
     out = env.step(call("answer", value=task.answer))
     assert out["done"] and out["reward"] == 1.0
+
+
+def test_a_pool_of_servers(calc_server: str, calc: envhub.LocalEnvironment) -> None:
+    """``env`` is anything ``envhub.connect`` takes: a list of servers is a pool
+    (``max_turns``, an in-process budget, is not sent as one: servers would refuse it)."""
+    from envhub.clients.pooled import PooledEnvironment
+    from envhub.server import create_app
+    from envhub.testing import serve_in_thread
+
+    task = calc.tasks.get(TRAIN_TASKS[1])
+    with serve_in_thread(create_app(["calc"])) as second:
+        env = skyrl_gym.make(
+            SKYRL_ENV_ID,
+            env_config={"env": [calc_server, second], "env_name": "calc", "max_turns": 4},
+            extras={"task_id": task.id},
+        )
+        assert isinstance(env.environment, PooledEnvironment)
+        env.init(task.prompt)
+        out = env.step(call("answer", value=task.answer))
+        assert out["done"] and out["reward"] == 1.0
+        close_environments()
