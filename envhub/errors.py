@@ -28,10 +28,15 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── WeightUpdateFailed       model servers did not take new weights    (weight_update_failed)
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 
-``code`` is the machine-readable error code of the HTTP API (docs/architecture.md).
+``code`` is the machine-readable error code of the HTTP API (docs/architecture.md). A client turns
+an error answer back into the class that declares its code (:func:`error_class`), so a
+new subclass crosses the wire as itself, with no table to extend.
 """
 
 from __future__ import annotations
+
+import inspect
+from collections import deque
 
 __all__ = [
     "CapacityError",
@@ -58,6 +63,7 @@ __all__ = [
     "TransientPolicyError",
     "Unauthorized",
     "WeightUpdateFailed",
+    "error_class",
 ]
 
 
@@ -202,3 +208,39 @@ class EnvironmentFailure(EnvhubError):
     masks the trajectory, unlike a tool exception, which the model gets to read."""
 
     code = "internal"
+
+
+def error_class(code: str) -> type[EnvhubError] | None:
+    """The class a client raises for an error answer with ``code``.
+
+    That is the most general subclass declaring ``code`` in its own body (found breadth
+    first from the root, so a subclass repeating its parent's code never shadows it; among
+    unrelated classes at one depth, the first defined), skipping classes that need more
+    than a message to build (:class:`RemoteError`, :class:`RolloutFailed`). Classes defined
+    anywhere (a plugin's, a test's) are found once imported. ``None`` for the root's
+    ``internal``, which every undeclared failure and every server crash answers (so
+    :class:`EnvironmentFailure`, which repeats it, cannot claim it), and for codes no class
+    declares (``not_found``, ``payload_too_large``, ``http_502``, ...): the client raises
+    :class:`RemoteError` with the code for those.
+    """
+    if code == EnvhubError.code:
+        return None
+    queue = deque(EnvhubError.__subclasses__())
+    seen: set[type[EnvhubError]] = set()
+    while queue:
+        cls = queue.popleft()
+        if cls in seen:  # a class with two EnvhubError bases is met twice
+            continue
+        seen.add(cls)
+        if cls.__dict__.get("code") == code and _built_from_message(cls):
+            return cls
+        queue.extend(cls.__subclasses__())
+    return None
+
+
+def _built_from_message(cls: type[EnvhubError]) -> bool:
+    try:
+        inspect.signature(cls).bind("message")
+    except TypeError:
+        return False
+    return True

@@ -41,7 +41,7 @@ from envhub.model_text import ModelTextError, loads_json
 from envhub.protocol import EnvironmentClient
 from envhub.runtime.gym_registration import register_envs
 from envhub.runtime.sync import SyncSession, run_sync
-from envhub.types import ENV_STOP_PREFIX, Observation, StepResult, ToolCall
+from envhub.types import ENV_STOP_PREFIX, Observation, StepResult, ToolCall, chat_message
 
 if TYPE_CHECKING:
     from envhub.clients.remote import SessionTransport
@@ -155,7 +155,7 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         self._transcript.append(
             {"role": "assistant", "content": parsed.content, "tool_calls": tool_calls}
         )
-        messages = [obs.to_message() for obs in result.observations]
+        messages = [chat_message(obs.to_message()) for obs in result.observations]
         messages.extend(result.user_messages)  # a user turn: the episode goes on
         self._transcript.extend(messages)
         info: dict[str, Any] = {
@@ -176,9 +176,9 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
 
     def _reject(self, action: Any, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """A malformed action's step: nothing runs, the agent reads why."""
-        error = Observation(
+        error = chat_message(Observation(
             tool_call_id="", content=f"Error: malformed action: {reason}", is_error=True
-        ).to_message()
+        ).to_message())  # fmt: skip
         self._transcript.extend([{"role": "assistant", "content": str(action)}, error])
         info = {"stop_reason": None, "is_error": [True], "malformed_action": reason}
         return json.dumps([error]), 0.0, False, False, info

@@ -36,8 +36,12 @@ and :meth:`Trajectory.turn_tools` gives the list in force at each turn. ``Turn.e
 is the model server that served the call (sticky routing keeps an episode on one).
 ``Turn.policy_version`` is the weight version that sampled the turn (the server's report
 where it gives one, else the trainer's), and ``Turn.completion_versions`` one version per
-completion id when a weight update split the call (:meth:`Turn.token_versions`). Files
-written before these fields existed load unchanged (all are optional, ``schema_version`` 1).
+completion id when a weight update split the call (:meth:`Turn.token_versions`). A tool
+result in ``messages`` carries ``is_error`` and ``truncated``
+(:meth:`envhub.types.Observation.to_message`), which policies drop before a chat API sees
+the messages (:func:`envhub.types.chat_message`). Files written before these fields existed
+load unchanged (all are optional, ``schema_version`` 1; readers such as the viewer guess
+the two flags from the text only where a message lacks them).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ __all__ = [
     "CreateSession",
     "EnvironmentInfo",
     "EpisodeMetrics",
+    "Health",
     "Message",
     "Observation",
     "Reward",
@@ -40,6 +41,7 @@ __all__ = [
     "StopReason",
     "TaskPage",
     "ToolCall",
+    "chat_message",
     "env_stop_reason",
 ]
 
@@ -137,9 +139,28 @@ class Observation(BaseModel):
     name: str = ""
     content: str
     is_error: bool = False
+    truncated: bool = Field(
+        False, description="the session cut the output to its budget (a marker says where)"
+    )
 
     def to_message(self) -> Message:
-        return {"role": "tool", "tool_call_id": self.tool_call_id, "content": self.content}
+        """The ``tool`` message as a trajectory records it: with ``is_error`` and
+        ``truncated``, so a reader need not guess them from the text (a tool may print
+        anything). A chat API takes it through :func:`chat_message`."""
+        return {"role": "tool", "tool_call_id": self.tool_call_id, "content": self.content,
+                "is_error": self.is_error, "truncated": self.truncated}  # fmt: skip
+
+
+_RECORD_ONLY_KEYS = frozenset({"is_error", "truncated"})
+
+
+def chat_message(message: Message) -> Message:
+    """``message`` as a chat API takes it: without the keys only envhub's records carry
+    (:meth:`Observation.to_message`), which OpenAI refuses ("Additional properties are not
+    allowed"). Every policy that sends messages to a model sends them through this."""
+    if _RECORD_ONLY_KEYS.isdisjoint(message):
+        return message
+    return {key: value for key, value in message.items() if key not in _RECORD_ONLY_KEYS}
 
 
 class Reward(BaseModel):
@@ -260,6 +281,18 @@ class TaskPage(BaseModel):
     limit: int
     total: int = Field(description="task count of the split, for paging")
     task_ids: list[str]
+
+
+class Health(BaseModel):
+    """``GET /health``: liveness plus load. Every prober (a client, a pool, the fleet)
+    parses it, so one definition says what a server reports; a pool in front of several
+    servers weighs replicas by ``sessions / max_sessions``, counting every client's
+    sessions."""
+
+    status: str = "ok"
+    version: str
+    sessions: int = 0
+    max_sessions: int = 0
 
 
 class CreateSession(BaseModel):

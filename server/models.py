@@ -1,6 +1,6 @@
-"""Bodies only the HTTP server has: health, the environment list and error bodies.
+"""Bodies only the HTTP server has: the environment list and error bodies.
 
-Every other request and response body (``EnvironmentInfo``, ``TaskPage``,
+Every other request and response body (``EnvironmentInfo``, ``TaskPage``, ``Health``,
 ``CreateSession``, ``StepRequest``, the session results) is a core wire type in
 :mod:`envhub.types`, shared with the in-process session and the clients; the server
 imports those from there.
@@ -12,17 +12,7 @@ from pydantic import BaseModel
 
 from envhub.types import EnvironmentInfo
 
-__all__ = ["EnvironmentList", "ErrorBody", "ErrorDetail", "Health"]
-
-
-class Health(BaseModel):
-    """Liveness plus load: a balancer in front of several servers (``envhub.fleet``)
-    weighs replicas by ``sessions / max_sessions``, counting every client's sessions."""
-
-    status: str = "ok"
-    version: str
-    sessions: int = 0
-    max_sessions: int = 0
+__all__ = ["EnvironmentList", "ErrorBody", "ErrorDetail"]
 
 
 class EnvironmentList(BaseModel):

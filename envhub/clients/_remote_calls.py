@@ -8,9 +8,10 @@ so the session never branches on which transport it runs over.
 Every call is idempotent and is retried on connection errors (and, over HTTP, on
 502/503/504) with :func:`envhub._util.backoff.backoff_delay`: creates carry a client-generated
 ``session_id``, steps a ``request_id``, and close is idempotent on the server. Error
-bodies become the matching :mod:`envhub.errors` exception (``SessionNotFound``,
-``CapacityError``, ...) with the HTTP ``status`` attached, or
-:class:`~envhub.errors.RemoteError` for other codes.
+bodies become the :mod:`envhub.errors` class that declares their code
+(:func:`~envhub.errors.error_class`: ``SessionNotFound``, ``CapacityError``, a plugin's own
+class, ...) with the HTTP ``status`` attached, or :class:`~envhub.errors.RemoteError` for
+codes no class declares.
 """
 
 from __future__ import annotations
@@ -30,18 +31,7 @@ from envhub.clients._http_transports import (
     WebSocketChannel,
     WebSocketRefused,
 )
-from envhub.errors import (
-    CapacityError,
-    EnvhubError,
-    InvalidRequest,
-    RegistryError,
-    RemoteError,
-    SandboxError,
-    SessionClosed,
-    SessionNotFound,
-    TaskNotFound,
-    Unauthorized,
-)
+from envhub.errors import EnvhubError, RemoteError, SandboxError, error_class
 from envhub.types import CloseResult, SessionInfo, SessionStart, StepResult
 
 __all__ = [
@@ -57,16 +47,6 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 WS_PATH = "/v1/ws"
 
-_ERRORS_BY_CODE: dict[str, type[EnvhubError]] = {
-    "invalid_request": InvalidRequest,
-    "unknown_environment": RegistryError,
-    "unknown_task": TaskNotFound,
-    "session_not_found": SessionNotFound,
-    "session_closed": SessionClosed,
-    "capacity": CapacityError,
-    "sandbox_error": SandboxError,
-    "unauthorized": Unauthorized,
-}
 _RETRY_STATUSES = frozenset({502, 503, 504})
 
 
@@ -82,7 +62,7 @@ def _error_from(status: int, body: bytes, where: str) -> EnvhubError:
     except (ValueError, KeyError, TypeError):  # not an envhub body (a proxy, a crash page)
         code = f"http_{status}"
         message = body[:500].decode("utf-8", "replace") or f"HTTP {status}"
-    cls = _ERRORS_BY_CODE.get(code)
+    cls = error_class(code)
     if cls is None:
         return RemoteError(f"{where}: {message}", code=code, status=status)
     error = cls(message)

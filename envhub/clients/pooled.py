@@ -42,6 +42,7 @@ from envhub.task import Task
 from envhub.types import (
     CloseResult,
     EnvironmentInfo,
+    Health,
     SessionInfo,
     SessionStart,
     StepResult,
@@ -439,13 +440,13 @@ class PooledEnvironment:
         try:
             answer = await self._probe.get(f"{replica.address.url}/health")
             answer.raise_for_status()
-            body = answer.json()
-        except (httpx.HTTPError, ValueError) as exc:
+            health = Health.model_validate_json(answer.content)
+        except (httpx.HTTPError, ValueError) as exc:  # pydantic's ValidationError included
             self._mark_down(replica, f"/health failed: {exc!r}")
             return
-        replica.reported = int(body.get("sessions", 0))
+        replica.reported = health.sessions
         replica.reported_mine = replica.open
-        replica.capacity = int(body.get("max_sessions", 0))
+        replica.capacity = health.max_sessions
         if not replica.healthy:
             logger.info("replica %s of %s is back", replica.address.replica_id, self.name)
         replica.healthy = True

@@ -21,7 +21,6 @@ the server. ``max_connections`` caps it.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -41,6 +40,7 @@ from envhub.task import Task
 from envhub.types import (
     CloseResult,
     EnvironmentInfo,
+    Health,
     Message,
     SessionInfo,
     SessionStart,
@@ -243,9 +243,9 @@ class RemoteEnvironment:
         )
         return self._info
 
-    async def health(self) -> dict[str, Any]:
-        answer: dict[str, Any] = json.loads(await self._requests.send("GET", "/health"))
-        return answer
+    async def health(self) -> Health:
+        """The server's liveness and load (``GET /health``)."""
+        return await self._requests.call("GET", "/health", Health)
 
     async def aclose(self) -> None:
         await self._sessions.aclose()

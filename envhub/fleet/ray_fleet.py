@@ -37,6 +37,7 @@ from envhub.fleet.ray_actors import (
     reap_node_sandboxes,
     replica_actor_name,
 )
+from envhub.types import Health
 
 __all__ = [
     "DownReport",
@@ -358,16 +359,15 @@ def _cause(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
-def _probe(urls: Iterable[str]) -> dict[str, dict[str, Any] | str]:
-    """``GET /health`` of each URL at once: its JSON, or why it failed."""
+def _probe(urls: Iterable[str]) -> dict[str, Health | str]:
+    """``GET /health`` of each URL at once: its answer, or why it failed."""
 
-    def one(url: str) -> dict[str, Any] | str:
+    def one(url: str) -> Health | str:
         try:
             answer = httpx.get(f"{url}/health", timeout=_HEALTH_TIMEOUT_S)
             answer.raise_for_status()
-            body: dict[str, Any] = answer.json()
-            return body
-        except (httpx.HTTPError, ValueError) as exc:
+            return Health.model_validate_json(answer.content)
+        except (httpx.HTTPError, ValueError) as exc:  # pydantic's ValidationError included
             return f"down ({type(exc).__name__}: {exc})" if str(exc) else f"down ({exc!r})"
 
     urls = list(urls)
@@ -399,8 +399,8 @@ def fleet_status(
         statuses.append(ReplicaStatus(
             env=r.env, replica_id=r.replica_id, node_id=r.node_id, url=r.url, pid=r.pid,
             restarts=r.registrations - 1, health=answer if isinstance(answer, str) else "ok",
-            open_sessions=None if load is None else int(load.get("sessions", 0)),
-            capacity=None if load is None else int(load.get("max_sessions", 0)),
+            open_sessions=None if load is None else load.sessions,
+            capacity=None if load is None else load.max_sessions,
         ))  # fmt: skip
     return statuses
 

@@ -47,6 +47,8 @@ class GenerateRequest:
     gold actions); ``turn`` counts the assistant messages already in ``messages``.
     ``episode_id`` (the trajectory id) and ``group_id`` (its GRPO group) name the
     session: endpoint pools route by them and servers or routers receive them.
+    ``messages`` are the trajectory's: tool results carry ``is_error`` and ``truncated``,
+    which a policy sending them to a chat API drops (:func:`envhub.types.chat_message`).
     """
 
     messages: list[Message]

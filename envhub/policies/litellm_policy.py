@@ -14,6 +14,7 @@ from envhub.errors import ContextLengthExceeded, InvalidRequest, PolicyError, Tr
 from envhub.policies.base import Completion, GenerateRequest, SamplingParams
 from envhub.policies.openai_compat import parse_chat_response
 from envhub.policies.retry import RetryPolicy
+from envhub.types import chat_message
 
 if TYPE_CHECKING:
     from envhub.policies.factory import PolicyConfig
@@ -91,7 +92,8 @@ class LiteLLMPolicy:
             kwargs["tools"] = request.tools
         try:
             response = await self._litellm.acompletion(
-                model=self.model, messages=request.messages, **kwargs
+                model=self.model, messages=[chat_message(m) for m in request.messages],
+                **kwargs,
             )
         except self._transient as exc:
             raise TransientPolicyError(f"{type(exc).__name__}: {exc}") from exc

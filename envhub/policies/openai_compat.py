@@ -42,7 +42,7 @@ from envhub.policies.gate import gated
 from envhub.policies.partial import sampled_tokens, tokens_left, until_complete
 from envhub.policies.retry import RetryPolicy
 from envhub.policies.transport import PooledPolicy, TransportOptions, is_context_overflow
-from envhub.types import ToolCall
+from envhub.types import ToolCall, chat_message
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -99,7 +99,8 @@ class OpenAIPolicy(PooledPolicy):
         )
 
     async def generate(self, request: GenerateRequest) -> Completion:
-        body: dict[str, Any] = {**self._static_body, "messages": request.messages}
+        messages = [chat_message(m) for m in request.messages]
+        body: dict[str, Any] = {**self._static_body, "messages": messages}
         if request.tools:
             # "auto" is OpenAI's default with tools, but llama.cpp's server only emits
             # tool calls when it is sent explicitly

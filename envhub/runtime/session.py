@@ -87,12 +87,15 @@ def _valid_call(call: ToolCall) -> ToolCall:
     return call.model_copy(update={"id": id_, "name": name})
 
 
-def _observation(call_id: str, name: str, content: str, *, is_error: bool = False) -> Observation:
+def _observation(
+    call_id: str, name: str, content: str, *, truncated: bool, is_error: bool = False
+) -> Observation:
     """An observation whose text any transport can send: a tool's output may hold lone
     surrogates (bytes a program printed, decoded with ``surrogateescape``)."""
     return Observation(
-        tool_call_id=call_id, name=name, content=valid_text(content), is_error=is_error
-    )
+        tool_call_id=call_id, name=name, content=valid_text(content), is_error=is_error,
+        truncated=truncated,
+    )  # fmt: skip
 
 
 class Session(ClosingOnExit):
@@ -347,16 +350,17 @@ class Session(ClosingOnExit):
     def _error(self, call: ToolCall, message: str, kind: str | None) -> Observation:
         if kind is not None:
             self.metrics.count_error(kind)
-        content = self._within_budget(f"Error: {message}")  # messages quote model input
+        content, cut = self._within_budget(f"Error: {message}")  # messages quote model input
         name = call.name[:_MAX_ECHOED_NAME]  # an unknown name is the model's input too
-        return _observation(call.id, name, content, is_error=True)
+        return _observation(call.id, name, content, truncated=cut, is_error=True)
 
-    def _within_budget(self, text: str) -> str:
-        """``text`` cut to the output budget, counted in the metrics when cut."""
+    def _within_budget(self, text: str) -> tuple[str, bool]:
+        """``text`` cut to the output budget, and whether it was cut (counted in the
+        metrics, and told to the observation)."""
         if len(text) <= self.budgets.max_output_chars:
-            return text
+            return text, False
         self.metrics.truncated_outputs += 1
-        return truncate_output(text, self.budgets.max_output_chars)
+        return truncate_output(text, self.budgets.max_output_chars), True
 
     async def _run_call(self, call: ToolCall) -> Observation:
         self.metrics.tool_calls += 1
@@ -385,10 +389,10 @@ class Session(ClosingOnExit):
             return self._error(call, f"{type(exc).__name__}: {exc}", "exception")
         finally:
             self.metrics.env_s += time.perf_counter() - started
-        text = self._within_budget(_render_output(output))
+        text, cut = self._within_budget(_render_output(output))
         if spec.terminal:
             self._end("terminal_tool")
-        return _observation(call.id, call.name, text)
+        return _observation(call.id, call.name, text, truncated=cut)
 
     async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
         method = getattr(self.env, spec.attr)

@@ -38,7 +38,7 @@ from typing import Any
 
 from envhub.errors import PolicyError
 from envhub.model_text import ModelTextError, read_arguments
-from envhub.types import Message
+from envhub.types import Message, chat_message
 
 __all__ = ["ChatRenderer", "template_message"]
 
@@ -50,8 +50,9 @@ _LITERAL_RE = re.compile("\u2063envhub-literal-(\\d+)\u2063")
 def template_message(message: dict[str, Any]) -> dict[str, Any]:
     """A chat message as Hugging Face chat templates expect it: string content and
     tool-call arguments as objects (most templates ``tojson`` them, which would
-    double-encode the JSON strings of the OpenAI wire format)."""
-    out = dict(message)
+    double-encode the JSON strings of the OpenAI wire format), without the keys only
+    envhub's records carry (:func:`envhub.types.chat_message`)."""
+    out = dict(chat_message(message))
     if out.get("content") is None:
         out["content"] = ""
     calls = out.get("tool_calls")

@@ -8,10 +8,12 @@ with the validation error. Message content and tool-call arguments may be any JS
 model or a tool produced, nested as deep as the line's parser allows; they are shown
 laid out (:func:`laid_out`) to a fixed depth, so no rendering step recurses through them.
 
-Tool messages in a trajectory carry no ``is_error`` flag (an observation becomes a plain
-``tool`` message); a result is marked as an error when its message says ``is_error``
-(other writers may record it) or its content starts with ``Error: ``, the prefix the
-session gives every error observation (:meth:`envhub.runtime.session.Session._error`).
+A tool result is an error, and was cut to the output budget, when its message says so
+(``is_error``, ``truncated``: :meth:`envhub.types.Observation.to_message`). Only a message
+that lacks the flag (a record written before it existed, or another writer's) falls back
+to a guess from the text: the ``Error: `` prefix the session gives every error
+observation, or the session's ``[truncated N chars]`` marker. A tool may print either, so
+the flag, where present, is the truth.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import orjson
 from pydantic import ValidationError
 
 from envhub.trajectory import Trajectory
-from envhub.view.record import ViewedCall, ViewedRecord, check_record, describe
+from envhub.view.record import ViewedCall, ViewedMessage, ViewedRecord, check_record, describe
 from envhub.view.token_text import Decoder, TokenCell, token_cells
 
 __all__ = [
@@ -132,6 +134,19 @@ def _call(call: ViewedCall) -> ToolCallView:
     return ToolCallView(call.id or "", called.name or "?", pretty, valid)
 
 
+def _result_flags(message: ViewedMessage, content: str) -> tuple[bool, bool]:
+    """``is_error`` and ``truncated`` of a tool result as recorded, guessed from the text
+    only where the message lacks them (module docstring); other messages have neither."""
+    if message.role != "tool":
+        return False, False
+    is_error, truncated = message.is_error, message.truncated
+    if is_error is None:
+        is_error = content.startswith(_ERROR_PREFIX)
+    if truncated is None:
+        truncated = _TRUNCATION.search(content) is not None
+    return is_error, truncated
+
+
 def _validated(record: dict[str, Any]) -> str | None:
     """Why ``record`` is not a :class:`~envhub.trajectory.Trajectory`, or None."""
     try:
@@ -153,6 +168,7 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
         names.update((c.id, c.name) for c in calls)
         content = _text(message.content)
         call_id = message.tool_call_id
+        is_error, truncated = _result_flags(message, content)
         entries.append(
             ChatEntry(
                 role=message.role,
@@ -161,9 +177,8 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
                 tool_calls=calls,
                 tool_call_id=call_id,
                 tool_name=names.get(call_id) if call_id else None,
-                is_error=message.role == "tool"
-                and (message.is_error is True or content.startswith(_ERROR_PREFIX)),
-                truncated=bool(_TRUNCATION.search(content)),
+                is_error=is_error,
+                truncated=truncated,
                 turn=turn_of.get(index),
             )
         )

@@ -72,7 +72,8 @@ class ViewedMessage(BaseModel):
     content: Any = None  # text, OpenAI content parts, or anything: shown laid out
     tool_calls: list[ViewedCall] | None = None
     tool_call_id: str | None = None
-    is_error: bool | None = None
+    is_error: bool | None = None  # None: a record written before tool results carried it
+    truncated: bool | None = None
 
 
 class ViewedRecord(BaseModel):

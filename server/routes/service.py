@@ -7,7 +7,7 @@ from starlette.responses import Response
 
 from envhub import __version__
 from envhub.server.metrics import CONTENT_TYPE_LATEST
-from envhub.server.models import Health
+from envhub.types import Health
 
 __all__ = ["router"]
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from envhub.types import Health
+
 _CLI = "import envhub.cli.serve; from envhub.cli._app import app; app()"
 
 
@@ -39,10 +41,10 @@ class ServeProcess:
         self.log.seek(0)
         return str(self.log.read().decode(errors="replace"))
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> Health:
         answer = httpx.get(f"{self.url}/health", timeout=10)
         answer.raise_for_status()
-        return dict(answer.json())
+        return Health.model_validate_json(answer.content)
 
     def kill(self) -> None:
         """SIGKILL, as a crash or an OOM kill: no shutdown, sockets dropped."""

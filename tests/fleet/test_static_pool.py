@@ -120,7 +120,7 @@ async def test_a_replica_killed_mid_rollout_loses_no_episode_and_counts_none_twi
 
 async def _spread(servers: list[ServeProcess]) -> list[int]:
     """Open sessions per server, as each server's ``/health`` counts them."""
-    return [server.health()["sessions"] for server in servers]
+    return [server.health().sessions for server in servers]
 
 
 async def test_a_thousand_sessions_spread_evenly_over_four_replicas(

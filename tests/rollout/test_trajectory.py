@@ -1,16 +1,20 @@
-"""The trajectory file: crash-safe appends, torn-line handling, export through datasets."""
+"""The trajectory file: crash-safe appends, torn-line handling, export through datasets,
+and what a tool result records."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import envhub
+from envhub.clients.remote import RemoteEnvironment
 from envhub.errors import InvalidRequest
+from envhub.server import create_app
 from envhub.task import GoldCall
-from envhub.testing import replay_calls
+from envhub.testing import replay_calls, serve_in_thread
 from envhub.trajectory import (
     EnvRef,
     Trajectory,
@@ -20,6 +24,8 @@ from envhub.trajectory import (
     read_records,
     read_trajectories,
 )
+from tests.rollout.helpers import openai_policy
+from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
 
 def make_trajectory(task_id: str, sample_index: int, *, masked: bool = False) -> Trajectory:
@@ -154,3 +160,42 @@ async def test_an_episode_of_calls_that_are_not_text_is_written_and_read_back(
     [call] = back.messages[2]["tool_calls"]
     assert call["function"]["name"] == "calculate\ufffd"
     assert back.messages[-1]["content"] == "4\ufffd"
+
+
+FLAGGED_SCRIPT = [
+    {"tool_calls": [{"name": "calculate", "arguments": '{"expression": "2 +'}]},  # malformed
+    {"tool_calls": [{"name": "n" * 200, "arguments": "{}"}]},  # unknown: its error is cut
+    {"tool_calls": [{"name": "calculate", "arguments": '{"expression": "2 + 3"}'}]},
+    {"tool_calls": [{"name": "answer", "arguments": '{"value": "5"}'}]},
+]
+
+
+@pytest.mark.parametrize("where", ["in_process", "server"])
+async def test_tool_results_record_is_error_and_truncated_which_the_model_never_sees(
+    scripted: Callable[..., ScriptedServer], tmp_path: Path, where: str
+) -> None:
+    """The trajectory says which tool results were errors and which the session cut (in
+    process and across a server), so no reader guesses from the text; the requests to the
+    model carry neither flag (OpenAI refuses keys it does not know in a message)."""
+    server = scripted(ScriptConfig(turns=FLAGGED_SCRIPT, record_bodies=True))
+    env = envhub.make("calc", max_output_chars=200)
+    policy = openai_policy(server.base_url)
+    output = tmp_path / "run.jsonl"
+    try:
+        if where == "in_process":
+            await envhub.rollout.run(env, policy, ["calc-0-00000"], output=output)
+        else:
+            with serve_in_thread(create_app({"calc": env})) as url:
+                async with RemoteEnvironment(url, "calc") as remote:
+                    await envhub.rollout.run(remote, policy, ["calc-0-00000"], output=output)
+    finally:
+        await policy.aclose()
+    [trajectory] = read_trajectories(output)
+    results = [m for m in trajectory.messages if m["role"] == "tool"]
+    flags = [(m["is_error"], m["truncated"]) for m in results]
+    assert flags == [(True, False), (True, True), (False, False), (False, False)]
+    assert "[truncated " in results[1]["content"]
+    sent = [m for body in server.stats.bodies for m in body["messages"]]
+    assert len(server.stats.bodies) == len(FLAGGED_SCRIPT)
+    assert sum(m["role"] == "tool" for m in sent) == 0 + 1 + 2 + 3
+    assert all("is_error" not in m and "truncated" not in m for m in sent)

@@ -21,6 +21,7 @@ from envhub.clients._remote_calls import (
 from envhub.clients.remote import RemoteEnvironment, RemoteSession
 from envhub.errors import (
     CapacityError,
+    EnvhubError,
     InvalidRequest,
     RegistryError,
     RemoteError,
@@ -31,6 +32,7 @@ from envhub.errors import (
 )
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.server import create_app
+from envhub.types import Health, Message
 from tests.server import probe_env
 
 # Every test runs on both HTTP engines of the client.
@@ -74,6 +76,15 @@ async def test_step_accepts_toolcall_models_and_request_ids(url: str, http: Http
         assert session.closed
 
 
+async def test_health_is_parsed_into_its_model(url: str, http: HttpEngine) -> None:
+    async with RemoteEnvironment(url, "probe", http=http) as remote:
+        before = await remote.health()
+        async with remote.open():
+            during = await remote.health()
+    assert isinstance(during, Health) and during.version == envhub.__version__
+    assert during.sessions == before.sessions + 1 and during.max_sessions > during.sessions
+
+
 async def test_errors_are_typed(start_server: Callable[..., str], http: HttpEngine) -> None:
     url = start_server(max_sessions=1)
     async with RemoteEnvironment(url, "probe", http=http) as remote:
@@ -99,6 +110,38 @@ async def test_errors_are_typed(start_server: Callable[..., str], http: HttpEngi
     async with RemoteEnvironment(url, "probe", options={"bogus": 1}, http=http) as remote:
         with pytest.raises(InvalidRequest):
             await remote.open()
+
+
+class QuotaExhausted(EnvhubError):
+    """An error class the core has never seen: the client knows it only by its code."""
+
+    code = "quota_exhausted"
+
+
+class DailyQuotaExhausted(QuotaExhausted):
+    """Repeats its parent's code: the parent, the most general class, decodes it."""
+
+    code = "quota_exhausted"
+
+
+class QuotaEnv(probe_env.ProbeEnv):
+    name = "quota"
+
+    async def reset(self, task: envhub.Task) -> list[Message]:
+        raise DailyQuotaExhausted("no quota left today")
+
+
+async def test_an_error_class_defined_anywhere_is_decoded_by_its_code(
+    start_server: Callable[..., str], http: HttpEngine
+) -> None:
+    url = start_server(envs=[f"{__name__}:QuotaEnv"])
+    for transport in ("http", "ws") if http == "aiohttp" else ("http",):
+        async with RemoteEnvironment(url, "quota", http=http, transport=transport) as remote:
+            with pytest.raises(QuotaExhausted) as caught:
+                await remote.open()
+        assert type(caught.value) is QuotaExhausted, transport
+        assert caught.value.message == "no quota left today"
+        assert caught.value.status == 500  # type: ignore[attr-defined]
 
 
 async def test_token(start_server: Callable[..., str], http: HttpEngine) -> None:

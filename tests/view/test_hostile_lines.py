@@ -68,6 +68,7 @@ FIELDS: list[tuple[str | int, ...]] = [
     ("messages", 2, "tool_calls", 0, "function", "name"),
     ("messages", 2, "tool_calls", 0, "function", "arguments"),
     ("messages", 3, "tool_call_id"), ("messages", 3, "content"), ("messages", 3, "is_error"),
+    ("messages", 3, "truncated"),
 ]  # fmt: skip
 
 

@@ -207,7 +207,7 @@ def test_a_missing_file_or_a_directory_is_refused_with_a_code(tmp_path: Path) ->
     assert folder.value.code == "is_directory"
 
 
-def test_truncation_markers_and_non_json_arguments_are_marked(
+def test_truncation_errors_and_non_json_arguments_are_marked(
     viewer: Viewer, tmp_path: Path
 ) -> None:
     import orjson
@@ -218,17 +218,30 @@ def test_truncation_markers_and_non_json_arguments_are_marked(
 
     record = orjson.loads(viewer.runs.reference.read_bytes().splitlines()[0])
     tool = next(m for m in record["messages"] if m["role"] == "tool")
-    tool["content"] = "head\n[truncated 5000 chars]\ntail"
+    assert tool["truncated"] is False and tool["is_error"] is False  # recorded, not guessed
+    tool["content"] = "Error: head\n[truncated 5000 chars]\ntail"  # what a tool printed
     assistant = next(m for m in record["messages"] if m.get("tool_calls"))
     assistant["tool_calls"][0]["function"]["arguments"] = "{not json"
-    path = tmp_path / "one.jsonl"
-    path.write_bytes(orjson.dumps(record) + b"\n")
-    catalog = Catalog([path], tmp_path / "cache")
+    paths = []
+    # the session cut it; a tool printed the marker itself; a record from before the flag
+    for name, flag in (("cut", True), ("printed", False), ("old", None)):
+        tool.pop("truncated")
+        if flag is not None:
+            tool["truncated"] = flag
+        else:
+            tool.pop("is_error")
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_bytes(orjson.dumps(record) + b"\n")
+    catalog = Catalog(paths, tmp_path / "cache")
     with ThreadedUvicorn(create_app(catalog)) as server:
-        html = httpx.get(f"{server.url}/runs/0/episodes/1").text
+        cut, printed, old = (httpx.get(f"{server.url}/runs/{i}/episodes/1").text for i in range(3))
     catalog.close()
-    assert '<mark class="trunc">[truncated 5000 chars]</mark>' in html
-    assert "arguments are not JSON" in html and "{not json" in html
+    assert '<mark class="trunc">[truncated 5000 chars]</mark>' in cut
+    assert "arguments are not JSON" in cut and "{not json" in cut
+    assert '<mark class="trunc">' not in printed and "[truncated 5000 chars]" in printed
+    assert '<mark class="trunc">[truncated 5000 chars]</mark>' in old
+    error_tag = '<span class="tag bad is-error">'
+    assert error_tag not in cut and error_tag not in printed and error_tag in old
 
 
 def test_pages_answer_while_a_big_file_is_still_being_indexed(tmp_path: Path) -> None:
