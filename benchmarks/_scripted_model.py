@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+from envhub._util.net import free_port, wait_for_http
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_SCRIPT = ROOT / "tests" / "rollout" / "scripted_server.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ServerProcess:
@@ -55,16 +47,9 @@ def scripted_server_process(*args: str) -> Iterator[ServerProcess]:
     )
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base_url}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the scripted server did not start")
-            time.sleep(0.1)
+        if not wait_for_http(f"{base_url}/models", timeout_s=30,
+                             gone=lambda: proc.poll() is not None):  # fmt: skip
+            raise RuntimeError("the scripted server did not start")
         yield ServerProcess(base_url, proc.pid)
     finally:
         proc.terminate()

@@ -33,12 +33,13 @@ from typing import Any
 
 import aiohttp
 import httpx2
-from _load import cpu_per_step, cpu_seconds, drive, free_port, report
+from _load import cpu_per_step, cpu_seconds, drive, report
 from mcp.client import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from server_throughput import wait_healthy
 
+from envhub._util.net import free_port
 from envhub.clients.remote import RemoteEnvironment
 from envhub.rollout.runtime import run_async
 

@@ -32,12 +32,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from _load import Run, cpu_per_step, cpu_seconds, drive, free_port, peak_rss_mib, report
+from _load import Run, cpu_per_step, cpu_seconds, drive, peak_rss_mib, report
 from server_throughput import serving, wait_healthy
 
-from envhub.cli.serve import raise_open_files_limit
+from envhub._util.net import free_port
 from envhub.clients.remote import SessionTransport
 from envhub.rollout.runtime import run_async
+from envhub.server import raise_open_files_limit
 
 HERE = Path(__file__).resolve().parent
 OPENENV_SCRIPT = HERE / "openenv_calc.py"

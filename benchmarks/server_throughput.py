@@ -27,14 +27,14 @@ import sys
 import time
 from collections.abc import AsyncIterator
 
-import httpx
-from _load import cpu_per_step, cpu_seconds, drive, free_port, peak_rss_mib, report
+from _load import cpu_per_step, cpu_seconds, drive, peak_rss_mib, report
 
 import envhub
 from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD
-from envhub.cli.serve import raise_open_files_limit
+from envhub._util.net import free_port, wait_for_http
 from envhub.clients.remote import RemoteEnvironment, SessionTransport
 from envhub.rollout.runtime import run_async
+from envhub.server import raise_open_files_limit
 
 OPENENV_STEPS_PER_S = 2200.0
 
@@ -54,13 +54,8 @@ def start_server(port: int, max_turns: int, max_sessions: int,
 
 def wait_healthy(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[bytes]:
     """Return ``proc`` once ``url`` answers 200; kill it and exit after 60 s."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(url).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
+    if wait_for_http(url, timeout_s=60, gone=lambda: proc.poll() is not None, interval_s=0.2):
+        return proc
     proc.kill()
     raise SystemExit(f"server did not start: {proc.args}")
 

@@ -31,13 +31,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 from envhub_sql import open_readonly, run_query
 from envhub_sql.catalog import resolve_database
 from envhub_sql.env import gold_is_ordered, gold_rows
 from envhub_sql.guard import check_query
 
 import envhub
+from envhub._util.net import free_port, wait_for_http
 from envhub.clients.remote import RemoteEnvironment
 from envhub.policies.reference import ReferencePolicy
 from envhub.rollout.dispatcher import dispatch, plan_episodes
@@ -59,23 +59,11 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 def start_server(port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-c", SERVE_CODE, str(port)])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.2)
+    if wait_for_http(f"http://127.0.0.1:{port}/health", timeout_s=120, interval_s=0.2,
+                     gone=lambda: proc.poll() is not None):  # fmt: skip
+        return proc
     proc.kill()
     raise SystemExit("the envhub server did not start")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def sample_tasks(count: int) -> list[Task]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,16 +27,12 @@ from pathlib import Path
 
 import httpx
 
+from envhub._util.net import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.view.runs import big_run  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -48,7 +43,7 @@ def _peak_rss_mb(pid: int) -> float:
 
 
 def measure(path: Path, cache: Path) -> dict[str, float]:
-    port = _free_port()
+    port = free_port()
     started = time.perf_counter()
     process = subprocess.Popen(
         [sys.executable, "-m", "envhub.cli", "view", str(path), "--port", str(port),

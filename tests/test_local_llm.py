@@ -26,6 +26,7 @@ from envhub.cli.llama_server import (
     server_command,
 )
 from envhub.errors import PolicyError
+from envhub.testing import free_port
 
 CALCULATE_TOOL = {
     "type": "function",
@@ -162,9 +163,7 @@ def test_cli_serve_stops_the_server_on_sigterm(require_local_llm: None) -> None:
     import sys
     import time
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     cli = subprocess.Popen(
         [sys.executable, "-m", "envhub.cli", "llm", "serve", "--port", str(port)],
         stdout=subprocess.DEVNULL,

@@ -57,16 +57,15 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Literal, get_args
 
+from envhub._util.net import free_port, wait_for_http_async
 from envhub.errors import PolicyError
 from envhub.runtime.cache import cache_root
 
@@ -295,13 +294,6 @@ def _server_env() -> dict[str, str]:
     return env
 
 
-def _free_port(host: str) -> int:
-    """Ask the OS for an unused TCP port (it may in theory be taken before the server binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 async def _drain(stream: asyncio.StreamReader, tail: deque[str]) -> None:
     """Read the server's output continuously so a full pipe never blocks it; keep a tail."""
     while line := await stream.readline():
@@ -330,29 +322,22 @@ async def _wait_ready(
     tail: deque[str],
     drain: asyncio.Task[None],
 ) -> None:
-    """Poll ``GET {url}/models`` until it answers 200, the server dies, or time runs out."""
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0) as client:
-        while True:
-            if proc.returncode is not None:
-                # Let the drain read the dying server's last words before quoting them.
-                await asyncio.wait({drain}, timeout=2.0)
-                raise PolicyError(
-                    f"local LLM server exited with code {proc.returncode} during startup; "
-                    f"last output:\n" + "\n".join(tail)
-                )
-            with contextlib.suppress(httpx.TransportError):
-                response = await client.get(f"{url}/models")
-                if response.status_code == 200:
-                    return
-            if time.monotonic() > deadline:
-                raise PolicyError(
-                    f"local LLM server did not answer {url}/models within {timeout_s:.0f}s; "
-                    f"last output:\n" + "\n".join(tail)
-                )
-            await asyncio.sleep(0.25)
+    """Return once ``GET {url}/models`` answers 200; raise :class:`PolicyError` quoting the
+    server's last output if it dies or does not answer within ``timeout_s``."""
+    if await wait_for_http_async(f"{url}/models", timeout_s=timeout_s, interval_s=0.25,
+                                 gone=lambda: proc.returncode is not None):  # fmt: skip
+        return
+    if proc.returncode is not None:
+        # Let the drain read the dying server's last words before quoting them.
+        await asyncio.wait({drain}, timeout=2.0)
+        raise PolicyError(
+            f"local LLM server exited with code {proc.returncode} during startup; "
+            f"last output:\n" + "\n".join(tail)
+        )
+    raise PolicyError(
+        f"local LLM server did not answer {url}/models within {timeout_s:.0f}s; "
+        f"last output:\n" + "\n".join(tail)
+    )
 
 
 @contextlib.asynccontextmanager
@@ -384,7 +369,7 @@ async def local_llm_server(
             client = openai.AsyncOpenAI(base_url=base_url, api_key="local")
             await client.chat.completions.create(model=MODEL_NAME, messages=[...])
     """
-    port = port or _free_port(host)
+    port = port or free_port(host)
     command = [*_command(server, host, port, n_ctx, threads, model, chat_format), *extra_args]
     url = f"http://{host}:{port}/v1"
     tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)

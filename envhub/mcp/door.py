@@ -25,12 +25,9 @@ MCP error, so a harness can tell the two apart and mask the episode.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import json
 import secrets
-import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -43,6 +40,8 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import AnyHttpUrl
 
+from envhub._util.asgi import ClosingStreams, serve_in_loop, socket_url
+from envhub._util.net import bound_socket
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.protocol import SessionHandle
 from envhub.types import Message, SessionStart, StepResult, ToolCall
@@ -323,14 +322,8 @@ async def serve_session_mcp(
     the process's signal handlers; on exit, clients that are still connected are cut off
     rather than waited for.
     """
-    from envhub.mcp.http import ClosingStreams, quiet_uvicorn_server
-
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    port = sock.getsockname()[1]
-    url_host = f"[{host}]" if ":" in host else host
-    origin = f"http://{url_host}:{port}"
+    sock = bound_socket(host)
+    origin = socket_url(sock, host)
     auth, verifier = None, None
     if token is not None:  # this server issued the token: it is its own issuer
         auth = AuthSettings(issuer_url=AnyHttpUrl(origin), resource_server_url=None)
@@ -339,18 +332,8 @@ async def serve_session_mcp(
     app = ClosingStreams(server.streamable_http_app(
         host=host, json_response=True, auth=auth, token_verifier=verifier,
     ))  # fmt: skip
-    uvicorn_server = quiet_uvicorn_server(app)
-    serving = asyncio.ensure_future(uvicorn_server.serve(sockets=[sock]))
-    try:
-        while not uvicorn_server.started:
-            if serving.done():
-                serving.result()  # raises what stopped it
-                raise RuntimeError("the MCP server stopped while starting")
-            await asyncio.sleep(0.005)
-        yield f"{origin}/mcp"
-    finally:
-        app.close()  # clients still connected must not hold the server open
-        uvicorn_server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await serving
-        sock.close()
+    async with serve_in_loop(app, sock=sock, timeout_graceful_shutdown=5):
+        try:
+            yield f"{origin}/mcp"
+        finally:
+            app.close()  # clients still connected must not hold the server open

@@ -22,12 +22,11 @@ SDK's clients fall back to ``initialize``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -35,7 +34,6 @@ from urllib.parse import parse_qs
 import anyio
 import anyio.abc
 import pydantic_core
-import uvicorn
 from mcp.server.runner import serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
@@ -57,9 +55,7 @@ __all__ = [
     "ENVHUB_SESSION_HEADER",
     "SEED_META",
     "TASK_ID_META",
-    "ClosingStreams",
     "McpEndpoints",
-    "quiet_uvicorn_server",
 ]
 
 log = logging.getLogger("envhub.mcp")
@@ -71,63 +67,6 @@ _MAX_TASK_ID = 512
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
-
-
-class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves the process's signal handlers alone: many of them run
-    in one event loop (one per episode), and the process's owner handles Ctrl-C."""
-
-    @contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
-def quiet_uvicorn_server(app: Any) -> uvicorn.Server:
-    """A uvicorn server for ``app`` to run with ``serve(sockets=...)`` in the current loop."""
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
-    return _QuietServer(config)
-
-
-class ClosingStreams:
-    """ASGI wrapper that can end the long-lived ``GET`` (server-to-client SSE) streams: after
-    :meth:`close` they read ``http.disconnect``, so a server can stop while clients still
-    hold one open (uvicorn waits for open responses before it stops). Other requests
-    finish on their own and pass through untouched."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.closing = asyncio.Event()
-
-    def close(self) -> None:
-        self.closing.set()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "GET":
-            await self.app(scope, receive, send)
-            return
-
-        async def receive_until_closed() -> Message:
-            if not self.closing.is_set():
-                received = asyncio.ensure_future(receive())
-                closed = asyncio.ensure_future(self.closing.wait())
-                done, _ = await asyncio.wait({received, closed},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                (received if received not in done else closed).cancel()
-                if received in done:
-                    return received.result()
-            return {"type": "http.disconnect"}
-
-        finished = False
-
-        async def watch(message: Message) -> None:
-            nonlocal finished
-            finished = finished or (message["type"] == "http.response.body"
-                                    and not message.get("more_body", False))
-            await send(message)
-
-        await self.app(scope, receive_until_closed, watch)
-        if not finished and self.closing.is_set():  # the stream was cut: end it cleanly
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _Refused(Exception):

@@ -4,7 +4,8 @@ Several parts of envhub hold objects bound to one event loop (a ``SandboxPool``,
 Playwright browser, a uvicorn server) while their callers come from many loops
 (``asyncio.run`` per test, a server loop, a rollout loop) or from blocking code. They
 keep those objects on a :class:`LoopThread` and reach them through :meth:`LoopThread.run`
-(from async code) or :meth:`LoopThread.call` (from blocking code).
+(from async code) or :meth:`LoopThread.call` (from blocking code). A uvicorn server among
+them starts with :func:`serve_in_loop` (on the loop it then belongs to).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["LoopThread"]
+from envhub._util.asgi import serve_in_loop as serve_in_loop
+
+__all__ = ["LoopThread", "serve_in_loop"]
 
 _T = TypeVar("_T")
 

@@ -6,7 +6,9 @@ of scripted calls through the rollout engine, for hostile-action tests.
 an environment, each answer scored as a plain wrong one.
 ``check_environment``: for every selected task, replaying the gold actions must score 1 and
 doing nothing must score 0 (:mod:`envhub.rollout.check` runs both through the rollout
-engine). ``serve_in_thread``: uvicorn on 127.0.0.1 for tests that need real HTTP.
+engine). ``serve_in_thread``: uvicorn on 127.0.0.1 for tests that need real HTTP;
+``serve_in_subprocess``: ``envhub serve`` in its own process; ``free_port`` and
+``wait_for_http`` for tests that start a server of their own.
 ``first_uses_at_once``: the cold-cache race, from threads and processes at the same moment.
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from envhub._util.asgi import ServerThread
+from envhub._util.net import free_port, wait_for_http
 from envhub.clients.local import make
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
@@ -49,9 +52,11 @@ __all__ = [
     "check_hostile_answers",
     "check_tasks",
     "first_uses_at_once",
+    "free_port",
     "replay_calls",
     "serve_in_subprocess",
     "serve_in_thread",
+    "wait_for_http",
 ]
 
 
@@ -96,25 +101,11 @@ def serve_in_thread(app: Any, *, startup_timeout_s: float = 30.0) -> Iterator[st
     Yields the base URL; the server shuts down (lifespan included) on exit. For tests and
     benchmarks that need a real HTTP server without a subprocess.
     """
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    server = ServerThread(app).start(startup_timeout_s)
     try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield server.url
     finally:
-        server.should_exit = True
-        thread.join(timeout=startup_timeout_s)
-        sock.close()
+        server.stop(startup_timeout_s)
 
 
 @contextmanager
@@ -127,9 +118,7 @@ def serve_in_subprocess(
     what it measures is the server's own event loop: one in a thread of the test's
     process shares the test's GIL. Raises ``RuntimeError`` with the server's output if it
     does not come up within ``startup_timeout_s``."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     command = [sys.executable, "-m", "envhub.cli", "serve", *args, "--port", str(port),
                "--log-level", "warning"]  # fmt: skip
     with tempfile.TemporaryFile() as output:
@@ -141,26 +130,15 @@ def serve_in_subprocess(
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + startup_timeout_s
-            while not _answers_health(url):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    output.seek(0)
-                    said = output.read().decode(errors="replace")[-4000:]
-                    raise RuntimeError(f"envhub serve {' '.join(args)} did not come up:\n{said}")
-                time.sleep(0.1)
+            if not wait_for_http(f"{url}/health", timeout_s=startup_timeout_s,
+                                 gone=lambda: proc.poll() is not None):  # fmt: skip
+                output.seek(0)
+                said = output.read().decode(errors="replace")[-4000:]
+                raise RuntimeError(f"envhub serve {' '.join(args)} did not come up:\n{said}")
             yield url
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-
-
-def _answers_health(url: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{url}/health").status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 async def call_tool(session: SessionHandle, tool: str, /, **arguments: Any) -> StepResult:

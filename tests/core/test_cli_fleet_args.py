@@ -4,8 +4,6 @@ start a fleet without ``--token`` unless ``--insecure``."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import typer
 from click.testing import Result
@@ -13,6 +11,7 @@ from typer.testing import CliRunner
 
 from envhub.cli import app
 from envhub.cli.fleet import parse_env_args_by_env, parse_replica_counts, parse_resources
+from envhub.testing import free_port
 
 
 def test_replica_counts() -> None:
@@ -48,17 +47,11 @@ def test_resources_default_and_per_env() -> None:
             parse_resources(bad, ["sql", "calc"])
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _fleet_up(*args: str, token_env: str | None = None) -> Result:
     """``envhub fleet up`` of one calc replica on an address where no Ray head listens."""
     return CliRunner().invoke(
         app,
-        ["fleet", "up", "--address", f"127.0.0.1:{_closed_port()}", "--env", "calc", *args],
+        ["fleet", "up", "--address", f"127.0.0.1:{free_port()}", "--env", "calc", *args],
         env={"ENVHUB_TOKEN": token_env},
     )
 

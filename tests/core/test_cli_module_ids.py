@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from envhub.testing import free_port, wait_for_http
 
 ENVHUB = Path(sys.executable).with_name("envhub")  # the console script of this venv
 
@@ -83,25 +83,18 @@ def test_app_dir_names_another_folder(folder: Path) -> None:
 
 
 def test_serve_hosts_a_module_from_the_working_directory(folder: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [str(ENVHUB), "serve", "mymod:MyEnv", "--port", str(port), "--log-level", "warning"],
         cwd=folder, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        for _ in range(600):
-            if server.poll() is not None:
-                pytest.fail(f"envhub serve exited: {server.communicate()[0]}")
-            try:
-                listing = httpx.get(f"{url}/v1/environments", timeout=5)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("envhub serve did not answer")
+        if not wait_for_http(f"{url}/v1/environments", timeout_s=60,
+                             gone=lambda: server.poll() is not None):  # fmt: skip
+            said = server.communicate()[0] if server.poll() is not None else "(still running)"
+            pytest.fail(f"envhub serve did not answer: {said}")
+        listing = httpx.get(f"{url}/v1/environments", timeout=5)
         assert [env["name"] for env in listing.json()["environments"]] == ["myenv"]
     finally:
         server.terminate()

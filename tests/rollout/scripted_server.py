@@ -21,17 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import socket
-import threading
-import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 import orjson
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from starlette.requests import ClientDisconnect
+
+from envhub._util.asgi import ServerThread
 
 CALC_SCRIPT: list[dict[str, Any]] = [
     {"tool_calls": [{"name": "calculate", "arguments": '{"expression": "2 + 3"}'}]},
@@ -284,48 +283,12 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
     return app
 
 
-class ThreadedUvicorn:
-    """Any ASGI app under a real uvicorn in a background thread on 127.0.0.1 (port 0: free)."""
+class ThreadedUvicorn(ServerThread):
+    """Any ASGI app under a real uvicorn in a background thread on 127.0.0.1 (port 0: free),
+    with the tests' defaults: no lifespan unless asked for, a 1 s graceful shutdown."""
 
     def __init__(self, app: Any, port: int = 0, lifespan: str = "off") -> None:
-        self._sock = socket.socket()
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
-        self.port = self._sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=1,
-            lifespan=lifespan,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
-        )
-
-    def start(self) -> Self:
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving: afterwards connections to the port are refused."""
-        if self._thread.is_alive():
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-        self._sock.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().__init__(app, port=port, lifespan=lifespan, timeout_graceful_shutdown=1)
 
 
 class ScriptedServer(ThreadedUvicorn):

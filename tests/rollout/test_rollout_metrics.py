@@ -24,17 +24,12 @@ from envhub.cli._app import app
 from envhub.clients.local import LocalEnvironment
 from envhub.policies import ReferencePolicy
 from envhub.rollout import stream
+from envhub.testing import free_port
 from envhub.trajectory import Trajectory
 from tests.rollout.helpers import openai_policy
 from tests.rollout.scripted_server import ScriptConfig
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scrape(port: int) -> Samples:

@@ -9,10 +9,11 @@ is installed, are served by the same server under ``/miniwob/``.
 from __future__ import annotations
 
 import asyncio
-import socket
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from envhub.runtime.loop_thread import serve_in_loop
 from envhub_web.catalog import Catalog, load_catalog
 from envhub_web.runtime import add_shutdown_hook, runtime
 from envhub_web.state import SessionStore
@@ -38,35 +39,18 @@ def miniwob_html_dir() -> Path | None:
 
 
 async def _start(seed: int, size: int) -> Site:
-    import uvicorn
-
     from envhub_web.site import create_app
 
     catalog = await asyncio.to_thread(load_catalog, seed, size)
     store = SessionStore()
     static = {"/miniwob": html} if (html := miniwob_html_dir()) else {}
     app = create_app(catalog, store, static)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=2
+    server = contextlib.AsyncExitStack()
+    url = await server.enter_async_context(
+        serve_in_loop(app, lifespan="off", timeout_graceful_shutdown=2)
     )
-    server = uvicorn.Server(config)
-    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            task.result()  # raises the startup error
-        await asyncio.sleep(0.01)
-
-    async def stop() -> None:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
-
-    add_shutdown_hook(stop)
-    return Site(f"http://127.0.0.1:{port}", catalog, store)
+    add_shutdown_hook(server.aclose)
+    return Site(url, catalog, store)
 
 
 async def get_site(seed: int = 0, size: int = 3000) -> Site:

@@ -10,7 +10,6 @@ scripts aimed at that server) shows that the page itself cannot reach it either.
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +26,7 @@ import envhub
 from envhub.errors import SandboxError, ToolError
 from envhub.server import create_app
 from envhub.task import GoldCall
-from envhub.testing import replay_calls, serve_in_thread
+from envhub.testing import free_port, replay_calls, serve_in_thread
 from envhub.types import ToolCall
 
 MODES = ["text", pytest.param("browser", marks=pytest.mark.chromium)]
@@ -258,9 +257,7 @@ async def test_a_page_of_the_site_that_never_answers_is_an_infrastructure_failur
 async def test_a_site_that_refuses_connections_is_an_infrastructure_failure(mode: str) -> None:
     """The episode's own site being down is not the model's error (every episode would
     be scored 0), it masks the episode."""
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    closed = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on
     tab = await open_tab(mode, closed)
     try:
         with pytest.raises(SandboxError, match="refuses connections"):
