@@ -39,6 +39,9 @@ from envhub.policies.factory import POLICIES, TITO_BACKENDS
 from envhub.tokens.tool_call_parsers import TOOL_CALL_PARSERS
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from envhub.agents.base import AgentRunner
     from envhub.clients.remote import SessionTransport
     from envhub.policies.endpoints import RoutingMode
     from envhub.policies.openai_compat import TokenIdMode
@@ -296,26 +299,12 @@ def rollout_command(
         tokenizer=tokenizer, chat_template=chat_template, backend=tito_backend,
         tool_parser=tool_parser,
     )  # fmt: skip
-    run_options: dict[str, Any] = {
-        "tasks": tasks,
-        "group_size": group_size,
-        "concurrency": concurrency,
-        "output": output,
-        "resume": resume,
-        "time_limit_s": time_limit,
-        "max_env_attempts": max_env_attempts,
-        "policy_version": policy_version,
-        "success_threshold": success_threshold,
-        "max_masked_fraction": max_masked_fraction,
-        "max_consecutive_masked": max_consecutive_masked or None,
-        "gc_threshold": gc_threshold,
-        "metrics_port": metrics_port,
-    }
     try:
+        external: AgentRunner | None = None
         if agent is not None:
             from envhub.agents import make_agent
 
-            run_options["agent"] = make_agent(agent, pass_env=agent_env or ())
+            external = make_agent(agent, pass_env=agent_env or ())
         elif agent_env:
             raise _fail("--agent-env passes variables to a 'command:' agent: give --agent too")
         chosen = make_policy(
@@ -323,6 +312,23 @@ def rollout_command(
             transport=transport, token_ids=cast("TokenIdMode", token_ids), tito=tito,
             wrong_action_p=wrong_action_p,
         )  # fmt: skip
+
+        async def run_on(
+            env_client: EnvironmentClient, tasks_from: EnvironmentClient | None,
+            on_result: Callable[[Trajectory], None], on_plan: Callable[[int, int], None],
+        ) -> RolloutResult:
+            from envhub.rollout.run import run
+
+            return await run(
+                env_client, chosen, tasks, group_size=group_size, concurrency=concurrency,
+                output=output, resume=resume, time_limit_s=time_limit, max_turns=max_turns,
+                max_env_attempts=max_env_attempts, policy_version=policy_version,
+                success_threshold=success_threshold, max_masked_fraction=max_masked_fraction,
+                max_consecutive_masked=max_consecutive_masked or None,
+                gc_threshold=gc_threshold, on_result=on_result, on_plan=on_plan,
+                tasks_from=tasks_from, agent=external, metrics_port=metrics_port,
+            )  # fmt: skip
+
         result = run_async(
             _rollout(
                 env,
@@ -331,7 +337,7 @@ def rollout_command(
                 target=target,
                 replay_gold=policy == "reference",
                 max_turns=max_turns,
-                run_options=run_options,
+                run_on=run_on,
             )
         )
     except RolloutFailed as exc:
@@ -356,15 +362,19 @@ async def _rollout(
     target: EnvTarget,
     replay_gold: bool,
     max_turns: int | None,
-    run_options: dict[str, Any],
+    run_on: Callable[
+        [EnvironmentClient, EnvironmentClient | None, Callable[[Trajectory], None],
+         Callable[[int, int], None]],
+        Awaitable[RolloutResult],
+    ],
 ) -> RolloutResult:
-    """Run the rollout; ``replay_gold``: the policy reads whole tasks, which a remote
-    environment does not publish, so they come from a local copy of the plugin.
+    """Open the environment, then ``run_on(env, tasks_from, on_result, on_plan)`` (the
+    command's :func:`envhub.rollout.run` call) with the progress bar; ``replay_gold``:
+    the policy reads whole tasks, which a remote environment does not publish, so they
+    come from a local copy of the plugin.
 
     ``--max-turns`` is the runner's cap on every transport (:func:`envhub.rollout.run`);
     in-process it is also the sessions' budget, which the runner's cap cannot raise."""
-    from envhub.rollout.run import run
-
     tasks_from: EnvironmentClient | None = None
     try:
         env = target.open(env_name, options, max_turns)
@@ -385,15 +395,7 @@ async def _rollout(
         progress.start()
 
     try:
-        return await run(
-            env,
-            policy,
-            max_turns=max_turns,
-            on_result=_LiveStats(progress, bar),
-            on_plan=planned,
-            tasks_from=tasks_from,
-            **run_options,
-        )
+        return await run_on(env, tasks_from, _LiveStats(progress, bar), planned)
     finally:
         progress.stop()
         await policy.aclose()

@@ -32,7 +32,7 @@ from envhub.clients._http_transports import (
     WebSocketRefused,
 )
 from envhub.errors import EnvhubError, RemoteError, SandboxError, error_class
-from envhub.types import CloseResult, SessionInfo, SessionStart, StepResult
+from envhub.types import CloseResult, SessionInfo, SessionStart, StepRequest, StepResult
 
 __all__ = [
     "HttpSessionCalls",
@@ -116,10 +116,9 @@ class Requests:
 
 
 class SessionCalls(Protocol):
-    """How one remote session's calls reach the server. ``step`` may add keys to ``body``
-    (it is built per call and not used again)."""
+    """How one remote session's calls reach the server."""
 
-    async def step(self, body: dict[str, Any]) -> StepResult: ...
+    async def step(self, request: StepRequest) -> StepResult: ...
 
     async def close(self) -> CloseResult: ...
 
@@ -163,8 +162,10 @@ class HttpSessionCalls:
         self._path = f"/v1/sessions/{session_id}"
         self._step_path = f"{self._path}/step"
 
-    async def step(self, body: dict[str, Any]) -> StepResult:  # the hot path: one frame less
-        answer = await self._requests.send("POST", self._step_path, body, None, self._session_id)
+    async def step(self, request: StepRequest) -> StepResult:  # the hot path: one frame less
+        answer = await self._requests.send(
+            "POST", self._step_path, request.model_dump(), None, self._session_id
+        )
         return StepResult.model_validate_json(answer)
 
     async def close(self) -> CloseResult:
@@ -240,8 +241,8 @@ class WebSocketSessionCalls:
         self.socket: WebSocketChannel | None = socket
         self._lock = asyncio.Lock()  # one message in flight per socket
 
-    async def step(self, body: dict[str, Any]) -> StepResult:  # the hot path: no extra frame
-        body["op"], body["session_id"] = "step", self._session_id
+    async def step(self, request: StepRequest) -> StepResult:  # the hot path: no extra frame
+        body = {"op": "step", "session_id": self._session_id, **request.model_dump()}
         async with self._lock:
             if self.socket is not None:
                 return await self._sessions.exchange(self.socket, StepResult, body)

@@ -36,6 +36,7 @@ from envhub.clients._remote_calls import (
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.protocol import ClosingOnExit, OpeningSession
 from envhub.runtime.cleanup import record_cleanup_failure
+from envhub.runtime.validation import step_request
 from envhub.task import Task
 from envhub.types import (
     CloseResult,
@@ -87,12 +88,11 @@ class RemoteSession(ClosingOnExit):
         content: str | None = None,
         request_id: str | None = None,
     ) -> StepResult:
-        """One assistant turn; safe to retry, since it always carries a ``request_id``."""
-        result = await self._calls.step({
-            "tool_calls": [c.model_dump() if isinstance(c, ToolCall) else c for c in tool_calls],
-            "content": content,
-            "request_id": request_id or uuid.uuid4().hex,
-        })
+        """One assistant turn; safe to retry, since it always carries a ``request_id``. A
+        turn the server would refuse is refused here, in its words, without a call."""
+        result = await self._calls.step(
+            step_request(tool_calls, content, request_id or uuid.uuid4().hex)
+        )
         if result.done:
             self.done, self.stop_reason = True, result.stop_reason
         if result.tools is not None:  # a user turn changed them

@@ -20,8 +20,6 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
 from envhub.budgets import Budgets
 from envhub.environment import Environment, UserTurn
 from envhub.errors import (
@@ -35,18 +33,16 @@ from envhub.errors import (
 from envhub.model_text import valid_text
 from envhub.protocol import ClosingOnExit
 from envhub.runtime.cleanup import record_cleanup_failure
-from envhub.runtime.validation import check_session_id, invalid_request
+from envhub.runtime.validation import check_session_id, step_request
 from envhub.task import Task
 from envhub.tools import ToolSpec, parse_arguments
 from envhub.types import (
-    MAX_REQUEST_ID,
     CloseResult,
     EpisodeMetrics,
     Observation,
     Reward,
     SessionInfo,
     SessionStart,
-    StepRequest,
     StepResult,
     StopReason,
     ToolCall,
@@ -172,7 +168,7 @@ class Session(ClosingOnExit):
         :data:`~envhub.types.MAX_REQUEST_ID` characters) raises
         :class:`~envhub.errors.InvalidRequest` with the server's message and counts nothing.
         """
-        calls = [_valid_call(c) for c in self._checked_calls(tool_calls, content, request_id)]
+        calls = [_valid_call(c) for c in step_request(tool_calls, content, request_id).tool_calls]
         content = None if content is None else valid_text(content)
         if request_id is not None and request_id in self._replies:
             return self._replies[request_id]
@@ -246,30 +242,6 @@ class Session(ClosingOnExit):
         return self
 
     # -- internals -----------------------------------------------------------------------
-
-    @staticmethod
-    def _checked_calls(
-        tool_calls: Sequence[ToolCall | dict[str, Any]],
-        content: str | None,
-        request_id: str | None,
-    ) -> list[ToolCall]:
-        """The turn's calls, validated by the server's wire model (:class:`StepRequest`);
-        a turn of ToolCall objects, which nothing further can refuse, skips the model."""
-        typed = [c for c in tool_calls if isinstance(c, ToolCall)]
-        if (
-            len(typed) == len(tool_calls)
-            and (content is None or isinstance(content, str))
-            and (request_id is None or (isinstance(request_id, str)
-                                        and len(request_id) <= MAX_REQUEST_ID))
-        ):
-            return typed
-        try:
-            turn = StepRequest.model_validate(
-                {"tool_calls": tool_calls, "content": content, "request_id": request_id}
-            )
-        except ValidationError as exc:
-            raise invalid_request(exc) from None
-        return turn.tool_calls
 
     async def _step(self, calls: list[ToolCall], content: str | None) -> StepResult:
         if self.closed:

@@ -9,15 +9,21 @@ error, worded one way, whichever transport it holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError
 
 from envhub.errors import InvalidRequest
-from envhub.types import SESSION_ID_PATTERN
+from envhub.types import MAX_REQUEST_ID, SESSION_ID_PATTERN, StepRequest, ToolCall
 
-__all__ = ["check_session_id", "invalid_request", "malformed_json", "validation_message"]
+__all__ = [
+    "check_session_id",
+    "invalid_request",
+    "malformed_json",
+    "step_request",
+    "validation_message",
+]
 
 _SESSION_ID: TypeAdapter[str] = TypeAdapter(Annotated[str, Field(pattern=SESSION_ID_PATTERN)])
 
@@ -60,3 +66,29 @@ def check_session_id(session_id: str) -> None:
         _SESSION_ID.validate_python(session_id)
     except ValidationError as exc:
         raise invalid_request(exc, "session_id") from None
+
+
+def step_request(
+    tool_calls: Sequence[ToolCall | dict[str, Any]],
+    content: str | None,
+    request_id: str | None,
+) -> StepRequest:
+    """One assistant turn as the server's wire model, refused as the server refuses it
+    (:class:`~envhub.errors.InvalidRequest`, its wording). A turn of :class:`ToolCall`
+    objects with a text and ``request_id`` that fit, which the model cannot refuse, is
+    built without validating again: the hot path of every transport's ``step``."""
+    if (
+        all(isinstance(c, ToolCall) for c in tool_calls)
+        and (content is None or isinstance(content, str))
+        and (request_id is None or (isinstance(request_id, str)
+                                    and len(request_id) <= MAX_REQUEST_ID))
+    ):
+        return StepRequest.model_construct(
+            tool_calls=list(tool_calls), content=content, request_id=request_id
+        )
+    try:
+        return StepRequest.model_validate(
+            {"tool_calls": tool_calls, "content": content, "request_id": request_id}
+        )
+    except ValidationError as exc:
+        raise invalid_request(exc) from None
