@@ -23,19 +23,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
-import time
 from typing import Any
 
-import httpx
 import psutil
 
+from envhub._util.net import free_port, wait_for_http
 from envhub.clients.remote import RemoteEnvironment
-
-sys.path.insert(0, os.path.dirname(__file__))
-from _load import free_port
+from envhub.sandboxes.docker_cli import run_docker
 
 CHEAP_CALLS: dict[str, dict[str, Any]] = {
     "calc": {"name": "calculate", "arguments": {"expression": "6*7"}},
@@ -69,16 +65,10 @@ def shim_rss_mib() -> float:
 
 def container_memory_mib() -> tuple[int, float]:
     """(containers, MiB in use inside them) of the envhub-labelled sandbox containers."""
-    ids = subprocess.run(
-        ["docker", "ps", "-q", "--filter", "label=envhub.sandbox"],
-        capture_output=True, text=True, check=False,
-    ).stdout.split()  # fmt: skip
+    ids = run_docker("ps", "-q", "--filter", "label=envhub.sandbox").stdout.split()
     if not ids:
         return 0, 0.0
-    out = subprocess.run(
-        ["docker", "stats", "--no-stream", "--format", "{{json .}}", *ids],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    out = run_docker("stats", "--no-stream", "--format", "{{json .}}", *ids, check=True).stdout
     total = 0.0
     units = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0}
     for line in out.splitlines():
@@ -137,16 +127,9 @@ def main() -> None:
     server = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start")
-            time.sleep(0.3)
+        if not wait_for_http(f"{url}/health", timeout_s=120, interval_s=0.3,
+                             gone=lambda: server.poll() is not None):  # fmt: skip
+            raise SystemExit("the server did not start")
         figures = asyncio.run(
             measure(url, args.env, args.sessions, args.steps, psutil.Process(server.pid))
         )

@@ -19,21 +19,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import time
 
-from _load import drive, free_port, report
+from _load import drive, report
 from server_throughput import start_server
 
+from envhub._util.net import free_port
 from envhub.clients.remote import RemoteEnvironment
 from envhub.environment_images import build_env_image
 from envhub.environment_images.run import remove_images, start_container, stop_container
 from envhub.rollout.runtime import run_async
+from envhub.sandboxes.docker_cli import run_docker
 
 
 def image_size_mb(tag: str) -> float:
-    out = subprocess.run(["docker", "image", "inspect", "-f", "{{.Size}}", tag],
-                         capture_output=True, text=True, check=True).stdout
+    out = run_docker("image", "inspect", "-f", "{{.Size}}", tag, check=True).stdout
     return int(out) / 1e6
 
 

@@ -39,6 +39,7 @@ from envhub.environment_images.wheelhouse import (
 )
 from envhub.errors import EnvhubError
 from envhub.sandboxes import images as sandbox_images
+from envhub.sandboxes.docker_cli import run_docker
 
 __all__ = [
     "CONTAINER_PORT",
@@ -147,15 +148,9 @@ def env_image_tag(env: str) -> str:
 
 
 def _docker_build(context: Path, *tags: str) -> None:
-    docker = shutil.which("docker")
-    if docker is None:
-        raise EnvhubError("docker CLI not found: apt-get install docker.io")
     tag_args = [x for t in tags for x in ("-t", t)]
     # no registry and no network: the legacy builder, networking off, parents local
-    proc = subprocess.run(
-        [docker, "build", "--network", "none", "--force-rm", "-q", *tag_args, str(context)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    proc = run_docker("build", "--network", "none", "--force-rm", "-q", *tag_args, str(context))
     if proc.returncode != 0:
         raise EnvhubError(f"docker build of {tags[0]} failed: {proc.stderr[-3000:]}")
 

@@ -19,9 +19,6 @@ host Docker socket is never mounted into a container.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,6 +26,7 @@ from pathlib import Path
 
 from envhub.environment_images.build import CONTAINER_PORT, LABEL
 from envhub.errors import EnvhubError
+from envhub.sandboxes.docker_cli import run_docker
 
 __all__ = [
     "CONTAINER_LABEL",
@@ -80,23 +78,6 @@ NESTED_SANDBOX_OPTIONS = (
 )  # fmt: skip
 
 
-def _docker_proc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the docker CLI; ``env`` adds to its environment (values ``-e NAME`` passes on
-    without showing them on the command line)."""
-    docker = shutil.which("docker")
-    if docker is None:
-        raise EnvhubError("docker CLI not found: apt-get install docker.io")
-    environ = {**os.environ, **env} if env else None
-    return subprocess.run([docker, *args], capture_output=True, text=True, env=environ)
-
-
-def _docker(*args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
-    proc = _docker_proc(*args, env=env)
-    if check and proc.returncode != 0:
-        raise EnvhubError(f"docker {args[0]} failed: {proc.stderr.strip()[-2000:]}")
-    return proc.stdout
-
-
 @dataclass(frozen=True)
 class Container:
     """A running environment container: its id, image and the URL its API answers at."""
@@ -108,9 +89,9 @@ class Container:
 
 def ensure_network() -> str:
     """The bridge network env containers join (created on first use; idempotent)."""
-    if _docker("network", "inspect", NETWORK, check=False).strip() in ("", "[]"):
+    if run_docker("network", "inspect", NETWORK).stdout.strip() in ("", "[]"):
         opts = [x for k, v in _NETWORK_OPTIONS.items() for x in ("-o", f"{k}={v}")]
-        proc = _docker_proc(
+        proc = run_docker(
             "network", "create", "--driver", "bridge", "--label", f"{LABEL}=network", *opts,
             NETWORK,
         )  # fmt: skip
@@ -122,7 +103,8 @@ def ensure_network() -> str:
 def _run_flags(image: str) -> list[str]:
     """Read-only root, tmpfs and nested sandboxing as the image's recipe recorded them in
     its labels."""
-    labels = json.loads(_docker("image", "inspect", "-f", "{{json .Config.Labels}}", image))
+    labels = json.loads(run_docker("image", "inspect", "-f", "{{json .Config.Labels}}", image,
+                                   check=True).stdout)
     labels = labels or {}
     if labels.get(LABEL) != "env":
         raise EnvhubError(f"{image} is not an envhub environment image (envhub image build)")
@@ -173,9 +155,10 @@ def start_container(
         *(x for k in secret for x in ("-e", k)),
         *_run_flags(image), image, *(args or []),
     ]  # fmt: skip
-    cid = _docker(*cmd, env=secret).strip()
+    cid = run_docker(*cmd, env=secret, check=True).stdout.strip()
     try:
-        host_port = _docker("port", cid, str(CONTAINER_PORT)).split()[0].rsplit(":", 1)[1]
+        port = run_docker("port", cid, str(CONTAINER_PORT), check=True).stdout
+        host_port = port.split()[0].rsplit(":", 1)[1]
         container = Container(cid, image, f"http://{host}:{host_port}")
         wait_healthy(container, wait_s)
     except BaseException:
@@ -187,7 +170,7 @@ def start_container(
 def health(container_id: str) -> str:
     """Docker's view of the container: ``healthy``, ``starting``, ``unhealthy``, or the
     container state (``exited``, ``gone``...) when it is not running."""
-    out = _docker("inspect", "-f", "{{json .State}}", container_id, check=False).strip()
+    out = run_docker("inspect", "-f", "{{json .State}}", container_id).stdout.strip()
     if not out:
         return "gone"
     state = json.loads(out)
@@ -201,7 +184,7 @@ def wait_healthy(container: Container, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
     while (status := health(container.id)) != "healthy":
         if status not in ("starting", "running") or time.monotonic() > deadline:
-            logs = _docker_proc("logs", "--tail", "30", container.id)
+            logs = run_docker("logs", "--tail", "30", container.id)
             raise EnvhubError(
                 f"container of {container.image} is {status}, not healthy: "
                 f"{(logs.stdout + logs.stderr)[-2000:]}"
@@ -212,19 +195,19 @@ def wait_healthy(container: Container, timeout_s: float = 180.0) -> None:
 def containers_labelled(labels: dict[str, str]) -> list[str]:
     """Ids of the containers (running or not) that carry all of ``labels``."""
     filters = [x for k, v in labels.items() for x in ("--filter", f"label={k}={v}")]
-    return _docker("ps", "-aq", *filters).split()
+    return run_docker("ps", "-aq", *filters, check=True).stdout.split()
 
 
 def stop_container(container_id: str) -> None:
     """Stop and remove a container (no error if it is already gone)."""
-    _docker("rm", "-f", container_id, check=False)
+    run_docker("rm", "-f", container_id)
 
 
 def list_images(env: str | None = None) -> list[dict[str, str]]:
     """The environment and runtime images here: ``{repository, tag, id, size, created}``."""
     fmt = '{"repository":"{{.Repository}}","tag":"{{.Tag}}","id":"{{.ID}}",' \
           '"size":"{{.Size}}","created":"{{.CreatedSince}}"}'  # fmt: skip
-    out = _docker("images", "--filter", f"label={LABEL}", "--format", fmt)
+    out = run_docker("images", "--filter", f"label={LABEL}", "--format", fmt, check=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     return [r for r in rows if env is None or r["repository"] == f"envhub/{env}"]
 
@@ -239,5 +222,5 @@ def remove_images(env: str | None = None, *, runtime: bool = False) -> list[str]
         if runtime or r["repository"] != "envhub/runtime"
     ]  # untagged leftovers of a failed build go by id
     if refs:
-        _docker("rmi", *refs)
+        run_docker("rmi", *refs, check=True)
     return refs

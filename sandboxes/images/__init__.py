@@ -24,13 +24,14 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.errors import SandboxError
 from envhub.runtime.cache import cache_root, locked
+from envhub.sandboxes.docker_cli import docker_cli, run_docker
 
 __all__ = [
     "Recipe",
@@ -108,15 +109,8 @@ def resolve_image(image: str) -> str:
     return image
 
 
-def _docker(*args: str, **kw: Any) -> subprocess.CompletedProcess[bytes]:
-    docker = shutil.which("docker")
-    if docker is None:
-        raise SandboxError("docker CLI not found: apt-get install docker.io")
-    return subprocess.run([docker, *args], **kw)
-
-
 def image_exists(ref: str) -> bool:
-    return _docker("image", "inspect", ref, capture_output=True).returncode == 0
+    return run_docker("image", "inspect", ref).returncode == 0
 
 
 def _run(cmd: list[str], log: bool) -> None:
@@ -142,17 +136,15 @@ def _add_user(root: Path, recipe: Recipe) -> None:
 
 
 def _export_image(ref: str, dest: Path) -> None:
-    cid = _docker("create", ref, "true", capture_output=True, check=True).stdout.decode().strip()
+    cid = run_docker("create", ref, "true", check=True).stdout.strip()
     try:
-        exp = subprocess.Popen(
-            [shutil.which("docker") or "docker", "export", cid], stdout=subprocess.PIPE
-        )
+        exp = subprocess.Popen([docker_cli(), "export", cid], stdout=subprocess.PIPE)
         tar = subprocess.run(["tar", "-x", "-C", str(dest)], stdin=exp.stdout)
         exp.wait()
         if exp.returncode or tar.returncode:
             raise SandboxError(f"exporting {ref} failed")
     finally:
-        _docker("rm", "-f", cid, capture_output=True)
+        run_docker("rm", "-f", cid)
 
 
 def _chroot_install(root: Path, packages: list[str], log: bool) -> None:
@@ -186,10 +178,10 @@ def _import(root: Path, tag: str, recipe: Recipe) -> None:
     tar = subprocess.Popen(
         ["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
     )
-    imp = _docker(*args, stdin=tar.stdout, capture_output=True)
+    imp = run_docker(*args, stdin=tar.stdout)
     tar.wait()
     if tar.returncode or imp.returncode:
-        raise SandboxError(f"docker import {tag} failed: {imp.stderr.decode(errors='replace')}")
+        raise SandboxError(f"docker import {tag} failed: {imp.stderr}")
 
 
 def build_image_once(tag: str, build: Callable[[], None], *, force: bool = False) -> str:
@@ -218,18 +210,7 @@ def build(name: str, *, force: bool = False, dockerfile: bool = False, log: bool
 def _build(name: str, recipe: Recipe, tag: str, dockerfile: bool, log: bool) -> None:
     latest = f"envhub/{name}:latest"
     if dockerfile:
-        _run(
-            [
-                shutil.which("docker") or "docker",
-                "build",
-                "-t",
-                tag,
-                "-t",
-                latest,
-                str(_RECIPES_DIR / name),
-            ],
-            log,
-        )
+        _run([docker_cli(), "build", "-t", tag, "-t", latest, str(_RECIPES_DIR / name)], log)
         return
     if os.geteuid() != 0:
         raise SandboxError("building a debootstrap image needs root (debootstrap, chroot)")
@@ -257,10 +238,10 @@ def _build(name: str, recipe: Recipe, tag: str, dockerfile: bool, log: bool) -> 
         try:
             _import(root, staging, recipe)
             for ref in (tag, latest):
-                if _docker("tag", staging, ref, capture_output=True).returncode != 0:
+                if run_docker("tag", staging, ref).returncode != 0:
                     raise SandboxError(f"docker tag {staging} {ref} failed")
         finally:
-            _docker("rmi", staging, capture_output=True)
+            run_docker("rmi", staging)
 
 
 def _main(argv: list[str]) -> int:

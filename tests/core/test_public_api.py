@@ -32,6 +32,7 @@ PUBLIC_MODULES = (
     "envhub.rewards.text",
     "envhub.rewards.web",
     "envhub.sandboxes",
+    "envhub.sandboxes.docker_cli",  # the docker CLI, for plugins that build images
     "envhub.sandboxes.images",
     "envhub.testing",
     "envhub.trajectory",  # the trajectory format: what exporters read

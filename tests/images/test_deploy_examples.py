@@ -6,7 +6,6 @@ against a built image's own configuration where Docker is available."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import yaml
 
 from envhub.environment_images import CONTAINER_PORT
 from envhub.environment_images.recipe import load_env_recipe
+from envhub.sandboxes.docker_cli import run_docker
 from tests.images.conftest import IMAGE_ENVS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -77,8 +77,7 @@ def test_examples_match_the_built_images(env_images: dict[str, str]) -> None:
     """The user, port and entrypoint the examples assume are the images' own."""
     for env, tag in env_images.items():
         config = json.loads(
-            subprocess.run(["docker", "image", "inspect", "-f", "{{json .Config}}", tag],
-                           capture_output=True, text=True, check=True).stdout
+            run_docker("image", "inspect", "-f", "{{json .Config}}", tag, check=True).stdout
         )  # fmt: skip
         assert config["User"] == "1000:1000"
         assert list(config["ExposedPorts"]) == [f"{CONTAINER_PORT}/tcp"]

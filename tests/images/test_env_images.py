@@ -5,7 +5,6 @@ through each container, the container's confinement, and content tagging."""
 from __future__ import annotations
 
 import json
-import subprocess
 from typing import Literal
 
 import pytest
@@ -14,12 +13,9 @@ from typer.testing import CliRunner
 from envhub.cli import app
 from envhub.clients.remote import RemoteEnvironment
 from envhub.environment_images.run import NETWORK, Container
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.testing.conformance import CHECKS, check_client_conformance
 from tests.images.conftest import IMAGE_ENVS, TOKEN
-
-
-def _docker(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["docker", *args], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("env", IMAGE_ENVS)
@@ -56,7 +52,7 @@ def test_the_container_is_confined(containers: dict[str, Container]) -> None:
     and pids limited, on envhub's bridge with only the API port published (on
     127.0.0.1), no route off this machine."""
     container = containers["sql"]
-    state = json.loads(_docker("inspect", container.id).stdout)[0]
+    state = json.loads(run_docker("inspect", container.id).stdout)[0]
     host = state["HostConfig"]
     assert state["Config"]["User"] == "1000:1000"
     assert host["ReadonlyRootfs"] is True and host["CapDrop"] == ["ALL"]
@@ -67,7 +63,7 @@ def test_the_container_is_confined(containers: dict[str, Container]) -> None:
     ports = state["NetworkSettings"]["Ports"]
     assert list(ports) == ["8000/tcp"]
     assert {(b["HostIp"]) for b in ports["8000/tcp"]} == {"127.0.0.1"}
-    options = json.loads(_docker("network", "inspect", NETWORK).stdout)[0]["Options"]
+    options = json.loads(run_docker("network", "inspect", NETWORK).stdout)[0]["Options"]
     assert options["com.docker.network.bridge.enable_ip_masquerade"] == "false"
     assert options["com.docker.network.bridge.enable_icc"] == "false"
 
@@ -78,7 +74,7 @@ def test_the_container_is_confined(containers: dict[str, Container]) -> None:
         "s = socket.socket(); s.settimeout(3)\n"
         "print('connect', s.connect_ex(('1.1.1.1', 443)))\n"
     )
-    out = _docker("exec", container.id, "python", "-c", probe)
+    out = run_docker("exec", container.id, "python", "-c", probe)
     assert out.returncode == 0, out.stderr
     uid, ro, connect = out.stdout.split("\n")[:3]
     assert uid == "1000" and ro == "ro 30"  # EROFS
@@ -93,12 +89,12 @@ def test_unchanged_rebuild_is_a_no_op_and_a_new_version_a_new_tag(
     from envhub.environment_images.wheelhouse import Source
 
     tag = build_env_image("calc")  # the tree's current tag (the fixture's, unless it changed)
-    created = _docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", tag)
+    created = run_docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", tag)
     ran: list[str] = []
     monkeypatch.setattr(build, "_docker_build", lambda ctx, *tags: ran.append(tags[0]))
     assert build_env_image("calc") == tag
     assert ran == []  # nothing built: the tag exists
-    again = _docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", tag)
+    again = run_docker("image", "inspect", "-f", "{{.Id}} {{.Created}}", tag)
     assert again.stdout == created.stdout
 
     real_plugin_source = build.plugin_source
@@ -168,11 +164,11 @@ def test_image_list_and_rm(env_images: dict[str, str]) -> None:
         assert tag in listed.output
     assert "envhub/runtime:" in listed.output
     alias = "envhub/rmtest:alias"
-    assert _docker("tag", env_images["calc"], alias).returncode == 0
+    assert run_docker("tag", env_images["calc"], alias).returncode == 0
     assert alias in runner.invoke(app, ["image", "list", "rmtest"]).output
     removed = runner.invoke(app, ["image", "rm", "rmtest"])
     assert removed.exit_code == 0 and alias in removed.output
-    assert _docker("image", "inspect", alias).returncode != 0
-    assert _docker("image", "inspect", env_images["calc"]).returncode == 0
+    assert run_docker("image", "inspect", alias).returncode != 0
+    assert run_docker("image", "inspect", env_images["calc"]).returncode == 0
     refused = runner.invoke(app, ["image", "rm"])  # neither ENV nor --all
     assert refused.exit_code != 0

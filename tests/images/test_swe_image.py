@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
 from envhub.clients.remote import RemoteEnvironment
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.testing import call_tool
 from tests.images.conftest import TOKEN, docker_problem
 
@@ -62,8 +62,7 @@ def test_swe_image_checks_a_task_in_bwrap_sandboxes_inside_the_container(swe_ima
     container = start_container(swe_image, token=TOKEN)
     try:
         state = json.loads(
-            subprocess.run(["docker", "inspect", container.id], capture_output=True,
-                           text=True, check=True).stdout
+            run_docker("inspect", container.id, check=True).stdout
         )[0]  # fmt: skip
         host = state["HostConfig"]
         assert state["Config"]["User"] == "1000:1000"  # bwrap needs no root in here

@@ -5,12 +5,12 @@ the ``chromium`` sandbox image)."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
+from envhub.sandboxes.docker_cli import run_docker
 from tests.images.conftest import TOKEN, docker_problem
 
 
@@ -47,8 +47,7 @@ def test_web_image_checks_in_text_mode_and_runs_browser_mode(web_image: str) -> 
         result = CliRunner().invoke(app, [*args, "--tasks", "0:1"])
         assert result.exit_code == 0, result.output
         assert "ok: 1 tasks" in result.output
-        processes = subprocess.run(["docker", "top", browser.id], capture_output=True,
-                                   text=True, check=True).stdout  # fmt: skip
+        processes = run_docker("top", browser.id, check=True).stdout
         assert "chromium" in processes  # the episode drove the image's own browser
     finally:
         stop_container(browser.id)

@@ -3,12 +3,12 @@ built once (envhub.sandboxes.images.build_image_once); the others wait and find 
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.sandboxes.images import image_exists, image_tag
 from envhub.testing import first_uses_at_once
 
@@ -51,4 +51,4 @@ def test_a_cold_tag_is_built_once(
         assert builds.read_text().splitlines() == ["build"]
         assert image_exists(tag)
     finally:
-        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+        run_docker("rmi", "-f", tag)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 from envhub.errors import SandboxError
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.sandboxes.images import build_image_once, image_exists
 from envhub_swe.build import base_commit, fetch_wheels, prepare_repo
 from envhub_swe.catalog import IMAGE_LAYOUT, RepoSpec, load_catalog
@@ -42,13 +42,6 @@ def _python_image() -> str:
     from envhub.sandboxes.images import resolve_image
 
     return resolve_image("python")
-
-
-def _docker(*args: str) -> subprocess.CompletedProcess[str]:
-    docker = shutil.which("docker")
-    if docker is None:
-        raise SandboxError("docker CLI not found: apt-get install docker.io")
-    return subprocess.run([docker, *args], capture_output=True, text=True)
 
 
 def image_name(repo: RepoSpec) -> str:
@@ -87,7 +80,7 @@ def _build(repo: RepoSpec, tag: str) -> None:
             )
         )
         # no registry and no network: the legacy builder with networking off
-        proc = _docker("build", "--network", "none", "--force-rm", "-q", "-t", tag, str(ctx))
+        proc = run_docker("build", "--network", "none", "--force-rm", "-q", "-t", tag, str(ctx))
     if proc.returncode != 0:
         raise SandboxError(f"docker build of {tag} failed: {proc.stderr[-3000:]}")
 

@@ -8,12 +8,12 @@ Docker skips them, except when CI sets ``ENVHUB_REQUIRE_DOCKER=1``.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
 from envhub import StepResult
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.testing import call_tool
 
 CallTool = Callable[..., Awaitable[StepResult]]
@@ -35,10 +35,9 @@ def _docker_problem() -> str | None:
 
 def _swe_containers() -> list[str]:
     """Containers of this process's SWE pools (labels set by the sandbox layer)."""
-    out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=envhub.owner.pid={os.getpid()}",
-         "--format", '{{.Names}} {{.Label "envhub.pool"}}'],
-        capture_output=True, text=True, check=True,
+    out = run_docker(
+        "ps", "-a", "--filter", f"label=envhub.owner.pid={os.getpid()}",
+        "--format", '{{.Names}} {{.Label "envhub.pool"}}', check=True,
     ).stdout  # fmt: skip
     return [line for line in out.splitlines() if " swe-" in line]
 

@@ -5,11 +5,11 @@ once, from threads and from processes, and then run. Each test has its own empty
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.testing import check_environment, first_uses_at_once
 
 #: which builder command makes which artefact (the commands envhub_swe.build runs)
@@ -121,4 +121,4 @@ def test_repository_image_is_built_once(
         first_uses_at_once(namespace["first_use"], script, threads=2, processes=2)  # type: ignore[arg-type]
         assert builds.read_text().splitlines() == [tag]
     finally:
-        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
+        run_docker("rmi", "-f", tag)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 import envhub
 from envhub import StepResult
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.testing import check_environment
 
 CallTool = Callable[..., Awaitable[StepResult]]  # the `call` fixture (conftest.py)
@@ -108,15 +108,10 @@ def test_swebench_instance_on_a_locally_built_image(
         f"RUN cd /opt/repo && git apply /tmp/bug.patch && git {identity} commit -qam bug\n"
     )
     tag = "envhub/swe-test-instance:latest"
-    subprocess.run(
-        ["docker", "build", "--network", "none", "--force-rm", "-q", "-t", tag, str(ctx)],
-        check=True,
-    )
+    run_docker("build", "--network", "none", "--force-rm", "-q", "-t", tag, str(ctx), check=True)
     try:
-        head = subprocess.run(
-            ["docker", "run", "--rm", "--network", "none", tag, "git", "-C", "/opt/repo",
-             "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+        head = run_docker("run", "--rm", "--network", "none", tag, "git", "-C", "/opt/repo",
+                          "rev-parse", "HEAD", check=True).stdout.strip()  # fmt: skip
         f2p = record["FAIL_TO_PASS"][0]
         test_module = f2p.split("::")[0]
         # the test patch adds a test file that imports the failing test under a new name
@@ -157,4 +152,4 @@ def test_swebench_instance_on_a_locally_built_image(
         )
         assert report.checked == 1
     finally:
-        subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+        run_docker("image", "rm", "-f", tag)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,23 +23,16 @@ from typer.testing import CliRunner
 
 from envhub.cli import app
 from envhub.sandboxes.docker import LABEL
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.sandboxes.local import DIR_PREFIX
+from envhub.testing import free_port
 
 POOL_SIZE = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _containers(pid: int) -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={LABEL}",
-         "--filter", f"label=envhub.owner.pid={pid}"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    out = run_docker("ps", "-aq", "--filter", f"label={LABEL}",
+                     "--filter", f"label=envhub.owner.pid={pid}", check=True).stdout  # fmt: skip
     return out.split()
 
 
@@ -75,7 +67,7 @@ def test_stopping_the_server_releases_the_warm_pool(
         request.getfixturevalue("swe_images")  # skips (or fails in CI) without Docker
     tmp = tmp_path / "tmp"  # the server's temp dir: where its local sandboxes live
     tmp.mkdir()
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "envhub.cli", "serve", "swe", "--sandbox", backend,
          "--env-arg", f"pool_size={POOL_SIZE}", "--port", str(port), "--log-level", "warning"],
@@ -104,7 +96,7 @@ def test_stopping_the_server_releases_the_warm_pool(
             proc.wait()
     leaked = _sandboxes(backend, proc.pid, tmp)
     if leaked and backend == "docker":
-        subprocess.run(["docker", "rm", "-f", *leaked], capture_output=True)
+        run_docker("rm", "-f", *leaked)
     assert leaked == []
 
 
