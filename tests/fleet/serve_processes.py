@@ -7,26 +7,19 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from envhub.testing import free_port, wait_for_http
 from envhub.types import Health
 
 _CLI = "import envhub.cli.serve; from envhub.cli._app import app; app()"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -86,13 +79,6 @@ def serve_processes(
 
 
 def _wait_healthy(server: ServeProcess, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{server.url}/health", timeout=5).status_code == 200:
-                return
-        if server.proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(
-                f"envhub serve at {server.url} did not come up:\n{server.output()}"
-            )
-        time.sleep(0.1)
+    if not wait_for_http(f"{server.url}/health", timeout_s=timeout_s,
+                         gone=lambda: server.proc.poll() is not None):  # fmt: skip
+        raise RuntimeError(f"envhub serve at {server.url} did not come up:\n{server.output()}")

@@ -21,9 +21,10 @@ from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout import run
 from envhub.rollout.summary import ReplicaCounts
+from envhub.testing import free_port
 from envhub.trajectory import read_records
 from tests.fleet.holding import HoldAtSecondTurn
-from tests.fleet.serve_processes import ServeProcess, free_port, serve_processes
+from tests.fleet.serve_processes import ServeProcess, serve_processes
 
 pytest.importorskip("envhub.server", reason="the server extra is not installed")
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
-from envhub.testing import serve_in_thread
+from envhub.testing import free_port, serve_in_thread
 from envhub.testing.hostile import deeply_nested_json
 from envhub.view.app import create_app
 from envhub.view.catalog import Catalog
@@ -188,13 +187,6 @@ def test_the_issues_bad_lines_leave_every_page_and_the_report_working(
     assert "after-it" in report
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass(frozen=True)
 class FuzzRun:
     path: Path
@@ -224,7 +216,7 @@ def fuzz_run(runs: Runs, tmp_path: Path) -> FuzzRun:
 @pytest.fixture
 def envhub_view(fuzz_run: FuzzRun, runs: Runs, tmp_path: Path) -> Iterator[str]:
     """``envhub view`` of the fuzz run and the reference run, as a user starts it."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "envhub.cli", "view", str(fuzz_run.path), str(runs.reference),
          "--port", str(port), "--cache-dir", str(tmp_path / "view-cache")],
