@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 from collections.abc import Callable
 
 import pytest
-import uvicorn
 
 import envhub
+from envhub._util.asgi import ServerThread
+from envhub._util.net import bound_socket
 from envhub.clients._http_transports import HttpEngine
 from envhub.clients._remote_calls import (
     HttpSessionCalls,
@@ -155,8 +154,7 @@ async def test_token(start_server: Callable[..., str], http: HttpEngine) -> None
 
 
 async def test_unreachable_server_is_a_remote_error(http: HttpEngine) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    with bound_socket() as sock:  # bound, never listening: connections are refused
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         async with RemoteEnvironment(url, "probe", retries=1, backoff_s=0.01, http=http) as remote:
             with pytest.raises(RemoteError) as caught:
@@ -165,25 +163,19 @@ async def test_unreachable_server_is_a_remote_error(http: HttpEngine) -> None:
 
 
 async def test_create_is_retried_until_the_server_comes_up(http: HttpEngine) -> None:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(create_app([probe_env.ENV_ID]), log_level="warning"))
-    async with RemoteEnvironment(url, "probe", retries=8, backoff_s=0.1, http=http) as remote:
+    server = ServerThread(create_app([probe_env.ENV_ID]))  # bound now, serving later
+    async with RemoteEnvironment(server.url, "probe", retries=8, backoff_s=0.1,
+                                 http=http) as remote:  # fmt: skip
         opening = asyncio.ensure_future(remote.open("probe-0"))  # an awaitable, not a coroutine
         await asyncio.sleep(0.2)  # the first attempts are refused
         assert not opening.done()
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
         try:
+            await asyncio.to_thread(server.start)
             session = await opening
             assert session.task_id == "probe-0"
             await session.close()
         finally:
-            server.should_exit = True
-            await asyncio.to_thread(thread.join, 30)
-            sock.close()
+            await asyncio.to_thread(server.stop, 30)
 
 
 def _handle_on(remote: RemoteEnvironment, like: RemoteSession, session_id: str
