@@ -157,8 +157,8 @@ def start_container(
     ]  # fmt: skip
     cid = run_docker(*cmd, env=secret, check=True).stdout.strip()
     try:
-        port = run_docker("port", cid, str(CONTAINER_PORT), check=True).stdout
-        host_port = port.split()[0].rsplit(":", 1)[1]
+        published = run_docker("port", cid, str(CONTAINER_PORT), check=True).stdout
+        host_port = published.split()[0].rsplit(":", 1)[1]
         container = Container(cid, image, f"http://{host}:{host_port}")
         wait_healthy(container, wait_s)
     except BaseException:
