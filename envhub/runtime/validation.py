@@ -77,15 +77,14 @@ def step_request(
     (:class:`~envhub.errors.InvalidRequest`, its wording). A turn of :class:`ToolCall`
     objects with a text and ``request_id`` that fit, which the model cannot refuse, is
     built without validating again: the hot path of every transport's ``step``."""
+    typed = [c for c in tool_calls if isinstance(c, ToolCall)]
     if (
-        all(isinstance(c, ToolCall) for c in tool_calls)
+        len(typed) == len(tool_calls)
         and (content is None or isinstance(content, str))
         and (request_id is None or (isinstance(request_id, str)
                                     and len(request_id) <= MAX_REQUEST_ID))
     ):
-        return StepRequest.model_construct(
-            tool_calls=list(tool_calls), content=content, request_id=request_id
-        )
+        return StepRequest.model_construct(tool_calls=typed, content=content, request_id=request_id)
     try:
         return StepRequest.model_validate(
             {"tool_calls": tool_calls, "content": content, "request_id": request_id}

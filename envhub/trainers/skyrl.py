@@ -37,9 +37,8 @@ envhub-side adapters that do hand tokens to a trainer (:mod:`envhub.trainers.ver
 
 from __future__ import annotations
 
-import inspect
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
@@ -70,11 +69,11 @@ def _session_factory(config: Any) -> EnvironmentClient:
     env = _config_value(config, "env")
     if env is None:
         raise InvalidRequest("the envhub SkyRL env needs env_config.env (a plugin name or URL)")
-    if isinstance(env, EnvironmentClient) or inspect.isclass(env):
+    if not isinstance(env, str) and isinstance(env, Sequence):  # several servers (a list,
+        env = [str(url) for url in env]  # or omegaconf's ListConfig)
+    elif not isinstance(env, str):
         return resolve_environment(env)  # an already built client, or an environment class
-    hosted = not isinstance(env, str) or "://" in env
-    if not isinstance(env, str):  # several servers (a list, or omegaconf's ListConfig)
-        env = [str(url) for url in env]
+    hosted = isinstance(env, list) or "://" in env
     env_name = _config_value(config, "env_name")
     options = dict(_config_value(config, "options") or {})
     max_turns = _config_value(config, "max_turns")
