@@ -1,16 +1,21 @@
-"""``create_app``: the FastAPI application that hosts environments over HTTP."""
+"""The FastAPI application that hosts environments over HTTP: :func:`create_app` (prepared
+environments or ids), :func:`build_app` (ids with options and budgets: what ``envhub
+serve`` and every fleet replica run), and :func:`raise_open_files_limit` for the process
+that serves it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import resource
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
-from envhub.clients.local import LocalEnvironment
+from envhub.clients.local import LocalEnvironment, make
 from envhub.server.auth import BearerAuth
 from envhub.server.errors import install_error_handlers
 from envhub.server.fastpath import SessionFastPath
@@ -21,20 +26,28 @@ from envhub.server.routes import environments_router, service_router, sessions_r
 from envhub.server.store import HostedEnvironment, SessionStore
 from envhub.server.websocket import SessionWebSocket
 
-__all__ = ["create_app"]
+__all__ = ["build_app", "create_app", "raise_open_files_limit"]
 
 OPEN_PATHS = frozenset({"/health"})
 
 log = logging.getLogger("envhub.server")
 
 
-def _hosted(envs: Sequence[str] | dict[str, LocalEnvironment]) -> dict[str, LocalEnvironment]:
-    """Environments by the name clients use: the dict key, or the environment's own name."""
+def _hosted(
+    envs: Sequence[str] | dict[str, LocalEnvironment],
+    options: Sequence[dict[str, Any]] | None = None,
+    budgets: dict[str, Any] | None = None,
+) -> dict[str, LocalEnvironment]:
+    """Environments by the name clients use: the dict key, or the name of each id made
+    (:func:`envhub.make`) with its ``options`` (one dict per id) and the ``budgets``
+    overrides. Two ids that name one environment are a ``ValueError``: clients could
+    reach only one of them."""
     if isinstance(envs, dict):
         return dict(envs)
     hosted: dict[str, LocalEnvironment] = {}
-    for env_id in envs:
-        local = LocalEnvironment(env_id)
+    per_env: Sequence[dict[str, Any]] = [{} for _ in envs] if options is None else options
+    for env_id, env_options in zip(envs, per_env, strict=True):
+        local = make(env_id, **(budgets or {}), **env_options)
         if local.name in hosted:
             raise ValueError(f"environment {local.name!r} is listed twice")
         hosted[local.name] = local
@@ -140,3 +153,57 @@ def create_app(
         TrustedHosts, allowed=HostAllowList.for_bind(host, allowed_hosts), on_error=count_error
     )
     return app
+
+
+def build_app(
+    envs: Sequence[str],
+    options: Sequence[dict[str, Any]] | None = None,
+    *,
+    max_sessions: int = 4096,
+    session_ttl_s: float = 600.0,
+    max_body_bytes: int = 4_194_304,
+    token: str | None = None,
+    max_turns: int | None = None,
+    tool_timeout_s: float | None = None,
+    episode_timeout_s: float | None = None,
+    max_output_chars: int | None = None,
+    mcp: bool = False,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
+) -> FastAPI:
+    """The application ``envhub serve`` runs: each of ``envs`` made with its ``options``
+    (one dict per env; default: none) and these budget overrides, hosted by
+    :func:`create_app` with the other settings. Fleet replicas build theirs here too, so
+    a replica serves exactly what ``envhub serve`` would; its keyword-only parameters are
+    the settings a fleet accepts. Raises :class:`~envhub.errors.EnvhubError` or
+    ``ValueError`` (an env listed twice, a bad limit) before anything is served."""
+    budgets = {
+        "max_turns": max_turns,
+        "tool_timeout_s": tool_timeout_s,
+        "episode_timeout_s": episode_timeout_s,
+        "max_output_chars": max_output_chars,
+    }
+    return create_app(
+        _hosted(envs, options, budgets),
+        max_sessions=max_sessions,
+        session_ttl_s=session_ttl_s,
+        max_body_bytes=max_body_bytes,
+        token=token,
+        mcp=mcp,
+        host=host,
+        allowed_hosts=allowed_hosts,
+    )
+
+
+def raise_open_files_limit() -> int:
+    """Lift the soft file-descriptor limit to the hard one (one socket per connection)
+    and return it; thousands of concurrent sessions need thousands of descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = 1_048_576 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft

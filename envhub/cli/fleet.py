@@ -1,5 +1,5 @@
 """``envhub fleet up|status|down``: environment-server replicas on a Ray cluster
-(:mod:`envhub.fleet.ray_fleet`; ``pip install 'envhub[ray]'``, imported in the bodies)."""
+(:mod:`envhub.fleet.control`; ``pip install 'envhub[ray]'``, imported in the bodies)."""
 
 from __future__ import annotations
 
@@ -105,13 +105,13 @@ _NO_TOKEN = (
 )
 
 
-def _ray_fleet() -> ModuleType:
+def _control() -> ModuleType:
     try:
-        from envhub.fleet import ray_fleet
+        from envhub.fleet import control
     except ImportError as exc:
         typer.echo(f"error: {exc.name} is missing: pip install 'envhub[ray]'", err=True)
         raise typer.Exit(2) from None
-    return ray_fleet
+    return control
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -197,9 +197,9 @@ def up_cmd(
     serve = {"max_sessions": max_sessions, "session_ttl_s": session_ttl, "token": token or None,
              "max_turns": max_turns, "tool_timeout_s": tool_timeout,
              "episode_timeout_s": episode_timeout}  # fmt: skip
-    ray_fleet = _ray_fleet()
+    control = _control()
     try:
-        records = ray_fleet.fleet_up(
+        records = control.fleet_up(
             address, counts, options=options, namespace=namespace, resources=default,
             env_resources=by_env, serve=serve, max_restarts=max_restarts, timeout_s=timeout,
             containers=containers, insecure=insecure,
@@ -222,9 +222,9 @@ def status_cmd(address: AddressOption, namespace: NamespaceOption = "envhub") ->
     from rich.console import Console
     from rich.table import Table
 
-    ray_fleet = _ray_fleet()
+    control = _control()
     try:
-        statuses = ray_fleet.fleet_status(address, namespace)
+        statuses = control.fleet_status(address, namespace)
     except FleetError as exc:
         raise _fail(exc) from None
     table = Table(title=f"envhub fleet {namespace!r} at {address}")
@@ -246,9 +246,9 @@ def down_cmd(address: AddressOption, namespace: NamespaceOption = "envhub") -> N
 
     Stops every replica (sessions aborted, environment resources freed), reaps each
     node's leftover sandboxes, removes the registry."""
-    ray_fleet = _ray_fleet()
+    control = _control()
     try:
-        report = ray_fleet.fleet_down(address, namespace)
+        report = control.fleet_down(address, namespace)
     except FleetError as exc:
         raise _fail(exc) from None
     reaped = sum(sum(counts.values()) for counts in report.reaped.values())

@@ -7,9 +7,7 @@ the path. Server dependencies (``pip install envhub[server]``) are imported in t
 
 from __future__ import annotations
 
-import resource
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -23,74 +21,7 @@ from envhub.cli.options import (
 )
 from envhub.errors import EnvhubError
 
-if TYPE_CHECKING:
-    from fastapi import FastAPI
-
-    from envhub.clients.local import LocalEnvironment
-
-__all__ = ["build_app", "raise_open_files_limit", "serve"]
-
-
-def build_app(
-    envs: Sequence[str],
-    options: Sequence[dict[str, Any]],
-    *,
-    max_sessions: int = 4096,
-    session_ttl_s: float = 600.0,
-    max_body_bytes: int = 4_194_304,
-    token: str | None = None,
-    max_turns: int | None = None,
-    tool_timeout_s: float | None = None,
-    episode_timeout_s: float | None = None,
-    max_output_chars: int | None = None,
-    mcp: bool = False,
-    host: str = "127.0.0.1",
-    allowed_hosts: Sequence[str] = (),
-) -> FastAPI:
-    """The application ``envhub serve`` runs: each of ``envs`` made with its ``options``
-    (one dict per env) and the budgets, hosted by :func:`envhub.server.create_app` with
-    these limits and token (and MCP endpoints with ``mcp``), serving the ``Host`` names
-    of a server listening on ``host`` plus ``allowed_hosts``. Fleet replicas build theirs
-    here too, so a replica serves exactly what ``envhub serve`` would. Raises
-    :class:`~envhub.errors.EnvhubError` or ``ValueError`` (an env listed twice, a bad
-    limit) before anything is served."""
-    from envhub.clients.local import make
-    from envhub.server import create_app
-
-    hosted: dict[str, LocalEnvironment] = {}
-    for env_id, env_options_ in zip(envs, options, strict=True):
-        local = make(
-            env_id, max_turns=max_turns, tool_timeout_s=tool_timeout_s,
-            episode_timeout_s=episode_timeout_s, max_output_chars=max_output_chars,
-            **env_options_,
-        )  # fmt: skip
-        if local.name in hosted:
-            raise ValueError(f"environment {local.name!r} is listed twice")
-        hosted[local.name] = local
-    return create_app(
-        hosted,
-        max_sessions=max_sessions,
-        session_ttl_s=session_ttl_s,
-        max_body_bytes=max_body_bytes,
-        token=token,
-        mcp=mcp,
-        host=host,
-        allowed_hosts=allowed_hosts,
-    )
-
-
-def raise_open_files_limit() -> int:
-    """Lift the soft file-descriptor limit to the hard one (one socket per connection)
-    and return it; thousands of concurrent sessions need thousands of descriptors."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        target = 1_048_576 if hard == resource.RLIM_INFINITY else hard
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-        except (ValueError, OSError):
-            pass
-    return soft
+__all__ = ["serve"]
 
 
 @app.command("serve")
@@ -153,7 +84,7 @@ def serve(
     try:
         import uvicorn
 
-        import envhub.server  # noqa: F401  (the [server] extra is installed)
+        from envhub.server import build_app, raise_open_files_limit
     except ImportError as exc:
         typer.echo(f"error: {exc.name} is missing: pip install 'envhub[server]'", err=True)
         raise typer.Exit(2) from None

@@ -3,7 +3,7 @@ again from time to time, so replicas may come and go while sessions run.
 
 :class:`StaticReplicas` is a fixed list of ``envhub serve`` URLs (hand-started servers,
 the pods behind a Kubernetes Service); the Ray fleet's registry is another source
-(:mod:`envhub.fleet.ray_fleet`).
+(:class:`envhub.clients.fleet.RayReplicas`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ _REPLICA_LABEL = "envhub.fleet.replica"
 _NAMESPACE_LABEL = "envhub.fleet.namespace"
 _POLL_S = 1.0
 
-#: ``build_app`` settings -> ``envhub serve`` flags (``token`` travels as ENVHUB_TOKEN)
+#: :func:`envhub.server.build_app` settings -> ``envhub serve`` flags (``token`` travels
+#: as ENVHUB_TOKEN)
 _SERVE_FLAGS = {
     "max_sessions": "--max-sessions",
     "session_ttl_s": "--session-ttl",

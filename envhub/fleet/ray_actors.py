@@ -23,6 +23,7 @@ from typing import Any
 
 import ray
 
+from envhub.clients.fleet import REGISTRY_NAME
 from envhub.fleet.container_server import ContainerServer, serve_args
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
 
 log = logging.getLogger("envhub.fleet")
 
-REGISTRY_NAME = "envhub-registry"
 _STARTUP_TIMEOUT_S = 120.0  # a replica's app warm-up (sandbox pools, browsers) included
 _ANNOUNCE_S = 5.0  # how often a replica re-announces itself (refills a restarted registry)
 
@@ -65,9 +65,9 @@ class ReplicaRecord:
 class RegistryTable:
     """The registry: ``{env: {replica_id: ReplicaRecord}}`` and a counter that moves at
     every change, so readers can tell a new list from the one they hold. Runs as the
-    named actor :data:`RegistryActor` (``REGISTRY_NAME``); replicas call
-    :meth:`register` at every start and :meth:`announce` every few seconds, readers call
-    :meth:`listing` (plain dicts).
+    named actor :data:`RegistryActor` (:data:`~envhub.clients.fleet.REGISTRY_NAME`);
+    replicas call :meth:`register` at every start and :meth:`announce` every few
+    seconds, readers call :meth:`listing` (plain dicts).
 
     The table lives in the actor's memory only: a registry that Ray restarts starts
     empty and is filled again by the announcements within ``_ANNOUNCE_S``.
@@ -123,7 +123,7 @@ reap_node_sandboxes = ray.remote(num_cpus=0)(reap_dead_sandboxes)
 
 class Replica:
     """One replica: ``envhub serve``'s app for ``env_id`` (with ``options`` and the
-    ``serve`` settings of :func:`envhub.cli.serve.build_app`), served from this actor's
+    ``serve`` settings of :func:`envhub.server.build_app`), served from this actor's
     process and registered with the namespace's registry as ``replica_id``.
 
     The constructor does everything (Ray runs it again after a restart): reap the dead
@@ -178,7 +178,7 @@ class Replica:
         """Serve the app from this process, on a thread, at a free port of ``host``."""
         import uvicorn
 
-        from envhub.cli.serve import build_app, raise_open_files_limit
+        from envhub.server import build_app, raise_open_files_limit
 
         app = build_app([env_id], [options], host=host, **serve)
         (self.env,) = app.state.store.envs

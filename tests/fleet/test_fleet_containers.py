@@ -18,7 +18,8 @@ if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray 
     pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub[ray]')")
 
 import envhub
-from envhub.fleet.ray_fleet import FleetEnvironment, fleet_down, fleet_status, fleet_up
+from envhub.clients.fleet import FleetEnvironment
+from envhub.fleet.control import fleet_down, fleet_status, fleet_up
 from envhub.rollout import run
 from tests.fleet.conftest import RayCluster
 from tests.fleet.holding import HoldAtSecondTurn

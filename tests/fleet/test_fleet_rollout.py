@@ -25,8 +25,8 @@ if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray 
     pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub[ray]')")
 
 import envhub
-from envhub.fleet.ray_fleet import (
-    FleetEnvironment,
+from envhub.clients.fleet import FleetEnvironment
+from envhub.fleet.control import (
     ReplicaRecord,
     ReplicaStatus,
     fleet_down,

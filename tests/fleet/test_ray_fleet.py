@@ -25,17 +25,17 @@ if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray 
 import ray
 
 import envhub
+from envhub.clients.fleet import join_cluster
 from envhub.errors import FleetError, ReplicaLost, Unauthorized
 from envhub.fleet import FleetEnvironment
-from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
-from envhub.fleet.ray_fleet import (
+from envhub.fleet.control import (
     ReplicaRecord,
     ReplicaStatus,
-    connect,
     fleet_down,
     fleet_status,
     fleet_up,
 )
+from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
 from envhub.sandboxes.local import DIR_PREFIX as LOCAL_DIR_PREFIX
 from envhub.testing import call_tool
 from envhub.testing.conformance import CHECKS, check_client_conformance
@@ -304,20 +304,20 @@ def test_no_cluster_at_the_address_is_a_fleet_error_at_once(
 ) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
     for attempt in (
-        lambda: connect(nowhere),
+        lambda: join_cluster(nowhere),
         lambda: fleet_status(nowhere),
         lambda: FleetEnvironment(nowhere, "calc"),
     ):
         with pytest.raises(FleetError, match=f"no Ray cluster at {nowhere}"):
             attempt()
     with pytest.raises(FleetError, match="HOST:PORT"):
-        connect("not-an-address")
+        join_cluster("not-an-address")
     # something listens, but it is no Ray head: an envhub server, a peer that never answers
     with socket.create_server(("127.0.0.1", 0)) as silent:
         for wrong in (fleet[0].url.removeprefix("http://"),
                       f"127.0.0.1:{silent.getsockname()[1]}"):  # fmt: skip
             with pytest.raises(FleetError, match=f"no Ray cluster at {wrong}"):
-                connect(wrong, timeout_s=2.0)
+                join_cluster(wrong, timeout_s=2.0)
 
 
 def test_a_namespace_without_a_fleet_is_a_fleet_error(ray_cluster: RayCluster) -> None:
