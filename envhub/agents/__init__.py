@@ -11,10 +11,12 @@ server's token ids, and which records every tool call the session ran.
 - :class:`OpenAIAgentsRunner`: the OpenAI Agents SDK (``pip install 'envhub[agents]'``).
 - :class:`CommandAgentRunner`: a child process per episode (any framework, own venv).
 - :class:`CaptureProxy`: the per-episode OpenAI-compatible recorder.
-- :class:`AgentEpisodeRunner`: the episode driver (an :class:`~envhub.rollout.EpisodeRunner`).
+- :class:`AgentLoop`: the rollout's turn loop for an agent (a
+  :class:`~envhub.rollout.TurnLoop`); :class:`AgentEpisodeRunner`: an
+  :class:`~envhub.rollout.EpisodeRunner` with it.
 
-``envhub.rollout.run(env, policy, agent=make_agent("openai-agents"), ...)`` is the
-``--agent`` run as a Python call.
+``envhub.rollout.run(env, policy, turn_loop=AgentLoop(make_agent("openai-agents")), ...)``
+is the ``--agent`` run as a Python call.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "AgentCrashed",
     "AgentEpisode",
     "AgentEpisodeRunner",
+    "AgentLoop",
     "AgentRunner",
     "CaptureProxy",
     "CapturedCall",
@@ -43,6 +46,7 @@ __all__ = [
 
 _LAZY = {
     "AgentEpisodeRunner": "envhub.agents.agent_loop",
+    "AgentLoop": "envhub.agents.agent_loop",
     "CaptureProxy": "envhub.agents.proxy",
     "CapturedCall": "envhub.agents.proxy",
     "CommandAgentRunner": "envhub.agents.command",

@@ -1,11 +1,13 @@
 """One episode driven by an external agent framework, recorded as a normal trajectory.
 
-:class:`AgentEpisodeRunner` is the rollout's :class:`~envhub.rollout.EpisodeRunner` with
-the policy loop replaced: per attempt the runner opens the session (as always), exposes
-it over MCP (:func:`envhub.mcp.door.serve_session_mcp`), starts a :class:`CaptureProxy`
-in front of the policy's endpoints, and lets the :class:`AgentRunner` run; then it closes
-(scores) the session. Retries, masking, timings and the trajectory's shared fields are
-the rollout's own, so ``--resume``, the circuit breaker and the summary work unchanged.
+:class:`AgentLoop` is the rollout's :class:`~envhub.rollout.episode.TurnLoop` for an
+external agent: per attempt the runner opens the session (as always), the loop exposes it
+over MCP (:func:`envhub.mcp.door.serve_session_mcp`), starts a :class:`CaptureProxy` in
+front of the policy's endpoints and lets the :class:`AgentRunner` run; then the runner
+closes (scores) the session. Retries, masking, timings and the trajectory's shared fields
+are the runner's own, so ``--resume``, the circuit breaker and the summary work
+unchanged. ``envhub.rollout.run(env, policy, turn_loop=AgentLoop(agent))`` runs a rollout
+with it; :class:`AgentEpisodeRunner` is an episode runner with it.
 
 The MCP endpoint answers only requests that carry the episode's bearer token
 (``AgentEpisode.mcp_token``, made per episode and given to the agent alone): any local
@@ -41,7 +43,7 @@ after the first call ends the episode with ``stop_reason="context_length"``.
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, cast
 
 from envhub.agents.base import AgentCrashed, AgentEpisode, AgentRunner
 from envhub.agents.proxy import CapturedCall, CaptureProxy, ChatUpstream
@@ -50,52 +52,55 @@ from envhub.errors import ContextLengthExceeded, InvalidRequest
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.rollout.episode import (
+    EpisodeRecord,
     EpisodeRunner,
     EpisodeSpec,
-    _PolicyFailure,
-    _Record,
+    ModelFailure,
     record_turn,
 )
 
-__all__ = ["AgentEpisodeRunner"]
+__all__ = ["AgentEpisodeRunner", "AgentLoop"]
 
 
-class AgentEpisodeRunner(EpisodeRunner):
-    """Runs episodes of ``env`` with ``agent``, whose model calls go to ``policy``'s
-    endpoints through a capture proxy. ``policy`` must forward caller-built requests
-    (:class:`ChatUpstream`: the ``openai`` policy); ``options`` are
-    :class:`EpisodeRunner`'s (``max_turns`` is also the agent's own turn cap)."""
+class AgentLoop:
+    """The :class:`~envhub.rollout.episode.TurnLoop` in which ``agent`` plays each
+    episode, its model calls going to the runner's policy's endpoints through a capture
+    proxy. The policy must forward caller-built requests (:class:`ChatUpstream`: the
+    ``openai`` policy); the runner's ``max_turns`` is also the agent's own turn cap."""
 
-    def __init__(
-        self, env: EnvironmentClient, policy: Policy, agent: AgentRunner, **options: Any
-    ) -> None:
+    def __init__(self, agent: AgentRunner) -> None:
+        self.agent = agent
+
+    def check(self, policy: Policy) -> None:
         if not isinstance(policy, ChatUpstream):
             raise InvalidRequest(
                 f"an external agent calls an OpenAI-compatible endpoint through envhub's "
                 f"capture proxy, which forwards to the openai policy only, not to "
                 f"{type(policy).__name__}: use --policy openai with --base-url"
             )
-        super().__init__(env, policy, **options)
-        self.agent = agent
-        self.upstream: ChatUpstream = policy
 
-    async def _loop(
-        self, spec: EpisodeSpec, record: _Record, session: SessionHandle
+    async def play(
+        self,
+        runner: EpisodeRunner,
+        spec: EpisodeSpec,
+        record: EpisodeRecord,
+        session: SessionHandle,
     ) -> str | None:
         from envhub.mcp.door import serve_session_mcp
 
+        upstream = cast("ChatUpstream", runner.policy)  # check() refused any other policy
         start = await session.reset()
         crash: Exception | None = None
         mcp_token = secrets.token_urlsafe(32)
         async with CaptureProxy(
-            self.upstream,
-            policy_version=self.policy_version,
+            upstream,
+            policy_version=runner.policy_version,
             episode_id=record.trajectory_id,
             group_id=spec.group_id,
         ) as proxy:
             logged = LoggedSession(session, replies_sent=lambda: len(proxy.calls))
             async with serve_session_mcp(
-                logged, start, env_name=self.env.name, token=mcp_token
+                logged, start, env_name=runner.env.name, token=mcp_token
             ) as mcp_url:
                 episode = AgentEpisode(
                     task_id=spec.task_id,
@@ -104,8 +109,8 @@ class AgentEpisodeRunner(EpisodeRunner):
                     mcp_token=mcp_token,
                     base_url=proxy.base_url,
                     api_key=proxy.api_key,
-                    model=self.upstream.model,
-                    max_turns=self.max_turns,
+                    model=upstream.model,
+                    max_turns=runner.max_turns,
                 )
                 try:
                     await self.agent.run(episode)
@@ -117,7 +122,7 @@ class AgentEpisodeRunner(EpisodeRunner):
         if failure is not None:
             if isinstance(failure, ContextLengthExceeded) and proxy.calls:
                 return "context_length"
-            raise _PolicyFailure(f"{type(failure).__name__}: {failure}") from failure
+            raise ModelFailure(f"{type(failure).__name__}: {failure}") from failure
         if crash is not None:
             raise _crashed(self.agent.name, crash) from crash
         if not proxy.calls:
@@ -125,22 +130,33 @@ class AgentEpisodeRunner(EpisodeRunner):
                 f"{self.agent.name} finished without calling the model through the capture "
                 "proxy (it must use AgentEpisode.base_url and api_key)"
             )
-        return await self._finish(record, logged, proxy.calls[-1])
+        return await _finish(runner, record, logged, proxy.calls[-1])
 
-    async def _finish(
-        self, record: _Record, session: SessionHandle, last: CapturedCall
-    ) -> str | None:
-        """Hand a final answer to a session the agent left open; the stop override."""
-        info = await session.info()
-        record.env_s += info.metrics.env_s
-        if info.done:
-            return None
-        if not last.completion.tool_calls:
-            await session.step([], content=last.completion.content)
-            return None
-        if self.max_turns is not None and len(record.turns) >= self.max_turns:
-            return "max_turns"
+
+class AgentEpisodeRunner(EpisodeRunner):
+    """An :class:`~envhub.rollout.episode.EpisodeRunner` whose episodes ``agent`` plays
+    (:class:`AgentLoop`); ``options`` are the runner's."""
+
+    def __init__(
+        self, env: EnvironmentClient, policy: Policy, agent: AgentRunner, **options: Any
+    ) -> None:
+        super().__init__(env, policy, turn_loop=AgentLoop(agent), **options)
+
+
+async def _finish(
+    runner: EpisodeRunner, record: EpisodeRecord, session: SessionHandle, last: CapturedCall
+) -> str | None:
+    """Hand a final answer to a session the agent left open; the stop override."""
+    info = await session.info()
+    record.env_s += info.metrics.env_s
+    if info.done:
         return None
+    if not last.completion.tool_calls:
+        await session.step([], content=last.completion.content)
+        return None
+    if runner.max_turns is not None and len(record.turns) >= runner.max_turns:
+        return "max_turns"
+    return None
 
 
 def _crashed(agent_name: str, crash: Exception) -> AgentCrashed:
@@ -161,7 +177,7 @@ def _crashed(agent_name: str, crash: Exception) -> AgentCrashed:
     return AgentCrashed(f"{agent_name}: {type(crash).__name__}: {crash}")
 
 
-def _record_calls(record: _Record, calls: list[CapturedCall]) -> None:
+def _record_calls(record: EpisodeRecord, calls: list[CapturedCall]) -> None:
     """The proxy's calls as turns, and the last call's chat as the episode's messages."""
     previous_ids: list[int] | None = None
     for call in calls:

@@ -41,11 +41,11 @@ from envhub.tokens.tool_call_parsers import TOOL_CALL_PARSERS
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from envhub.agents.base import AgentRunner
     from envhub.clients.remote import SessionTransport
     from envhub.policies.endpoints import RoutingMode
     from envhub.policies.openai_compat import TokenIdMode
     from envhub.protocol import EnvironmentClient
+    from envhub.rollout.episode import TurnLoop
     from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
     from envhub.trajectory import Trajectory
@@ -300,11 +300,11 @@ def rollout_command(
         tool_parser=tool_parser,
     )  # fmt: skip
     try:
-        external: AgentRunner | None = None
+        turn_loop: TurnLoop | None = None
         if agent is not None:
-            from envhub.agents import make_agent
+            from envhub.agents import AgentLoop, make_agent
 
-            external = make_agent(agent, pass_env=agent_env or ())
+            turn_loop = AgentLoop(make_agent(agent, pass_env=agent_env or ()))
         elif agent_env:
             raise _fail("--agent-env passes variables to a 'command:' agent: give --agent too")
         chosen = make_policy(
@@ -326,7 +326,7 @@ def rollout_command(
                 success_threshold=success_threshold, max_masked_fraction=max_masked_fraction,
                 max_consecutive_masked=max_consecutive_masked or None,
                 gc_threshold=gc_threshold, on_result=on_result, on_plan=on_plan,
-                tasks_from=tasks_from, agent=external, metrics_port=metrics_port,
+                tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
             )  # fmt: skip
 
         result = run_async(

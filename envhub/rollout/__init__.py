@@ -3,7 +3,9 @@
 - :func:`run` (async) and :func:`run_sync` (blocking) are ``envhub rollout`` as a Python
   call: environment or client, policy, tasks, group size, concurrency, optional output
   file and time limit, in; summary (and the trajectories, without a file) out.
-- :class:`EpisodeRunner` runs one episode (policy <-> session) into a ``Trajectory``.
+- :class:`EpisodeRunner` runs one episode into a ``Trajectory``; its :class:`TurnLoop`
+  plays the turns (:class:`PolicyLoop`, policy <-> session, by default), recording them
+  in an :class:`EpisodeRecord` and raising :class:`ModelFailure` for a model error.
 - :func:`dispatch` keeps ``concurrency`` episodes in flight with no batch barrier;
   :func:`run_rollout` is the file-backed, resumable run behind ``envhub rollout``.
 - :func:`stream` hands completed groups to a trainer loop (back-pressure, staleness).
@@ -19,8 +21,12 @@ from envhub.rollout.check import check_tasks as check_tasks
 from envhub.rollout.dispatcher import dispatch as dispatch
 from envhub.rollout.dispatcher import plan_episodes as plan_episodes
 from envhub.rollout.dispatcher import run_rollout as run_rollout
+from envhub.rollout.episode import EpisodeRecord as EpisodeRecord
 from envhub.rollout.episode import EpisodeRunner as EpisodeRunner
 from envhub.rollout.episode import EpisodeSpec as EpisodeSpec
+from envhub.rollout.episode import ModelFailure as ModelFailure
+from envhub.rollout.episode import PolicyLoop as PolicyLoop
+from envhub.rollout.episode import TurnLoop as TurnLoop
 from envhub.rollout.run import RolloutResult as RolloutResult
 from envhub.rollout.run import run as run
 from envhub.rollout.run import run_sync as run_sync
@@ -36,12 +42,16 @@ __all__ = [
     "CheckFailure",
     "CheckReport",
     "CircuitBreaker",
+    "EpisodeRecord",
     "EpisodeRunner",
     "EpisodeSpec",
     "Group",
+    "ModelFailure",
+    "PolicyLoop",
     "RolloutResult",
     "RolloutStream",
     "RunSummary",
+    "TurnLoop",
     "check_tasks",
     "dispatch",
     "pass_at_k",

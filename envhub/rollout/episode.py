@@ -18,6 +18,12 @@ An environment may answer a final answer with a user turn (``StepResult.user_mes
 observations in the conversation and the episode goes on; a tool list the step changed
 (``StepResult.tools``) is what the next model calls are offered, recorded on the first
 turn that saw it (:attr:`~envhub.trajectory.Turn.tools`).
+
+What plays the turns is the runner's :class:`TurnLoop`: :class:`PolicyLoop` (the policy
+and the session in alternation) by default, :class:`envhub.agents.AgentLoop` for an
+external agent framework, or any object with the protocol's two methods. The runner owns
+the rest (session, retries, masking, the trajectory's shared fields), so every loop gets
+``--resume``, the circuit breaker and the summary.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
 from envhub.policies.base import (
@@ -63,7 +69,15 @@ from envhub.types import CloseResult, Message
 if TYPE_CHECKING:
     from envhub.rollout.metrics import RolloutMetrics
 
-__all__ = ["EpisodeRunner", "EpisodeSpec", "record_turn"]
+__all__ = [
+    "EpisodeRecord",
+    "EpisodeRunner",
+    "EpisodeSpec",
+    "ModelFailure",
+    "PolicyLoop",
+    "TurnLoop",
+    "record_turn",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +89,18 @@ class EpisodeSpec:
     group_id: str
 
 
-class _PolicyFailure(Exception):
-    """A model error that ends the episode without an episode retry."""
+class ModelFailure(Exception):
+    """Raised by a :class:`TurnLoop` for a model error (its ``__cause__``: the policy's
+    or model server's error, after their own retries): the runner ends the episode at
+    once, masked with ``stop_reason="model_error"``, without an episode retry. It never
+    leaves the runner."""
 
 
 @dataclass
-class _Record:
-    """What one attempt has gathered so far (kept when the attempt fails, for the mask)."""
+class EpisodeRecord:
+    """What one attempt has gathered so far (kept when the attempt fails, for the mask).
+    A :class:`TurnLoop` finds the session's opening ``messages`` and ``tools`` here and
+    adds the episode's turns (:func:`record_turn`), messages and timings."""
 
     trajectory_id: str
     retried_errors: dict[str, int]
@@ -94,6 +113,33 @@ class _Record:
     env_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+
+class TurnLoop(Protocol):
+    """What plays one attempt of an episode, between the session's opening and its close.
+
+    :meth:`check` runs once, when the runner is built: it raises
+    :class:`~envhub.errors.InvalidRequest` for a policy this loop cannot drive, before
+    any episode runs. :meth:`play` plays the opened ``session``: ``record`` holds its
+    opening messages and tools, and the loop records the turns it plays there. It
+    returns ``None`` when the session ended the episode, or its own stop reason
+    (``"max_turns"``: the runner's cap; ``"context_length"``: the conversation outgrew
+    the model's context); it raises :class:`ModelFailure` for a model error (masked, not
+    retried) and anything else for an environment failure (retried on a fresh session,
+    then masked). ``runner`` gives the loop the policy, the turn cap, the weight version
+    (``policy_version()``), the gate (:meth:`EpisodeRunner.generate`), task lookup
+    (:meth:`EpisodeRunner.task`) and the metrics.
+    """
+
+    def check(self, policy: Policy) -> None: ...
+
+    async def play(
+        self,
+        runner: EpisodeRunner,
+        spec: EpisodeSpec,
+        record: EpisodeRecord,
+        session: SessionHandle,
+    ) -> str | None: ...
 
 
 class EpisodeRunner:
@@ -110,6 +156,8 @@ class EpisodeRunner:
     ``gate`` (set by a stream that updates weights) holds every model call while an
     update runs; an episode whose call an ``abort-and-drop`` update ended raises
     :class:`~envhub.policies.gate.GenerationDropped` out of :meth:`run`.
+    ``turn_loop`` plays each episode's turns (default: :class:`PolicyLoop`); it checks
+    ``policy`` here.
     """
 
     def __init__(
@@ -125,7 +173,10 @@ class EpisodeRunner:
         task_of: Callable[[str], Task | None] | None = None,
         tasks_from: EnvironmentClient | None = None,
         metrics: RolloutMetrics | None = None,
+        turn_loop: TurnLoop | None = None,
     ) -> None:
+        self.turn_loop = turn_loop or PolicyLoop()
+        self.turn_loop.check(policy)
         self.env = env
         self.policy = policy
         self.env_ref = None if env_version is None else EnvRef(name=env.name, version=env_version)
@@ -166,12 +217,12 @@ class EpisodeRunner:
         retried: dict[str, int] = {}  # error kinds of the attempts that failed and ran again
         while True:
             attempt += 1
-            record = _Record(trajectory_id, retried)
+            record = EpisodeRecord(trajectory_id, retried)
             try:
                 return await self._attempt(spec, record, attempt, started)
             except GenerationDropped:
                 raise  # not a failure: the stream discards the episode and counts it
-            except _PolicyFailure as failure:
+            except ModelFailure as failure:
                 cause = failure.__cause__
                 kind = cause.code if isinstance(cause, EnvhubError) else "internal"
                 return self._masked(
@@ -195,7 +246,7 @@ class EpisodeRunner:
                     version = (await self.env.info()).version
                     self.env_ref = EnvRef(name=self.env.name, version=version)
 
-    async def _task(self, task_id: str) -> Task | None:
+    async def task(self, task_id: str) -> Task | None:
         """The whole task for the policy, where the transport gives it."""
         if self.task_of is not None:
             return self.task_of(task_id)
@@ -208,7 +259,7 @@ class EpisodeRunner:
             return None
 
     async def _attempt(
-        self, spec: EpisodeSpec, record: _Record, attempt: int, started: float
+        self, spec: EpisodeSpec, record: EpisodeRecord, attempt: int, started: float
     ) -> Trajectory:
         env_started = time.perf_counter()
         session = await self.env.open(spec.task_id, session_id=f"{record.trajectory_id}-{attempt}")
@@ -216,7 +267,7 @@ class EpisodeRunner:
         try:
             record.messages, record.tools = await _first_messages(session)
             record.env_s += time.perf_counter() - env_started
-            stop_override = await self._loop(spec, record, session)
+            stop_override = await self.turn_loop.play(self, spec, record, session)
             env_started = time.perf_counter()
             closed: CloseResult = await session.close()
             record.env_s += time.perf_counter() - env_started
@@ -242,70 +293,7 @@ class EpisodeRunner:
             ),
         )
 
-    async def _loop(self, spec: EpisodeSpec, record: _Record, session: SessionHandle) -> str | None:
-        """Alternate model and environment until the session ends; returns ``"max_turns"``
-        when this runner's own turn cap (not the session's budget) stopped the episode, or
-        ``"context_length"`` when the conversation outgrew the model's context."""
-        task = await self._task(spec.task_id)
-        previous_ids: list[int] | None = None
-        tools = record.tools  # in force: the start's, until a user turn changes them
-        changed_tools: list[dict[str, Any]] | None = None  # recorded on the next turn
-        turn = 0
-        while True:
-            if self.max_turns is not None and turn >= self.max_turns:
-                return "max_turns"
-            request = GenerateRequest(
-                messages=record.messages,
-                tools=tools,
-                turn=turn,
-                task_id=spec.task_id,
-                sample_index=spec.sample_index,
-                task=task,
-                episode_id=record.trajectory_id,
-                group_id=spec.group_id,
-            )
-            if self.gate is not None:
-                await self.gate.wait_open()  # no new generation during a weight update
-            version = self.policy_version()
-            call_started = time.perf_counter()
-            try:
-                completion = await self._generate(request)
-            except ContextLengthExceeded as exc:
-                if turn == 0:
-                    raise _PolicyFailure(f"the first prompt does not fit: {exc}") from exc
-                return "context_length"
-            except PolicyError as exc:
-                raise _PolicyFailure(f"{type(exc).__name__}: {exc}") from exc
-            except GenerationDropped:
-                raise
-            except Exception as exc:
-                raise _PolicyFailure(f"policy bug: {type(exc).__name__}: {exc}") from exc
-            previous_ids = record_turn(
-                record, completion, previous_ids, message_index=len(record.messages),
-                latency_s=time.perf_counter() - call_started, policy_version=version,
-                tools=changed_tools,
-            )  # fmt: skip
-            changed_tools = None
-            record.messages.append(completion.to_message())
-            env_started = time.perf_counter()
-            result = await session.step(
-                completion.tool_calls,
-                content=completion.content,
-                request_id=f"{record.trajectory_id}-t{turn}",
-            )
-            step_s = time.perf_counter() - env_started
-            record.env_s += step_s
-            if self.metrics is not None:
-                self.metrics.env_step(step_s)
-            record.messages.extend(o.to_message() for o in result.observations)
-            record.messages.extend(result.user_messages)  # a user turn: the episode goes on
-            if result.tools is not None:
-                tools = changed_tools = list(result.tools)
-            turn += 1
-            if result.done:
-                return None
-
-    async def _generate(self, request: GenerateRequest) -> Completion:
+    async def generate(self, request: GenerateRequest) -> Completion:
         """The policy's completion. Under a gate, a policy that does not pass its requests
         through it (not :class:`~envhub.policies.gate.GateAware`) is gated here, one whole
         call at a time: an update waits for the call or cancels it, and a cancelled call
@@ -321,7 +309,7 @@ class EpisodeRunner:
     def _masked(
         self,
         spec: EpisodeSpec,
-        record: _Record,
+        record: EpisodeRecord,
         attempt: int,
         started: float,
         stop_reason: str,
@@ -343,7 +331,7 @@ class EpisodeRunner:
         )
 
     def _trajectory(
-        self, spec: EpisodeSpec, record: _Record, started: float, **outcome: Any
+        self, spec: EpisodeSpec, record: EpisodeRecord, started: float, **outcome: Any
     ) -> Trajectory:
         """The fields every trajectory shares, plus this episode's ``outcome``."""
         return Trajectory(
@@ -367,8 +355,85 @@ class EpisodeRunner:
         )
 
 
+class PolicyLoop:
+    """The default :class:`TurnLoop`: the runner's policy and the session in
+    alternation, one model call and one step per turn, until the session ends."""
+
+    def check(self, policy: Policy) -> None:
+        """Any policy plays this loop."""
+
+    async def play(
+        self,
+        runner: EpisodeRunner,
+        spec: EpisodeSpec,
+        record: EpisodeRecord,
+        session: SessionHandle,
+    ) -> str | None:
+        """Alternate model and environment until the session ends; returns ``"max_turns"``
+        when the runner's own turn cap (not the session's budget) stopped the episode, or
+        ``"context_length"`` when the conversation outgrew the model's context."""
+        task = await runner.task(spec.task_id)
+        previous_ids: list[int] | None = None
+        tools = record.tools  # in force: the start's, until a user turn changes them
+        changed_tools: list[dict[str, Any]] | None = None  # recorded on the next turn
+        turn = 0
+        while True:
+            if runner.max_turns is not None and turn >= runner.max_turns:
+                return "max_turns"
+            request = GenerateRequest(
+                messages=record.messages,
+                tools=tools,
+                turn=turn,
+                task_id=spec.task_id,
+                sample_index=spec.sample_index,
+                task=task,
+                episode_id=record.trajectory_id,
+                group_id=spec.group_id,
+            )
+            if runner.gate is not None:
+                await runner.gate.wait_open()  # no new generation during a weight update
+            version = runner.policy_version()
+            call_started = time.perf_counter()
+            try:
+                completion = await runner.generate(request)
+            except ContextLengthExceeded as exc:
+                if turn == 0:
+                    raise ModelFailure(f"the first prompt does not fit: {exc}") from exc
+                return "context_length"
+            except PolicyError as exc:
+                raise ModelFailure(f"{type(exc).__name__}: {exc}") from exc
+            except GenerationDropped:
+                raise
+            except Exception as exc:
+                raise ModelFailure(f"policy bug: {type(exc).__name__}: {exc}") from exc
+            previous_ids = record_turn(
+                record, completion, previous_ids, message_index=len(record.messages),
+                latency_s=time.perf_counter() - call_started, policy_version=version,
+                tools=changed_tools,
+            )  # fmt: skip
+            changed_tools = None
+            record.messages.append(completion.to_message())
+            env_started = time.perf_counter()
+            result = await session.step(
+                completion.tool_calls,
+                content=completion.content,
+                request_id=f"{record.trajectory_id}-t{turn}",
+            )
+            step_s = time.perf_counter() - env_started
+            record.env_s += step_s
+            if runner.metrics is not None:
+                runner.metrics.env_step(step_s)
+            record.messages.extend(o.to_message() for o in result.observations)
+            record.messages.extend(result.user_messages)  # a user turn: the episode goes on
+            if result.tools is not None:
+                tools = changed_tools = list(result.tools)
+            turn += 1
+            if result.done:
+                return None
+
+
 def record_turn(
-    record: _Record,
+    record: EpisodeRecord,
     completion: Completion,
     previous_ids: list[int] | None,
     *,
@@ -414,7 +479,7 @@ def record_turn(
     return prompt_ids + completion_ids
 
 
-def _timings(record: _Record, started: float) -> Timings:
+def _timings(record: EpisodeRecord, started: float) -> Timings:
     return Timings(llm_s=record.llm_s, env_s=record.env_s, total_s=time.perf_counter() - started)
 
 

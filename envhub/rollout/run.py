@@ -32,13 +32,12 @@ from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
 from envhub.rollout.dispatcher import run_rollout
-from envhub.rollout.episode import EpisodeRunner
+from envhub.rollout.episode import EpisodeRunner, TurnLoop
 from envhub.rollout.summary import RunSummary
 from envhub.rollout.tasks import select_task_ids
 from envhub.trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from envhub.agents.base import AgentRunner
     from envhub.rollout.metrics import RolloutMetrics
 
 __all__ = ["DEFAULT_MAX_MASKED_FRACTION", "RolloutResult", "run", "run_sync"]
@@ -79,7 +78,7 @@ async def run(
     on_result: Callable[[Trajectory], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
     tasks_from: EnvironmentClient | None = None,
-    agent: AgentRunner | None = None,
+    turn_loop: TurnLoop | None = None,
     metrics_port: int | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
@@ -104,8 +103,10 @@ async def run(
     (``envhub.make(name, **options)``), so ``--policy reference`` can replay gold actions
     against remote replicas. The caller owns it too.
 
-    ``agent``: an external agent framework plays each episode instead of the policy loop
-    (:mod:`envhub.agents`; ``policy`` is then the endpoints its capture proxy forwards to).
+    ``turn_loop``: what plays each episode's turns (:class:`~envhub.rollout.episode.TurnLoop`;
+    default: the policy loop). ``turn_loop=envhub.agents.AgentLoop(agent)``: an external
+    agent framework plays them (``policy`` is then the endpoints its capture proxy
+    forwards to).
 
     ``metrics_port``: serve the run's Prometheus metrics on ``127.0.0.1:PORT/metrics``
     while it runs (:mod:`envhub.rollout.metrics`); the exposition stops when the call
@@ -120,12 +121,7 @@ async def run(
         from envhub.rollout.metrics import RolloutMetrics
 
         metrics = RolloutMetrics(metrics_port)
-    make_runner: Callable[..., EpisodeRunner] = EpisodeRunner
-    if agent is not None:
-        from envhub.agents.agent_loop import AgentEpisodeRunner
-
-        make_runner = functools.partial(AgentEpisodeRunner, agent=agent)
-    runner = make_runner(
+    runner = EpisodeRunner(
         env,
         policy,
         env_version=(await env.info()).version,
@@ -134,6 +130,7 @@ async def run(
         policy_version=lambda: policy_version,
         tasks_from=tasks_from,
         metrics=metrics,
+        turn_loop=turn_loop,
     )
     kept: list[Trajectory] | None = [] if output is None else None
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import envhub
-from envhub.agents import OpenAIAgentsRunner
+from envhub.agents import AgentLoop, OpenAIAgentsRunner
 from envhub.cli.llama_server import MODEL_NAME, llama_cpp_available, local_llm_server
 from envhub.policies import OpenAIPolicy, SamplingParams
 from envhub.rollout import run
@@ -41,8 +41,9 @@ async def test_openai_agents_on_the_local_llm(tmp_path: Path) -> None:
             request_timeout_s=120,
         )
         try:
-            result = await run(env, policy, ["calc-0-00000"], agent=OpenAIAgentsRunner(),
-                               max_turns=2, output=out)
+            result = await run(env, policy, ["calc-0-00000"],
+                               turn_loop=AgentLoop(OpenAIAgentsRunner()), max_turns=2,
+                               output=out)
         finally:
             await policy.aclose()
             await env.aclose()

@@ -19,6 +19,7 @@ import envhub.cli.rollout
 from envhub.agents import (
     AgentEpisode,
     AgentEpisodeRunner,
+    AgentLoop,
     CommandAgentRunner,
     OpenAIAgentsRunner,
     make_agent,
@@ -82,7 +83,7 @@ async def test_agent_solves_calc_through_proxy_and_mcp(
     policy = openai_policy(server.base_url, sampling=SamplingParams(temperature=0.6))
     try:  # two samples at once: each has its own session, MCP endpoint and proxy
         result = await run(calc, policy, [TASK_ID], group_size=2, concurrency=2,
-                           agent=make_agent("openai-agents"), policy_version=3)
+                           turn_loop=AgentLoop(make_agent("openai-agents")), policy_version=3)
     finally:
         await policy.aclose()
     assert result.trajectories is not None and len(result.trajectories) == 2
@@ -272,8 +273,9 @@ async def test_deadline_cancels_agent_episodes_cleanly(
     server = scripted(ScriptConfig(latency_s=30))
     policy = openai_policy(server.base_url)
     try:
-        result = await run(calc, policy, "train[0:3]", agent=OpenAIAgentsRunner(),
-                           concurrency=3, time_limit_s=0.5)
+        result = await run(calc, policy, "train[0:3]",
+                           turn_loop=AgentLoop(OpenAIAgentsRunner()), concurrency=3,
+                           time_limit_s=0.5)
     finally:
         await policy.aclose()
     assert result.summary.stopped == "deadline" and result.summary.missing == 3
