@@ -33,7 +33,7 @@ from envhub.errors import (
 from envhub.model_text import valid_text
 from envhub.protocol import ClosingOnExit
 from envhub.runtime.cleanup import record_cleanup_failure
-from envhub.runtime.validation import check_session_id, step_request
+from envhub.runtime.validation import check_session_id, step_calls
 from envhub.task import Task
 from envhub.tools import ToolSpec, parse_arguments
 from envhub.types import (
@@ -168,7 +168,7 @@ class Session(ClosingOnExit):
         :data:`~envhub.types.MAX_REQUEST_ID` characters) raises
         :class:`~envhub.errors.InvalidRequest` with the server's message and counts nothing.
         """
-        calls = [_valid_call(c) for c in step_request(tool_calls, content, request_id).tool_calls]
+        calls = [_valid_call(c) for c in step_calls(tool_calls, content, request_id)]
         content = None if content is None else valid_text(content)
         if request_id is not None and request_id in self._replies:
             return self._replies[request_id]

@@ -21,6 +21,7 @@ __all__ = [
     "check_session_id",
     "invalid_request",
     "malformed_json",
+    "step_calls",
     "step_request",
     "validation_message",
 ]
@@ -68,15 +69,16 @@ def check_session_id(session_id: str) -> None:
         raise invalid_request(exc, "session_id") from None
 
 
-def step_request(
+def step_calls(
     tool_calls: Sequence[ToolCall | dict[str, Any]],
     content: str | None,
     request_id: str | None,
-) -> StepRequest:
-    """One assistant turn as the server's wire model, refused as the server refuses it
+) -> list[ToolCall]:
+    """One assistant turn's calls, the turn checked by the server's wire model
+    (:class:`~envhub.types.StepRequest`) and refused as the server refuses it
     (:class:`~envhub.errors.InvalidRequest`, its wording). A turn of :class:`ToolCall`
-    objects with a text and ``request_id`` that fit, which the model cannot refuse, is
-    built without validating again: the hot path of every transport's ``step``."""
+    objects with a text and ``request_id`` that fit, which the model cannot refuse, skips
+    the model: the hot path of every transport's ``step``."""
     typed = [c for c in tool_calls if isinstance(c, ToolCall)]
     if (
         len(typed) == len(tool_calls)
@@ -84,10 +86,22 @@ def step_request(
         and (request_id is None or (isinstance(request_id, str)
                                     and len(request_id) <= MAX_REQUEST_ID))
     ):
-        return StepRequest.model_construct(tool_calls=typed, content=content, request_id=request_id)
+        return typed
     try:
-        return StepRequest.model_validate(
+        turn = StepRequest.model_validate(
             {"tool_calls": tool_calls, "content": content, "request_id": request_id}
         )
     except ValidationError as exc:
         raise invalid_request(exc) from None
+    return turn.tool_calls
+
+
+def step_request(
+    tool_calls: Sequence[ToolCall | dict[str, Any]],
+    content: str | None,
+    request_id: str | None,
+) -> StepRequest:
+    """The turn as a :class:`~envhub.types.StepRequest` to send, checked by
+    :func:`step_calls` (so it is built without validating twice)."""
+    calls = step_calls(tool_calls, content, request_id)
+    return StepRequest.model_construct(tool_calls=calls, content=content, request_id=request_id)
