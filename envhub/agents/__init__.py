@@ -7,7 +7,8 @@ session and writes a normal trajectory whose turns are the agent's model calls w
 server's token ids, and which records every tool call the session ran.
 
 - :class:`AgentRunner` / :class:`AgentEpisode`: the hook a framework implements
-  (:mod:`envhub.agents.base`); :func:`make_agent` builds one from an ``--agent`` value.
+  (:mod:`envhub.agents.base`); :func:`make_agent` builds one from an ``--agent`` value
+  (:mod:`envhub.agents.factory`).
 - :class:`OpenAIAgentsRunner`: the OpenAI Agents SDK (``pip install 'envhub[agents]'``).
 - :class:`CommandAgentRunner`: a child process per episode (any framework, own venv).
 - :class:`CaptureProxy`: the per-episode OpenAI-compatible recorder.
@@ -24,11 +25,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from envhub.agents.base import AGENTS as AGENTS
 from envhub.agents.base import AgentCrashed as AgentCrashed
 from envhub.agents.base import AgentEpisode as AgentEpisode
 from envhub.agents.base import AgentRunner as AgentRunner
-from envhub.agents.base import make_agent as make_agent
+from envhub.agents.command import CommandAgentRunner as CommandAgentRunner
+from envhub.agents.factory import AGENTS as AGENTS
+from envhub.agents.factory import make_agent as make_agent
 
 __all__ = [
     "AGENTS",
@@ -49,7 +51,6 @@ _LAZY = {
     "AgentLoop": "envhub.agents.agent_loop",
     "CaptureProxy": "envhub.agents.proxy",
     "CapturedCall": "envhub.agents.proxy",
-    "CommandAgentRunner": "envhub.agents.command",
     "OpenAIAgentsRunner": "envhub.agents.openai_agents",
 }
 

@@ -10,21 +10,20 @@ model's outcome and get scored); raise when the agent could not run (the framewo
 crashed, the MCP endpoint was unreachable): the episode is then retried and, if it keeps
 failing, masked. Model-server failures need no handling: the proxy records them and the
 episode is masked whatever the agent does with the error it gets.
+
+This module is the contract only; building a runner from an ``--agent`` value is
+:mod:`envhub.agents.factory`'s, which knows the implementations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from envhub.errors import EnvhubError, InvalidRequest
-from envhub.registry import PluginKind, load_plugin
+from envhub.errors import EnvhubError
 from envhub.types import Message
 
-__all__ = ["AGENTS", "AgentCrashed", "AgentEpisode", "AgentRunner", "make_agent"]
-
-COMMAND_PREFIX = "command:"
+__all__ = ["AgentCrashed", "AgentEpisode", "AgentRunner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,35 +63,8 @@ class AgentRunner(Protocol):
     async def run(self, episode: AgentEpisode) -> None: ...
 
 
-AGENTS: PluginKind[Callable[[], AgentRunner]] = PluginKind(
-    "envhub.agents", "agent", hint="or command:ARGV (a child process per episode)"
-)
-"""The ``envhub.agents`` entry-point group: runner classes (built with no arguments) by
-``--agent`` name; ``openai-agents`` is envhub's own. ``command:ARGV`` runs a child
-process per episode (:mod:`envhub.agents.command`)."""
-
-
 class AgentCrashed(EnvhubError):
     """The agent could not run the episode (its framework raised, or it never called the
     model through the proxy): an infrastructure failure, retried then masked."""
 
     code = "agent_error"
-
-
-def make_agent(kind: str, *, pass_env: Sequence[str] = ()) -> AgentRunner:
-    """The runner for an ``--agent`` value: a name in :data:`AGENTS`, ``module:Class`` (built
-    with no arguments) or ``command:ARGV`` (a shell-quoted command line), whose child also
-    gets the variables of envhub's environment that ``pass_env`` names (``--agent-env``)."""
-    if kind.startswith(COMMAND_PREFIX):
-        from envhub.agents.command import CommandAgentRunner
-
-        return CommandAgentRunner(kind[len(COMMAND_PREFIX) :], pass_env=pass_env)
-    if pass_env:
-        raise InvalidRequest(
-            f"--agent-env passes variables to a command: agent's child; agent {kind!r} "
-            "runs in envhub's own process"
-        )
-    runner = load_plugin(AGENTS, kind)()
-    if not isinstance(runner, AgentRunner):
-        raise InvalidRequest(f"agent {kind!r} does not implement envhub.agents.AgentRunner")
-    return runner

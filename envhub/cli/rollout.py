@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD
-from envhub.agents.base import AGENTS
+from envhub.agents.factory import AGENTS
 from envhub.cli._app import app
 from envhub.cli.options import (
     EnvArgOption,
