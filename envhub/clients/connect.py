@@ -188,7 +188,7 @@ def _fleet(
     """The replicas of ``env`` in the fleet whose Ray head (GCS) is at ``address``, the
     address ``envhub fleet up --address`` took (joining the cluster happens here)."""
     try:
-        from envhub.fleet import FleetEnvironment
+        from envhub.clients.fleet import FleetEnvironment
     except ImportError as exc:
         raise InvalidRequest(
             f"a ray:// fleet needs Ray ({exc.name} is missing): pip install 'envhub[ray]'"
