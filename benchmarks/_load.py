@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -61,12 +60,6 @@ async def drive(open_session: OpenSession, concurrency: int, steps: int,
     await asyncio.gather(*(_episodes(open_session, steps, deadline, run, i)
                            for i in range(concurrency)))
     return run, time.perf_counter() - started
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:

@@ -35,23 +35,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-from _load import free_port
 from _scripted_model import load_note
 
 import envhub
+from envhub._util.net import free_port, wait_for_http
 from envhub.clients.remote import RemoteEnvironment
 from envhub.fleet import PooledEnvironment
 from envhub.policies.base import Completion, GenerateRequest
@@ -60,112 +55,35 @@ from envhub.protocol import EnvironmentClient
 from envhub.rollout import run
 from envhub.rollout.runtime import run_async
 
+if TYPE_CHECKING:
+    from envhub.fleet.local_cluster import LocalRayCluster
+
 NAMESPACE = "envhub-bench"
 _CLI = "import envhub.cli.serve; from envhub.cli._app import app; app()"
 
 
 # -- a local Ray cluster (only without --address) --------------------------------------------
 
-
-def _ray_port() -> int:
-    """A free port outside Ray's default worker-port range (10002-19999)."""
-    while not 20000 <= (port := free_port()) < 60000:
-        pass
-    return port
-
-
-class LocalRayCluster:
-    """A head and two worker nodes started with ``ray start`` on 127.0.0.1 (only without
-    ``--address``). Each worker offers ``SLOT`` (a custom resource) for the node-failure
-    fleet; :meth:`kill_worker` SIGKILLs a worker's raylet and everything under it, as a
-    machine failure would."""
-
-    def __init__(self, temp_dir: str, address: str) -> None:
-        self.temp_dir = temp_dir
-        self.address = address
-        self.worker_ports: dict[str, int] = {}  # worker node id -> its raylet's port
-
-    def processes(self, root_flag: str | None = None) -> list[Any]:
-        """This cluster's processes (those whose command line names its temp dir, or
-        ``root_flag``) and their descendants."""
-        import psutil
-
-        flag = root_flag or self.temp_dir
-        found = {p.pid: p for p in psutil.process_iter(["cmdline"])
-                 if any(flag in arg for arg in p.info["cmdline"] or [])}
-        for proc in list(found.values()):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                found.update({c.pid: c for c in proc.children(recursive=True)})
-        return list(found.values())
-
-    def kill_worker(self, node_id: str) -> None:
-        import psutil
-
-        doomed = self.processes(f"--node_manager_port={self.worker_ports[node_id]}")
-        for proc in doomed:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-        psutil.wait_procs(doomed, timeout=10)
-
-
 SLOT = "bench_slot"
 
 
 @contextlib.contextmanager
-def local_ray_cluster(head_cpus: int, worker_cpus: int) -> Iterator[LocalRayCluster]:
-    """Start the cluster; teardown kills the processes started under its temp dir (and
-    their children), never ``ray stop``, which would stop every Ray cluster here."""
-    import psutil
+def bench_cluster(head_cpus: int, worker_cpus: int) -> Iterator[LocalRayCluster]:
+    """A head and two worker nodes on 127.0.0.1, each worker offering ``SLOT`` (a custom
+    resource) for the node-failure fleet; only this cluster's processes are removed."""
+    from envhub.fleet.local_cluster import local_ray_cluster
 
-    ray_cli = str(Path(sys.executable).with_name("ray"))
-    port = _ray_port()
-    cluster = LocalRayCluster(tempfile.mkdtemp(prefix="ehb-ray-"), f"127.0.0.1:{port}")
-    quiet = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
-             "RAY_prestart_worker_first_driver": "0"}
-    head = ["--head", "--port", str(port), "--include-dashboard=false", "--temp-dir",
-            cluster.temp_dir, "--num-cpus", str(head_cpus)]
-    worker = ["--address", cluster.address, "--num-cpus", str(worker_cpus),
-              "--resources", json.dumps({SLOT: 2})]
-    try:
-        for args in (head, worker, worker):
-            manager_port = _ray_port()
-            done = subprocess.run(
-                [ray_cli, "start", *args, "--node-ip-address", "127.0.0.1",
-                 "--disable-usage-stats", "--node-manager-port", str(manager_port),
-                 "--dashboard-agent-listen-port", str(_ray_port())],
-                env=quiet, capture_output=True, text=True, timeout=180,
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"ray start failed:\n{done.stdout}\n{done.stderr}")
-            if args is worker:
-                cluster.worker_ports[_node_id(cluster.address, manager_port)] = manager_port
+    with local_ray_cluster(head_cpus=head_cpus, namespace=NAMESPACE) as cluster:
+        for name in ("worker-1", "worker-2"):
+            cluster.add_worker(name, num_cpus=worker_cpus, resources={SLOT: 2})
         yield cluster
-    finally:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        ours = cluster.processes()
-        for proc in ours:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.kill()
-        psutil.wait_procs(ours, timeout=10)
-        shutil.rmtree(cluster.temp_dir, ignore_errors=True)
 
 
-def _node_id(address: str, manager_port: int) -> str:
-    import ray
-
-    from envhub.fleet.ray_fleet import connect
-
-    connect(address, NAMESPACE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for node in ray.nodes():
-            if node["NodeManagerPort"] == manager_port and node["Alive"]:
-                return str(node["NodeID"])
-        time.sleep(0.5)
-    raise SystemExit(f"no Ray node with raylet port {manager_port} came up")
+def kill_node_of(cluster: LocalRayCluster, node_id: str) -> None:
+    """SIGKILL the raylet of node ``node_id`` and everything under it, as a machine
+    failure would; returns once they are dead (Ray notices the node is gone in ~3 s)."""
+    name = next(node.name for node in cluster.nodes.values() if node.node_id == node_id)
+    cluster.kill_node(name, wait_dead=False)
 
 
 @contextlib.contextmanager
@@ -177,14 +95,9 @@ def serve_process() -> Iterator[str]:
                              "--episode-timeout", "86400", "--log-level", "warning"],
                             env={**os.environ, "ENVHUB_TOKEN": ""})
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("envhub serve did not start")
-            time.sleep(0.1)
+        if not wait_for_http(f"{url}/health", timeout_s=120,
+                             gone=lambda: proc.poll() is not None):  # fmt: skip
+            raise SystemExit("envhub serve did not start")
         yield url
     finally:
         proc.terminate()
@@ -400,7 +313,7 @@ async def with_ray(args: argparse.Namespace, local: EnvironmentClient, task_ids:
                 print("\n3b. failover: the worker node of replica calc-0 killed (raylet and "
                       "its processes SIGKILLed) under a rollout over 2 replicas")
                 await failover(args.address, fleet_env, local, task_ids, args.concurrency,
-                               lambda: cluster.kill_worker(home["calc-0"]))
+                               lambda: kill_node_of(cluster, home["calc-0"]))
             finally:
                 await fleet_env.aclose()
     if args.up_replicas:
@@ -460,7 +373,7 @@ def main() -> None:
         run_async(main_async(args))
         return
     cpus = max(8, args.replicas, int(args.up_replicas * args.up_replica_cpus) + 1)
-    with local_ray_cluster(head_cpus=cpus // 2, worker_cpus=cpus // 4) as cluster:
+    with bench_cluster(head_cpus=cpus // 2, worker_cpus=cpus // 4) as cluster:
         args.address = cluster.address
         print(f"local Ray cluster at {cluster.address} (head + 2 worker nodes)")
         run_async(main_async(args, cluster))

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -176,33 +174,20 @@ class Replica:
         self, host: str, env_id: str, options: dict[str, Any], serve: dict[str, Any]
     ) -> None:
         """Serve the app from this process, on a thread, at a free port of ``host``."""
-        import uvicorn
-
+        from envhub._util.asgi import ServerThread
+        from envhub._util.gc_tuning import gc_tuned_for_throughput
         from envhub.server import build_app, raise_open_files_limit
 
         app = build_app([env_id], [options], host=host, **serve)
         (self.env,) = app.state.store.envs
         raise_open_files_limit()
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, 0))
-        self._url = f"http://{host}:{self._socket.getsockname()[1]}"
         max_sessions = int(serve.get("max_sessions", 4096))
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                app, log_level="warning", access_log=False, lifespan="on",
-                backlog=max(2048, min(max_sessions, 65535)), timeout_keep_alive=30,
-            )
-        )  # fmt: skip
-        self._thread = threading.Thread(
-            target=self._serve, name=f"envhub-replica-{self.replica_id}", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"replica {self.replica_id}: the {env_id} server did not start")
-            time.sleep(0.02)
+        self._server = ServerThread(
+            app, host=host, name=f"envhub-replica-{self.replica_id}",
+            run_in=gc_tuned_for_throughput, backlog=max(2048, min(max_sessions, 65535)),
+            timeout_keep_alive=30,
+        ).start(_STARTUP_TIMEOUT_S)  # fmt: skip
+        self._url = self._server.url
 
     def _start_container(
         self, host: str, options: dict[str, Any], serve: dict[str, Any], namespace: str
@@ -224,12 +209,6 @@ class Replica:
                                            os.getpid()),
             timeout=_STARTUP_TIMEOUT_S,
         )  # fmt: skip
-
-    def _serve(self) -> None:
-        from envhub._util.gc_tuning import gc_tuned_for_throughput
-
-        with gc_tuned_for_throughput():
-            self._server.run(sockets=[self._socket])
 
     def _announce(self, registry: Any) -> None:
         while not self._stopping.wait(_ANNOUNCE_S):
@@ -254,9 +233,7 @@ class Replica:
         if self._container is not None:
             self._container.stop()
             return True
-        self._server.should_exit = True
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+        return self._server.stop(timeout_s)
 
 
 ReplicaActor = ray.remote(Replica)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections import Counter
 from typing import Any
 
@@ -20,8 +19,9 @@ if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray 
 import envhub
 from envhub.clients.fleet import FleetEnvironment
 from envhub.fleet.control import fleet_down, fleet_status, fleet_up
+from envhub.fleet.local_cluster import LocalRayCluster
 from envhub.rollout import run
-from tests.fleet.conftest import RayCluster
+from envhub.sandboxes.docker_cli import run_docker
 from tests.fleet.holding import HoldAtSecondTurn
 from tests.fleet.polling import server_down, wait_for
 from tests.images.conftest import docker_problem
@@ -30,22 +30,17 @@ NS = "test-fleet-containers"
 TOKEN = "fleet-container-token"
 
 
-def _docker(*args: str) -> str:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout
-
-
 def _containers() -> dict[str, str]:
     """``{replica id: container id}`` of this test's namespace."""
-    out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=envhub.fleet.namespace={NS}",
-         "--format", '{{.ID}} {{.Label "envhub.fleet.replica"}}'],
-        capture_output=True, text=True, check=True,
+    out = run_docker(
+        "ps", "-a", "--filter", f"label=envhub.fleet.namespace={NS}",
+        "--format", '{{.ID}} {{.Label "envhub.fleet.replica"}}', check=True,
     ).stdout  # fmt: skip
     return {rid: cid for cid, rid in (line.split() for line in out.splitlines())}
 
 
 async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
-    ray_cluster: RayCluster,
+    ray_cluster: LocalRayCluster,
 ) -> None:
     if (problem := docker_problem()) is not None:
         pytest.skip(problem)
@@ -62,7 +57,7 @@ async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
         containers = _containers()
         assert set(containers) == {"calc-0", "calc-1"}
         for rid, cid in containers.items():  # the registered URL is the container's port
-            port = _docker("port", cid, "8000").split(":")[-1].strip()
+            port = run_docker("port", cid, "8000", check=True).stdout.split(":")[-1].strip()
             assert placed[rid].url.endswith(f":{port}")
         victim = placed["calc-0"]
 
@@ -74,7 +69,7 @@ async def test_a_killed_container_is_replaced_and_its_episodes_run_again(
             states = {s.url: s for s in await fleet.replica_states()}
             open_on_victim = states[victim.url].open_sessions
             assert open_on_victim, states
-            await asyncio.to_thread(_docker, "kill", containers["calc-0"])
+            await asyncio.to_thread(run_docker, "kill", containers["calc-0"], check=True)
             await wait_for("the victim's container is gone", lambda: server_down(victim.url))
             policy.released.set()
             return int(open_on_victim)

@@ -33,10 +33,10 @@ from envhub.fleet.control import (
     fleet_status,
     fleet_up,
 )
+from envhub.fleet.local_cluster import LocalRayCluster
 from envhub.policies.reference import ReferencePolicy
 from envhub.rollout import run
 from envhub.trajectory import read_records
-from tests.fleet.conftest import RayCluster
 from tests.fleet.holding import HoldAtSecondTurn
 from tests.fleet.polling import server_down, wait_for
 
@@ -63,7 +63,7 @@ ROLLOUT_NS = "test-fleet-rollout"
 
 
 @pytest.fixture(scope="module")
-def calc_sql_fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
+def calc_sql_fleet(ray_cluster: LocalRayCluster) -> Iterator[list[ReplicaRecord]]:
     records = fleet_up(ray_cluster.address, {"calc": 4, "sql": 2}, namespace=ROLLOUT_NS,
                        resources={"num_cpus": 0.5}, insecure=True)
     try:
@@ -73,7 +73,7 @@ def calc_sql_fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
 
 
 def test_cli_rollout_of_400_calc_episodes_over_the_fleet(
-    ray_cluster: RayCluster, calc_sql_fleet: list[ReplicaRecord], tmp_path: Path
+    ray_cluster: LocalRayCluster, calc_sql_fleet: list[ReplicaRecord], tmp_path: Path
 ) -> None:
     output = tmp_path / "calc.jsonl"
     done = subprocess.run(
@@ -95,7 +95,7 @@ def test_cli_rollout_of_400_calc_episodes_over_the_fleet(
 
 
 async def test_python_rollout_of_400_sql_episodes_over_the_fleet(
-    ray_cluster: RayCluster, calc_sql_fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, calc_sql_fleet: list[ReplicaRecord]
 ) -> None:
     local = envhub.make("sql")
     fleet = FleetEnvironment(ray_cluster.address, "sql", namespace=ROLLOUT_NS, seed=11)
@@ -114,7 +114,7 @@ async def test_python_rollout_of_400_sql_episodes_over_the_fleet(
 
 
 async def test_a_thousand_sessions_spread_evenly_over_four_fleet_replicas(
-    ray_cluster: RayCluster, calc_sql_fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, calc_sql_fleet: list[ReplicaRecord]
 ) -> None:
     fleet = FleetEnvironment(ray_cluster.address, "calc", namespace=ROLLOUT_NS,
                              transport="http", seed=3)
@@ -140,7 +140,7 @@ FAILOVER_SLOT = "failover_slot"  # a custom resource only this test's two nodes 
 
 
 @pytest.fixture(scope="module")
-def failover_nodes(ray_cluster: RayCluster) -> list[str]:
+def failover_nodes(ray_cluster: LocalRayCluster) -> list[str]:
     """Two worker nodes of this module's own (the session's cluster keeps its nodes for
     the other tests), each with room for both replicas, so the survivor can take the
     dead node's replica when Ray restarts it."""
@@ -152,7 +152,7 @@ def failover_nodes(ray_cluster: RayCluster) -> list[str]:
 
 @pytest.fixture
 def failover_fleet(
-    ray_cluster: RayCluster, failover_nodes: list[str]
+    ray_cluster: LocalRayCluster, failover_nodes: list[str]
 ) -> Iterator[list[ReplicaRecord]]:
     records = fleet_up(ray_cluster.address, {"calc": 2}, namespace=FAILOVER_NS,
                        resources={"num_cpus": 0.5, FAILOVER_SLOT: 1}, max_restarts=3,
@@ -171,7 +171,7 @@ async def local_calc() -> AsyncIterator[Any]:
 
 
 async def test_a_node_killed_mid_rollout_loses_no_episode_and_its_replica_comes_back(
-    ray_cluster: RayCluster, failover_nodes: list[str],
+    ray_cluster: LocalRayCluster, failover_nodes: list[str],
     failover_fleet: list[ReplicaRecord], local_calc: Any,
 ) -> None:
     node_names = {ray_cluster.nodes[name].node_id: name for name in failover_nodes}

@@ -35,11 +35,11 @@ from envhub.fleet.control import (
     fleet_status,
     fleet_up,
 )
+from envhub.fleet.local_cluster import LocalRayCluster
 from envhub.fleet.ray_actors import REGISTRY_NAME, replica_actor_name
 from envhub.sandboxes.local import DIR_PREFIX as LOCAL_DIR_PREFIX
-from envhub.testing import call_tool
+from envhub.testing import call_tool, free_port
 from envhub.testing.conformance import CHECKS, check_client_conformance
-from tests.fleet.conftest import RayCluster, free_port
 
 SQL_NEEDS = {"sql": {"sandbox_slots": 1}}
 TOKEN = "fleet-secret"
@@ -88,7 +88,7 @@ def _pid_gone(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
+def fleet(ray_cluster: LocalRayCluster) -> Iterator[list[ReplicaRecord]]:
     """calc x3 and sql x1 (sql needs a sandbox slot, which only worker-2 has)."""
     records = fleet_up(
         ray_cluster.address, {"calc": 3, "sql": 1}, namespace="fleet-test",
@@ -101,7 +101,7 @@ def fleet(ray_cluster: RayCluster) -> Iterator[list[ReplicaRecord]]:
 
 
 def test_up_spreads_replicas_over_nodes_and_places_by_resource(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     assert sorted(r.replica_id for r in fleet) == ["calc-0", "calc-1", "calc-2", "sql-0"]
     calc_nodes = {r.node_id for r in fleet if r.env == "calc"}
@@ -112,7 +112,7 @@ def test_up_spreads_replicas_over_nodes_and_places_by_resource(
 
 
 def test_status_lists_every_replica_healthy(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     statuses = fleet_status(ray_cluster.address, "fleet-test")
     by_id = {s.replica_id: s for s in statuses}
@@ -126,7 +126,7 @@ def test_status_lists_every_replica_healthy(
 
 
 async def test_fleet_environment_runs_sessions_on_the_replicas(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     calc_urls = {r.replica_id for r in fleet if r.env == "calc"}
     async with FleetEnvironment(ray_cluster.address, "calc", namespace="fleet-test",
@@ -148,7 +148,7 @@ async def test_fleet_environment_runs_sessions_on_the_replicas(
 
 
 async def test_connect_reaches_the_fleet_by_its_ray_address(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     """``envhub.connect("ray://HOST:PORT", env)`` is the fleet's client, what
     ``envhub rollout --env-fleet`` opens."""
@@ -175,7 +175,7 @@ def _wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 90.0) 
 
 
 def test_a_killed_replica_restarts_under_its_id_at_a_new_url(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     victim = next(r for r in fleet if r.env == "calc")
     os.kill(victim.pid, signal.SIGKILL)  # the actor's process, as the OOM killer would
@@ -197,7 +197,7 @@ def test_a_killed_replica_restarts_under_its_id_at_a_new_url(
 
 @pytest.mark.parametrize("env_name", ["calc", "sql"])
 async def test_fleet_environment_passes_the_client_conformance_suite(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord], env_name: str
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord], env_name: str
 ) -> None:
     async with FleetEnvironment(ray_cluster.address, env_name, namespace="fleet-test",
                                 token=TOKEN) as env:  # fmt: skip
@@ -206,7 +206,7 @@ async def test_fleet_environment_passes_the_client_conformance_suite(
 
 
 async def test_a_restarted_replica_reaps_the_sandboxes_of_its_dead_process(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     (sql,) = [r for r in fleet if r.env == "sql"]
     async with FleetEnvironment(ray_cluster.address, "sql", namespace="fleet-test",
@@ -230,7 +230,7 @@ async def test_a_restarted_replica_reaps_the_sandboxes_of_its_dead_process(
 
 
 def test_a_killed_registry_restarts_and_the_replicas_fill_it_again(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     def listed() -> dict[str, tuple[str, int]]:
         try:
@@ -249,7 +249,7 @@ def test_a_killed_registry_restarts_and_the_replicas_fill_it_again(
     assert _actor_pid(registry) not in (0, old_pid)  # a new registry process
 
 
-def test_up_without_a_token_is_refused_before_anything_starts(ray_cluster: RayCluster) -> None:
+def test_up_without_a_token_is_refused_before_anything_starts(ray_cluster: LocalRayCluster) -> None:
     """The library refuses an open fleet as the CLI does, unless asked for one."""
     for serve in (None, {"token": None}, {"token": ""}, {"max_sessions": 8}):
         with pytest.raises(FleetError, match=r"without a token.*insecure=True"):
@@ -258,14 +258,14 @@ def test_up_without_a_token_is_refused_before_anything_starts(ray_cluster: RayCl
 
 
 def test_up_refuses_a_second_fleet_in_the_namespace(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     with pytest.raises(FleetError, match="already runs in namespace 'fleet-test'"):
         fleet_up(ray_cluster.address, {"calc": 1}, namespace="fleet-test", insecure=True)
 
 
 def test_up_with_a_resource_no_node_has_fails_before_starting_anything(
-    ray_cluster: RayCluster,
+    ray_cluster: LocalRayCluster,
 ) -> None:
     with pytest.raises(FleetError, match="no node of the cluster can hold a calc replica"):
         fleet_up(ray_cluster.address, {"calc": 1}, namespace="no-fit",
@@ -280,7 +280,7 @@ def test_up_with_a_resource_no_node_has_fails_before_starting_anything(
 
 
 def test_up_on_a_cluster_too_small_fails_in_bounded_time_and_leaves_nothing(
-    ray_cluster: RayCluster,
+    ray_cluster: LocalRayCluster,
 ) -> None:
     # 3 CPUs each: one fits on each 4-CPU worker, the other three wait for room
     with pytest.raises(FleetError, match=r"not up within 5s \(it needs \{'CPU': 3\.0\}"):
@@ -290,7 +290,7 @@ def test_up_on_a_cluster_too_small_fails_in_bounded_time_and_leaves_nothing(
 
 
 def test_up_with_a_replica_that_cannot_start_says_why_and_leaves_nothing(
-    ray_cluster: RayCluster,
+    ray_cluster: LocalRayCluster,
 ) -> None:
     with pytest.raises(FleetError, match=r"calc-0 failed to start: .*no_such_option"):
         fleet_up(ray_cluster.address, {"calc": 1}, namespace="bad-option",
@@ -300,7 +300,7 @@ def test_up_with_a_replica_that_cannot_start_says_why_and_leaves_nothing(
 
 
 def test_no_cluster_at_the_address_is_a_fleet_error_at_once(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     nowhere = f"127.0.0.1:{free_port()}"
     for attempt in (
@@ -320,7 +320,7 @@ def test_no_cluster_at_the_address_is_a_fleet_error_at_once(
                 join_cluster(wrong, timeout_s=2.0)
 
 
-def test_a_namespace_without_a_fleet_is_a_fleet_error(ray_cluster: RayCluster) -> None:
+def test_a_namespace_without_a_fleet_is_a_fleet_error(ray_cluster: LocalRayCluster) -> None:
     for attempt in (
         lambda: fleet_status(ray_cluster.address, "nobody-here"),
         lambda: fleet_down(ray_cluster.address, "nobody-here"),
@@ -330,7 +330,7 @@ def test_a_namespace_without_a_fleet_is_a_fleet_error(ray_cluster: RayCluster) -
 
 
 async def test_an_environment_without_replicas_fails_fast(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     async with FleetEnvironment(ray_cluster.address, "search", namespace="fleet-test") as env:
         with pytest.raises(FleetError, match="no replica of search"):
@@ -340,7 +340,7 @@ async def test_an_environment_without_replicas_fails_fast(
 
 
 async def test_down_leaves_no_actor_process_or_port(
-    ray_cluster: RayCluster, fleet: list[ReplicaRecord]
+    ray_cluster: LocalRayCluster, fleet: list[ReplicaRecord]
 ) -> None:
     before = fleet_status(ray_cluster.address, "fleet-test")
     names = {REGISTRY_NAME} | {replica_actor_name(s.replica_id) for s in before}
@@ -362,7 +362,7 @@ async def test_down_leaves_no_actor_process_or_port(
         assert _pid_gone(status.pid) and _port_closed(status.url)
 
 
-def test_cli_up_status_down(ray_cluster: RayCluster) -> None:
+def test_cli_up_status_down(ray_cluster: LocalRayCluster) -> None:
     def envhub(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "envhub.cli", "fleet", *args, "--address",
@@ -388,7 +388,7 @@ def test_cli_up_status_down(ray_cluster: RayCluster) -> None:
     assert "Traceback" not in gone.stderr
 
 
-def test_a_replica_of_a_dead_node_restarts_on_another_node(ray_cluster: RayCluster) -> None:
+def test_a_replica_of_a_dead_node_restarts_on_another_node(ray_cluster: LocalRayCluster) -> None:
     # SPREAD is best effort (under load it doubles up), so a custom resource that only the
     # doomed node has puts the replica there; a second node with it joins once the replica
     # is up, as an autoscaler's replacement would, and is where the restart must land
