@@ -77,38 +77,50 @@ def _blocked() -> set[str]:
 
 @functools.lru_cache(maxsize=8)
 def _installed(path: tuple[str, ...]) -> EntryPoints:
-    """Every installed entry point. Reading all distributions' metadata costs
-    milliseconds, and environments resolve their sandbox backend each time one is built,
-    so it is read once per ``sys.path`` (``path`` is only the cache key: a distribution
-    put on the path, as tests do, is seen)."""
+    """Every installed entry point, read once per ``sys.path`` (``path`` is only the
+    cache key: a distribution put on the path, as tests do, is seen)."""
     # entry_points() with no argument is Python 3.10/3.11's SelectableGroups, or 3.12's
-    # EntryPoints; select() works on both and scans nothing again
+    # EntryPoints; select() works on both and reads no metadata again
     return cast("EntryPoints", entry_points().select())
 
 
-def _entry_points(kind: PluginKind[Any]) -> dict[str, EntryPoint]:
-    """``kind``'s entry points by name, blocked ones left out; the first of a name wins
-    (distributions in ``sys.path`` order). envhub's own come first, in the order of its
-    ``pyproject.toml``, then the plugins' by name, so that listings read the same
-    wherever the plugins are installed."""
+@dataclass(frozen=True)
+class _Found:
+    """An installed entry point with its distribution's name and version (``None``: an
+    entry point outside any distribution)."""
+
+    ep: EntryPoint
+    distribution: str | None
+    version: str | None
+
+
+@functools.lru_cache(maxsize=64)
+def _group(group: str, path: tuple[str, ...]) -> tuple[_Found, ...]:
+    """``group``'s entry points by name (as setuptools writes them, whatever order
+    ``pyproject.toml`` gives), the first of a name winning (distributions in ``sys.path``
+    order). Cached: environments resolve their sandbox backend each time one is built,
+    and reading metadata costs milliseconds."""
+    found: dict[str, _Found] = {}
+    for ep in _installed(path).select(group=group):
+        if ep.name not in found:
+            dist = getattr(ep, "dist", None)
+            found[ep.name] = (
+                _Found(ep, str(dist.metadata["Name"]), dist.version)
+                if dist is not None
+                else _Found(ep, None, None)
+            )
+    return tuple(found[name] for name in sorted(found))
+
+
+def _entry_points(kind: PluginKind[Any]) -> dict[str, _Found]:
+    """``kind``'s entry points by name, blocked ones left out."""
     blocked = _blocked()
-    found: dict[str, EntryPoint] = {}
-    for ep in _installed(tuple(sys.path)).select(group=kind.group):
-        if ep.name not in blocked:
-            found.setdefault(ep.name, ep)
-    own = [name for name, ep in found.items() if _distribution(ep) == "envhub"]
-    others = sorted(set(found) - set(own))
-    return {name: found[name] for name in [*own, *others]}
-
-
-def _distribution(ep: EntryPoint) -> str | None:
-    dist = getattr(ep, "dist", None)
-    return str(dist.metadata["Name"]) if dist is not None else None
+    return {f.ep.name: f for f in _group(kind.group, tuple(sys.path)) if f.ep.name not in blocked}
 
 
 def plugin_names(kind: PluginKind[Any]) -> list[str]:
-    """The names installed distributions register in ``kind``'s group, from metadata only
-    (nothing is imported): envhub's own first, then the plugins' by name."""
+    """The names installed distributions register in ``kind``'s group, sorted, from
+    metadata only (nothing is imported)."""
     return list(_entry_points(kind))
 
 
@@ -140,7 +152,7 @@ def load_plugin(kind: PluginKind[T], name: str) -> T:
             f"unknown {kind.noun} {name!r}; choose one of {known}, or a module:Name "
             f"(plugins register names in the {kind.group} entry-point group){hint}"
         )
-    return _import(kind, name, found[name], _distribution(found[name]))
+    return _import(kind, name, found[name].ep, found[name].distribution)
 
 
 def _environment_class(obj: object, where: str) -> type[Environment]:
@@ -168,14 +180,8 @@ def discover_environments() -> dict[str, EnvSpec]:
     """Installed plugins by name, from entry-point metadata only: no plugin is imported,
     so this is fast and a broken plugin still shows up (see :mod:`envhub.clients.describe`)."""
     specs: dict[str, EnvSpec] = {}
-    for name, ep in _entry_points(ENVIRONMENTS).items():
-        dist = getattr(ep, "dist", None)
-        specs[name] = EnvSpec(
-            name=name,
-            entry_point=ep.value,
-            distribution=_distribution(ep),
-            version=dist.version if dist is not None else None,
-        )
+    for name, found in _entry_points(ENVIRONMENTS).items():
+        specs[name] = EnvSpec(name, found.ep.value, found.distribution, found.version)
     return specs
 
 

@@ -110,11 +110,11 @@ def test_a_plugin_policy_runs_from_the_cli(site: Path, tmp_path: Path) -> None:
     assert {t.model for t in trajectories} == {"tiny:m1:0.5"}  # the typed config reached it
     assert [t.reward for t in trajectories] == [1.0] * 4
     help_text = envhub_cli(site, "rollout", "--help").stdout
-    assert "openai|tito|litellm|reference|tiny" in help_text
-    assert "local|bwrap|docker|tiny" in help_text
+    assert "litellm|openai|reference|tiny|tito" in help_text
+    assert "bwrap|docker|local|tiny" in help_text
     unknown = envhub_cli(site, "rollout", "calc", "--policy", "nope", "-o", str(out))
     assert unknown.returncode == 2
-    assert "unknown policy 'nope'; choose one of openai, tito, litellm, reference, tiny" in (
+    assert "unknown policy 'nope'; choose one of litellm, openai, reference, tiny, tito" in (
         " ".join(unknown.stderr.split())
     )
 
@@ -141,8 +141,8 @@ def test_in_process_names_come_from_the_entry_points(
 ) -> None:
     assert "tiny" not in policy_names() and "tiny" not in backend_names()
     monkeypatch.syspath_prepend(str(site))
-    assert policy_names() == ["openai", "tito", "litellm", "reference", "tiny"]
-    assert backend_names() == ["local", "bwrap", "docker", "tiny"]
+    assert policy_names() == ["litellm", "openai", "reference", "tiny", "tito"]
+    assert backend_names() == ["bwrap", "docker", "local", "tiny"]
     assert resolve_backend(" TINY ") == "tiny"
     sandbox = make_sandbox(SandboxSpec(), "tiny")
     assert type(sandbox).__name__ == "LoggedSandbox"
@@ -155,7 +155,7 @@ def test_in_process_names_come_from_the_entry_points(
 
 def test_every_kind_lists_envhubs_own_and_takes_module_names() -> None:
     assert plugin_names(AGENTS) == ["openai-agents"]
-    assert plugin_names(TITO_BACKENDS) == ["llama.cpp", "vllm", "sglang"]
+    assert plugin_names(TITO_BACKENDS) == ["llama.cpp", "sglang", "vllm"]
     assert plugin_names(TOOL_CALL_PARSERS) == ["hermes", "llama3_json"]
     assert load_plugin(POLICIES, "envhub.policies.reference:ReferencePolicy.from_config")
     with pytest.raises(InvalidRequest, match=r"policy 'no\.such:Policy' failed to import"):

@@ -34,7 +34,7 @@ def test_unknown_names_are_refused_wherever_they_come_from(
     monkeypatch.setenv("ENVHUB_SANDBOX", "vm")
     with pytest.raises(InvalidRequest, match="'vm'"):
         resolve_backend(None, default=None)
-    assert backend_names() == ["local", "bwrap", "docker"]
+    assert backend_names() == ["bwrap", "docker", "local"]
 
 
 @pytest.mark.parametrize("variable", [None, "bwrap"])

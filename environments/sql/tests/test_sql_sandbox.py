@@ -47,5 +47,5 @@ def test_gold_scores_one_in_a_sandbox() -> None:
 
 
 def test_unknown_sandbox_backend_is_a_clear_error() -> None:
-    with pytest.raises(InvalidRequest, match="'vm'; choose one of local, bwrap, docker"):
+    with pytest.raises(InvalidRequest, match="'vm'; choose one of bwrap, docker, local"):
         envhub.make("sql", sandbox="vm")
