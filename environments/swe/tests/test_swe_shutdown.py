@@ -25,7 +25,7 @@ from envhub.cli import app
 from envhub.sandboxes.docker import LABEL
 from envhub.sandboxes.docker_cli import run_docker
 from envhub.sandboxes.local import DIR_PREFIX
-from envhub.testing import free_port
+from envhub.testing import free_port, wait_for_http
 
 POOL_SIZE = 2
 
@@ -47,9 +47,15 @@ def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen[bytes]) -> Non
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if proc.poll() is not None or time.monotonic() > deadline:
-            output = proc.stdout.read().decode() if proc.stdout else ""
-            pytest.fail(f"gave up waiting (server exit code {proc.returncode}):\n{output}")
+            _give_up(proc)
         time.sleep(0.2)
+
+
+def _give_up(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    output = proc.stdout.read().decode() if proc.stdout else ""
+    pytest.fail(f"gave up waiting (server exit code {proc.wait()}):\n{output}")
 
 
 @pytest.mark.parametrize(
@@ -75,13 +81,8 @@ def test_stopping_the_server_releases_the_warm_pool(
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{url}/health").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        _wait_for(healthy, 120, proc)
+        if not wait_for_http(f"{url}/health", timeout_s=120, gone=lambda: proc.poll() is not None):
+            _give_up(proc)
         created = httpx.post(
             f"{url}/v1/sessions", json={"env": "swe", "task_id": ci_task_ids[0]}, timeout=300
         )
