@@ -185,7 +185,7 @@ class TimedReference(ReferencePolicy):
 @contextlib.asynccontextmanager
 async def fleet(address: str, replicas: int, resources: dict[str, float]
                 ) -> AsyncIterator[list[Any]]:
-    from envhub.fleet.ray_fleet import fleet_down, fleet_up
+    from envhub.fleet.control import fleet_down, fleet_up
 
     records = await asyncio.to_thread(fleet_up, address, {"calc": replicas},
                                       namespace=NAMESPACE, resources=resources,
@@ -201,7 +201,7 @@ async def failover(address: str, fleet_env: EnvironmentClient, local: Environmen
                    task_ids: list[str], concurrency: int, kill: Callable[[], None]) -> None:
     """``kill()`` (replica calc-0's process or node) once a quarter of the episodes have
     ended; time the retries of the episodes it held and calc-0's restart."""
-    from envhub.fleet.ray_fleet import fleet_status
+    from envhub.fleet.control import fleet_status
 
     policy = TimedReference()
     killed_at: list[float] = []
@@ -241,7 +241,7 @@ async def failover(address: str, fleet_env: EnvironmentClient, local: Environmen
 
 
 async def fleet_up_time(address: str, replicas: int, cpus: float) -> None:
-    from envhub.fleet.ray_fleet import fleet_down, fleet_up
+    from envhub.fleet.control import fleet_down, fleet_up
 
     started = time.perf_counter()
     records = await asyncio.to_thread(fleet_up, address, {"calc": replicas},
@@ -267,9 +267,9 @@ def _kill_replica(replica_id: str) -> None:
 
 async def with_ray(args: argparse.Namespace, local: EnvironmentClient, task_ids: list[str],
                    cluster: LocalRayCluster | None) -> None:
-    from envhub.fleet.ray_fleet import FleetEnvironment, connect
+    from envhub.clients.fleet import FleetEnvironment, join_cluster
 
-    connect(args.address, NAMESPACE)
+    join_cluster(args.address, NAMESPACE)
     async with fleet(args.address, 1, {"num_cpus": args.replica_cpus}) as (record,):
         direct = RemoteEnvironment(record.url, "calc")
         fleet_env = FleetEnvironment(args.address, "calc", namespace=NAMESPACE)
