@@ -20,9 +20,9 @@ One run measures, on one machine:
 4. **Fleet up** of ``--up-replicas`` (8) replicas: seconds until all answer ``/health``,
    and the ``fleet down`` after it.
 
-Without ``--address`` the script starts its own local Ray cluster (a head and one worker
-node, dashboard off, 127.0.0.1, a private temp dir) and removes it at the end, killing
-only its own processes. ``--no-ray`` measures item 1 only, with a 1-URL
+Without ``--address`` the script starts its own local Ray cluster (a head and two worker
+nodes, :mod:`envhub.fleet.local_cluster`, as the fleet tests do) and removes it at the
+end, killing only its own processes. ``--no-ray`` measures item 1 only, with a 1-URL
 ``PooledEnvironment`` in place of the fleet (the same balancer, no Ray).
 
     .venv/bin/python benchmarks/fleet_overhead.py
@@ -35,10 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -46,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 from _scripted_model import load_note
 
 import envhub
-from envhub._util.net import free_port, wait_for_http
 from envhub.clients.remote import RemoteEnvironment
 from envhub.fleet import PooledEnvironment
 from envhub.policies.base import Completion, GenerateRequest
@@ -54,12 +50,12 @@ from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout import run
 from envhub.rollout.runtime import run_async
+from envhub.testing import serve_in_subprocess
 
 if TYPE_CHECKING:
     from envhub.fleet.local_cluster import LocalRayCluster
 
 NAMESPACE = "envhub-bench"
-_CLI = "import envhub.cli.serve; from envhub.cli._app import app; app()"
 
 
 # -- a local Ray cluster (only without --address) --------------------------------------------
@@ -84,24 +80,6 @@ def kill_node_of(cluster: LocalRayCluster, node_id: str) -> None:
     failure would; returns once they are dead (Ray notices the node is gone in ~3 s)."""
     name = next(node.name for node in cluster.nodes.values() if node.node_id == node_id)
     cluster.kill_node(name, wait_dead=False)
-
-
-@contextlib.contextmanager
-def serve_process() -> Iterator[str]:
-    """``envhub serve calc`` in a subprocess (``--no-ray``); yields its URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-c", _CLI, "serve", "calc", "--port", str(port),
-                             "--episode-timeout", "86400", "--log-level", "warning"],
-                            env={**os.environ, "ENVHUB_TOKEN": ""})
-    try:
-        if not wait_for_http(f"{url}/health", timeout_s=120,
-                             gone=lambda: proc.poll() is not None):  # fmt: skip
-            raise SystemExit("envhub serve did not start")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 # -- measuring --------------------------------------------------------------------------------
@@ -323,7 +301,7 @@ async def with_ray(args: argparse.Namespace, local: EnvironmentClient, task_ids:
 
 async def without_ray(args: argparse.Namespace, local: EnvironmentClient,
                       task_ids: list[str]) -> None:
-    with serve_process() as url:
+    with serve_in_subprocess("calc", "--episode-timeout", "86400") as url:
         direct = RemoteEnvironment(url, "calc")
         pool = PooledEnvironment([url], "calc")
         try:
