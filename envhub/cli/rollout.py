@@ -36,6 +36,7 @@ from envhub.cli.targets import (
 )
 from envhub.errors import EnvhubError, RolloutFailed
 from envhub.policies.factory import POLICIES, TITO_BACKENDS
+from envhub.registry import EXPORTERS
 from envhub.tokens.tool_call_parsers import TOOL_CALL_PARSERS
 
 if TYPE_CHECKING:
@@ -489,7 +490,8 @@ async def _check(
 def export_command(
     file: Annotated[Path, typer.Argument(help="trajectory JSONL file written by envhub rollout")],
     format: Annotated[
-        str, typer.Option("--format", help="parquet | jsonl | a plugin's format (bfcl)")
+        str, typer.Option("--format", help="parquet|jsonl, or a plugin's format: "
+                          f"{plugin_choices(EXPORTERS) or 'none installed'}")
     ] = "parquet",
     output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
 ) -> None:
