@@ -47,7 +47,8 @@ async def test_calc_episode_scores_its_gold_answer(http: httpx.AsyncClient) -> N
               "function": {"name": "calculate", "arguments": '{"expression": "6*7"}'}}
     result = await step(http, sid, nested)
     assert result["observations"] == [
-        {"tool_call_id": "n1", "name": "calculate", "content": "42", "is_error": False}
+        {"tool_call_id": "n1", "name": "calculate", "content": "42", "is_error": False,
+         "truncated": False}
     ]
     assert not result["done"]
     for i, gold in enumerate(task.gold_actions):
@@ -80,7 +81,8 @@ async def test_tool_failures_become_observations_and_the_session_goes_on(
     assert [o["is_error"] for o in result["observations"]] == [True, True, True]
     result = await step(http, sid, call("echo", '{"text": "still here"}'))
     assert result["observations"][0] == {"tool_call_id": "c1", "name": "echo",
-                                         "content": "still here", "is_error": False}
+                                         "content": "still here", "is_error": False,
+                                         "truncated": False}
     info = (await http.get(f"/v1/sessions/{sid}")).json()
     assert info["metrics"]["tool_errors"] == 6
     assert info["metrics"]["errors_by_kind"] == {
