@@ -98,7 +98,10 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
     client this adapter connected, never a ready one it was given.
     """
 
-    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium's own convention
+    # "ansi" renders the transcript as text; nothing paces it, but gymnasium's passive
+    # checker warns on every render() without a rate, so declare the one its own text
+    # environments (FrozenLake, Taxi) use
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012 - gymnasium's convention
 
     def __init__(
         self,

@@ -29,6 +29,20 @@ def test_check_env_passes() -> None:
     env.close()
 
 
+def test_render_through_gymnasium_warns_nothing() -> None:
+    """``gymnasium.make`` wraps the env in the passive checker, which warned on every
+    ``render()`` while the metadata declared no ``render_fps``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = gymnasium.make("envhub/calc-v0", render_mode="ansi")
+        env.reset(seed=0, options={"task_id": "calc-0-00001"})
+        env.step("12")
+        assert "[assistant] 12" in env.render()
+        env.close()
+    assert [str(w.message) for w in caught] == []
+    assert env.metadata["render_fps"] > 0
+
+
 def test_episode_through_gymnasium() -> None:
     env = gymnasium.make("envhub/calc-v0", render_mode="ansi")
     obs, info = env.reset(seed=0, options={"task_id": "calc-0-00001"})
