@@ -98,13 +98,35 @@ def test_ids_need_no_import_where_gymnasium_loads_plugins(tmp_path: Path) -> Non
         "env = gymnasium.make('envhub/calc-v0')\n"
         "obs, info = env.reset(seed=0, options={'task_id': 'calc-0-00001'})\n"
         "print(info['task_id'], json.loads(obs)[-1]['role'])\n"
+        "print(gymnasium.make('envhub.gym:envhub/calc-v0').reset(seed=0)[1]['task_id'][:5])\n"
     )
     out = subprocess.run(  # cwd: not the checkout, whose envhub.egg-info has entry points too
         [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["calc-0-00001", "user"]
+    assert out.stdout.split() == ["calc-0-00001", "user", "calc-"]
+
+
+def test_gymnasium_1_needs_the_module_prefix(tmp_path: Path) -> None:
+    """What the README tells gymnasium 1.x users: the plain id is unknown in a fresh
+    interpreter (1.0 dropped plugin loading), the ``envhub.gym:`` prefixed one works."""
+    if hasattr(gymnasium.envs.registration, "load_plugin_envs"):
+        pytest.skip(f"gymnasium {gymnasium.__version__} loads plugins")
+    code = (
+        "import gymnasium\n"
+        "try:\n"
+        "    gymnasium.make('envhub/calc-v0')\n"
+        "except gymnasium.error.NamespaceNotFound as exc:\n"
+        "    print(type(exc).__name__)\n"
+        "env = gymnasium.make('envhub.gym:envhub/calc-v0')\n"
+        "print(env.reset(seed=0, options={'task_id': 'calc-0-00001'})[1]['task_id'])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["NamespaceNotFound", "calc-0-00001"]
 
 
 @pytest.mark.parametrize(
