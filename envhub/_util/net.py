@@ -3,7 +3,9 @@ server to answer.
 
 A server that binds its own port (a subprocess: ``envhub serve``, llama.cpp) is told a
 :func:`free_port`; one served from this process gets a :func:`bound_socket` instead, so
-nothing can take its port between choosing and binding. :func:`wait_for_http` is how every
+nothing can take its port between choosing and binding; one served by uvicorn's own
+``run`` is first probed with :func:`check_bindable`, so a busy port is reported before the
+server says where it serves. :func:`wait_for_http` is how every
 caller waits for a server it started to come up: it polls until a URL answers 200, its
 process dies, or time runs out, and leaves the error message to the caller, who knows
 what to quote (the server's output).
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["bound_socket", "free_port", "wait_for_http", "wait_for_http_async"]
+__all__ = ["bound_socket", "check_bindable", "free_port", "wait_for_http", "wait_for_http_async"]
 
 
 def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -33,6 +35,13 @@ def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raise the ``OSError`` that binding ``host:port`` raises now (``EADDRINUSE``: a server
+    listens there; a host that is not this machine's; a privileged port), with the same
+    socket options as uvicorn, which would find out only after it has started."""
+    bound_socket(host, port).close()
 
 
 def free_port(host: str = "127.0.0.1", *, low: int = 1, high: int = 65536) -> int:

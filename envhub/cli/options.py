@@ -1,14 +1,16 @@
 """Options shared by every command that takes an environment (``--env-arg KEY=VALUE``,
-``--sandbox``)."""
+``--sandbox``), and the check of a server command's ``--host``/``--port``."""
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
 
+from envhub._util.net import check_bindable
 from envhub.registry import PluginKind, plugin_names
 from envhub.sandboxes import SANDBOXES
 
@@ -19,6 +21,7 @@ __all__ = [
     "env_options",
     "parse_env_args",
     "plugin_choices",
+    "require_listenable",
 ]
 
 
@@ -26,6 +29,22 @@ def plugin_choices(kind: PluginKind[Any]) -> str:
     """``kind``'s installed names for a ``--help`` text, ``a|b|c`` (read from entry-point
     metadata once, when the command is defined; nothing is imported)."""
     return "|".join(plugin_names(kind))
+
+
+def require_listenable(host: str, port: int) -> None:
+    """Exit 2 (a usage error) with one line on stderr when a server cannot listen on
+    ``host:port`` now, before ``serve``/``view`` say where they serve: uvicorn would
+    print its own bind error only after that, and exit 3."""
+    try:
+        check_bindable(host, port)
+    except OSError as exc:
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            reason = f"{address} is in use (another server listens there); pass another --port"
+        else:
+            reason = f"cannot listen on {address}: {exc.strerror or exc}; check --host/--port"
+        typer.echo(f"error: {reason}", err=True)
+        raise typer.Exit(2) from None
 
 
 EnvArgOption = Annotated[

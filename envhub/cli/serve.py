@@ -18,6 +18,7 @@ from envhub.cli.options import (
     GcThresholdOption,
     SandboxBackendOption,
     env_options,
+    require_listenable,
 )
 from envhub.errors import EnvhubError
 
@@ -79,7 +80,8 @@ def serve(
     adds a Streamable HTTP MCP endpoint per environment (one MCP session = one episode).
     Requests must name a loopback name, HOST or an --allowed-host in Host (and in Origin,
     when a browser sends one); listening on 0.0.0.0 or :: without --allowed-host takes
-    any Host.
+    any Host. Exits 2 when HOST:PORT cannot be listened on (a port in use: pass another
+    --port), before it says it serves.
     """
     try:
         import uvicorn
@@ -108,6 +110,7 @@ def serve(
         raise typer.Exit(2) from None
     hosted = application.state.store.envs
     raise_open_files_limit()
+    require_listenable(host, port)
     typer.echo(
         f"envhub: serving {', '.join(hosted)} at http://{host}:{port}"
         f"{' (bearer token required)' if token else ''}",

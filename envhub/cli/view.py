@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from envhub.cli._app import app
+from envhub.cli.options import require_listenable
 from envhub.errors import EnvhubError
 from envhub.runtime.cache import cache_root
 
@@ -57,7 +58,10 @@ def view_command(
     success_threshold: ThresholdOption = 1.0,
 ) -> None:
     """Browse runs in a local web app: summaries, charts, filterable episodes, chats,
-    tokens, and run-vs-run comparison. Files still being written are followed live."""
+    tokens, and run-vs-run comparison. Files still being written are followed live.
+
+    Exits 2 when none of RUNS can be shown, or HOST:PORT cannot be listened on (a port in
+    use: pass another --port)."""
     try:
         import uvicorn
 
@@ -78,6 +82,7 @@ def view_command(
             )
     if all(entry.error is not None for entry in catalog.runs):
         raise _fail("none of the given files can be shown", "no_runs")
+    require_listenable(host, port)
     console.print(f"envhub view: http://{host}:{port}/  (Ctrl-C stops)")
     try:
         uvicorn.run(
