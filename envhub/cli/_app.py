@@ -21,6 +21,9 @@ app = typer.Typer(
     help="envhub: environments, servers, sandboxes and rollouts for agentic RL.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    # Help texts are plain text: rich markup would swallow "envhub[ray]" as a style tag.
+    # The root's mode reaches every sub-app and command.
+    rich_markup_mode=None,
 )
 
 

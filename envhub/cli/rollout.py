@@ -165,8 +165,12 @@ def rollout_command(
     group_size: Annotated[int, typer.Option(help="samples per task (a GRPO group)")] = 1,
     concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 64,
     max_turns: Annotated[int | None, typer.Option(help="assistant turns per episode")] = None,
-    temperature: Annotated[float, typer.Option()] = 1.0,
-    top_p: Annotated[float, typer.Option()] = 1.0,
+    temperature: Annotated[
+        float, typer.Option(help="sampling temperature sent with every model request")
+    ] = 1.0,
+    top_p: Annotated[
+        float, typer.Option(help="nucleus-sampling top_p sent with every model request")
+    ] = 1.0,
     max_tokens: Annotated[int | None, typer.Option(help="completion tokens per turn")] = None,
     resume: Annotated[
         bool, typer.Option(help="run the episodes OUTPUT has no scored record of (re-runs "
@@ -191,7 +195,14 @@ def rollout_command(
         str, typer.Option(help="with --env-url/--env-fleet: ws (pooled WebSockets) | http")
     ] = DEFAULT_ENV_TRANSPORT,
     env_token: EnvTokenOption = None,
-    api_key: Annotated[str | None, typer.Option(envvar="OPENAI_API_KEY", show_envvar=True)] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="OPENAI_API_KEY",
+            show_envvar=True,
+            help="key sent to the model server(s) as `Authorization: Bearer KEY`",
+        ),
+    ] = None,
     token_ids: Annotated[str, typer.Option(help="ask for token ids: auto | on | off")] = "auto",
     endpoint_concurrency: Annotated[
         int | None, typer.Option(help="cap on requests in flight per base URL")
@@ -493,7 +504,15 @@ def export_command(
         str, typer.Option("--format", help="parquet|jsonl, or a plugin's format: "
                           f"{plugin_choices(EXPORTERS) or 'none installed'}")
     ] = "parquet",
-    output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="file (a plugin's format: directory) to write; default: FILE with the "
+            "suffix .parquet, .export.jsonl or .FORMAT",
+        ),
+    ] = None,
 ) -> None:
     """Export trajectories for `datasets.load_dataset` (Parquet or clean JSONL), or in a
     benchmark's own result format that a plugin provides (`--format bfcl`: BFCL result
