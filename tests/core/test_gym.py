@@ -17,16 +17,60 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envhub
+import envhub.errors
 import envhub.gym
 
+# Options that keep each shipped plugin's check to about a second; a plugin not named
+# here (a new one) is checked with its defaults.
+_QUICK_OPTIONS: dict[str, dict[str, object]] = {
+    "reasoning_gym": {"datasets": "chain_sum", "size": 2},  # the default set loads ARC files
+    "mcp": {"task_set": "time-zones"},  # git-history first builds a repository (~15 s)
+    "web": {"mode": "text"},  # the shop's pages also render without JavaScript
+    "swe": {"sandbox": "local"},  # gymnasium's random actions call tools with no arguments
+}
+# Known failure: check_env's close check makes and closes a second env of the class, and
+# closing a LocalEnvironment releases the class's shared resources (aclose_shared) under
+# the first, whose swe sandbox is then gone before it is scored.
+_SHARED_CLOSE_BUG = pytest.mark.xfail(
+    strict=True, raises=envhub.errors.SandboxError,
+    reason="LocalEnvironment.aclose frees the class's sandbox pool under a live env",
+)
 
-def test_check_env_passes() -> None:
-    env = gymnasium.make("envhub/calc-v0").unwrapped
+
+def _chromium_problem(name: str) -> str | None:
+    """Why ``name`` cannot run here, for the one plugin that needs a browser."""
+    if name != "miniwob":
+        return None
+    from envhub_web.pool import find_chromium
+
+    if find_chromium() is not None or os.environ.get("ENVHUB_REQUIRE_CHROMIUM") == "1":
+        return None
+    return "miniwob needs Chromium (apt-get install -y chromium)"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[_SHARED_CLOSE_BUG] if name == "swe" else [])
+        for name in sorted(envhub.discover_environments())
+    ],
+)
+def test_check_env_passes_for_every_installed_plugin(name: str) -> None:
+    """gymnasium's own ``check_env`` (API, seeding determinism, spaces, render, close)
+    over every plugin installed beside envhub, through its registered id; the checker's
+    warnings (``WARN: ...``) and any raised from envhub's own code count as failures."""
+    if problem := _chromium_problem(name):
+        pytest.skip(problem)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        check_env(env, skip_render_check=False)
-    assert not [w for w in caught if "envhub" in str(w.filename)]
-    env.close()
+        options = _QUICK_OPTIONS.get(name, {})
+        env = gymnasium.make(f"envhub/{name}-v0", render_mode="ansi", **options)
+        try:
+            check_env(env.unwrapped, skip_render_check=False)
+        finally:
+            env.close()
+    ours = [w for w in caught if "WARN:" in str(w.message) or "envhub" in str(w.filename)]
+    assert [f"{w.filename}: {w.message}" for w in ours] == []
 
 
 def test_render_through_gymnasium_warns_nothing() -> None:
