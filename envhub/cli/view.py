@@ -75,12 +75,14 @@ def view_command(
     except EnvhubError as exc:
         raise _fail(str(exc), exc.code) from None
     catalog = Catalog(runs, cache_dir or cache_root("view"), success_threshold=success_threshold)
+    shown = 0
     for entry in catalog.runs:
-        if entry.error is not None:
-            console.print(
-                f"[yellow]warning[/yellow] ({entry.error.code}): {escape(str(entry.error))}"
-            )
-    if all(entry.error is not None for entry in catalog.runs):
+        try:
+            catalog.index(entry.number, refresh=False).require_trajectories(whole_file=False)
+            shown += 1
+        except EnvhubError as exc:
+            console.print(f"[yellow]warning[/yellow] ({exc.code}): {escape(str(exc))}")
+    if not shown:
         raise _fail("none of the given files can be shown", "no_runs")
     require_listenable(host, port)
     console.print(f"envhub view: http://{host}:{port}/  (Ctrl-C stops)")

@@ -323,6 +323,22 @@ class RunIndex:
             self._set_meta(**{f"memo:{key}": f"{version}\n{value}"})
         return value
 
+    def require_trajectories(self, *, whole_file: bool) -> None:
+        """Raise ``InvalidRequest`` (``no_trajectories``) when what was read holds no
+        trajectory: lines were read and none is one (a summary or a log given by mistake),
+        or, with ``whole_file`` (a report, which has read the file to its end), nothing was
+        there. ``envhub view`` and ``envhub report`` refuse such a file with this one
+        message; the viewer leaves an empty file be (a run that has just started)."""
+        state = self.state()
+        if state.episodes or not (state.problems or whole_file):
+            return
+        if state.problems:
+            first, lines = self.problems(1)[0], "line" if state.problems == 1 else "lines"
+            detail = f"in {state.problems} {lines} (line {first.line}: {first.message})"
+        else:
+            detail = "(only an unfinished line)" if state.pending_bytes else "(an empty file)"
+        raise InvalidRequest(f"{self.path}: no trajectories {detail}", code="no_trajectories")
+
     def problems(self, limit: int = 50) -> list[Problem]:
         with self._lock:
             rows = self._db.execute(

@@ -39,6 +39,7 @@ def write_report(
     catalog = Catalog([run_path], cache_dir, success_threshold=success_threshold)
     try:
         index = catalog.read_all(0)
+        index.require_trajectories(whole_file=True)
         context = pages.run_context(catalog, 0)
         decode = decoder or decode_ids
         scored = EpisodeFilter(masked=False)
