@@ -18,7 +18,7 @@ from envhub.environment import Environment
 from envhub.errors import InvalidRequest
 from envhub.protocol import OpeningSession
 from envhub.registry import discover_environments, load_environment_class
-from envhub.runtime.client_options import client_option_schemas
+from envhub.runtime.client_options import client_option_schemas, validate_operator_options
 from envhub.runtime.session import Session
 from envhub.task import Task, TaskSet
 from envhub.types import EnvironmentInfo
@@ -163,10 +163,16 @@ class LocalEnvironment:
         )
 
     def _instantiate(self) -> Environment:
+        """The environment built from :attr:`options`. Its own checks speak first (their
+        wording is the environment's); when it fails with a bare ``TypeError`` or
+        ``ValueError`` (``int('abc')``), the constructor's annotations name the option."""
         try:
             return self.env_class(**self.options)
-        except TypeError as exc:
-            raise InvalidRequest(f"bad options for {self.name}: {exc}") from exc
+        except (TypeError, ValueError) as exc:
+            validate_operator_options(self.env_class, self.options, env=self.name)
+            if isinstance(exc, TypeError):
+                raise InvalidRequest(f"bad options for {self.name}: {exc}") from exc
+            raise
 
     def new_session(
         self,

@@ -97,3 +97,28 @@ def test_sandbox_is_refused_with_a_server(tmp_path: Path) -> None:
 def test_check_rejects_unknown_sandbox() -> None:
     result = CliRunner().invoke(app, ["check", "calc", "--tasks", "0:2", "--sandbox", "vm"])
     assert result.exit_code == 2 and "unknown sandbox backend 'vm'" in result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["check", "calc"],
+        ["info", "calc"],
+        ["serve", "calc", "--port", "9"],
+        ["mcp", "calc"],
+        ["rollout", "calc", "--policy", "reference", "-o", "unused.jsonl"],
+    ],
+)
+def test_env_arg_of_the_wrong_type_is_a_one_line_error(command: list[str]) -> None:
+    """Every command that takes --env-arg checks it against the constructor's annotation
+    (calc's ``num_tasks: int``) before building anything: one line naming the option, the
+    value and the expected type, exit 2, no traceback."""
+    result = CliRunner().invoke(app, [*command, "--env-arg", "num_tasks=abc"])
+    assert result.exit_code == 2, result.output
+    assert "option 'num_tasks' of calc: expected int, got 'abc'" in result.output
+    assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
+
+
+def test_env_arg_of_the_right_type_still_reaches_the_environment() -> None:
+    result = CliRunner().invoke(app, ["check", "calc", "--env-arg", "num_tasks=4"])
+    assert result.exit_code == 0 and "ok: 4 tasks of calc" in result.output
