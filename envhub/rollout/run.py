@@ -193,10 +193,16 @@ on one loop across calls. Interrupting the call cancels the run.""")
 def _failure(summary: RunSummary, max_masked_fraction: float | None) -> str | None:
     """Why the run's results cannot stand as a finished run, or ``None``."""
     if summary.stopped == "circuit_breaker":
+        outcome = (
+            f"so {summary.missing} of {summary.planned} episodes were not run. Fix it, then "
+            "resume the run (--resume) to run them and re-run the masked ones."
+            if summary.missing
+            else f"and {summary.masked} of its {summary.planned} episodes are masked. Fix it, "
+            "then resume the run (--resume) to re-run the masked ones."
+        )
         return (
             f"the rollout stopped: {summary.stop_detail}; the environment or model server "
-            f"looks down, so {summary.missing} of {summary.planned} episodes were not run. "
-            "Fix it, then resume the run (--resume) to run them and re-run the masked ones."
+            f"looks down, {outcome}"
         )
     if max_masked_fraction is not None and summary.masked_fraction > max_masked_fraction:
         errors = ", ".join(f"{kind}: {n}" for kind, n in sorted(summary.errors.items()))

@@ -90,6 +90,18 @@ async def test_the_circuit_breaker_stops_a_run_against_a_broken_environment() ->
     assert "sandbox_error" in str(caught.value)
 
 
+async def test_a_breaker_that_opens_on_the_last_episode_counts_no_episodes_not_run() -> None:
+    """Every episode ran and the last one opened the breaker: the error says how many are
+    masked, not that "0 of 5 episodes were not run"."""
+    env = envhub.make("tests.rollout.faulty_envs:FailingResets", fail_every=1)
+    with pytest.raises(RolloutFailed) as caught:
+        await envhub.rollout.run(env, ReferencePolicy(), "0:5", concurrency=1,
+                                 max_env_attempts=1, max_consecutive_masked=5)  # fmt: skip
+    assert caught.value.result.summary.missing == 0
+    assert "looks down, and 5 of its 5 episodes are masked" in str(caught.value)
+    assert "were not run" not in str(caught.value)
+
+
 async def test_too_many_masked_episodes_raise_unless_allowed() -> None:
     env = envhub.make("tests.rollout.faulty_envs:FailingResets", fail_every=2)
     with pytest.raises(RolloutFailed, match=r"2 of 4 episodes \(50%\) are masked"):
