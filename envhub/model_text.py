@@ -56,7 +56,9 @@ def loads_json(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ModelTextError(f"are not valid JSON ({exc.msg} at position {exc.pos})") from None
+        # some decoder messages end in " at" ("Unterminated string starting at"): one "at"
+        reason = exc.msg.removesuffix(" at")
+        raise ModelTextError(f"are not valid JSON ({reason} at position {exc.pos})") from None
     except RecursionError:
         raise ModelTextError(_TOO_DEEP) from None
     except ValueError:  # int("9" * 5000): the only other ValueError json.loads raises

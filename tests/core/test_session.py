@@ -40,6 +40,8 @@ async def test_happy_path_and_reward(env: envhub.LocalEnvironment) -> None:
     ("raw", "kind", "fragment"),
     [
         (call("add", "{not json"), "invalid_arguments", "not valid JSON"),
+        (call("add", '{"a": "1'), "invalid_arguments", "(Unterminated string starting at position"),
+        (call("add", '{"a": "\x01"}'), "invalid_arguments", "control character at position"),
         (call("add", "[1, 2]"), "invalid_arguments", "must be a JSON object"),
         (call("add", {"a": "x"}), "invalid_arguments", "as an integer"),  # cut to 100 chars
         (call("nope", {}), "unknown_tool", "available tools: add"),
