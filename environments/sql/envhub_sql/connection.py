@@ -156,7 +156,9 @@ def run_query(
         if time.monotonic() > deadline:
             raise QueryTimeout.after(timeout_s) from None
         hint = _DENIED_HINT if "not authorized" in str(exc) else ""
-        raise QueryError(f"{type(exc).__name__}: {exc}{hint}") from None
+        # sqlite's message alone: the session names this QueryError ("Error: QueryError: no
+        # such table: x"), and a second class name (OperationalError) tells the model nothing
+        raise QueryError(f"{exc}{hint}") from None
     finally:
         conn.set_progress_handler(None, 0)
     return QueryResult(columns=columns, rows=rows, truncated=truncated)

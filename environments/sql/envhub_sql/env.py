@@ -161,9 +161,7 @@ class SqlEnv(Environment):
             result = await self._execute(query, self.max_rows)
         except RejectedQuery as exc:
             raise ValueError(f"query rejected: {exc}") from None
-        except QueryError as exc:
-            raise ValueError(str(exc)) from None
-        return format_result(result, self.max_rows)
+        return format_result(result, self.max_rows)  # a QueryError reaches the model as is
 
     @tool(terminal=True)
     async def submit_sql(self, query: str) -> str:

@@ -38,7 +38,8 @@ async def test_run_sql_returns_rows(sql_env: envhub.LocalEnvironment, call: Call
     )
     assert result.observations[0].content == "symbol | name\nH | Hydrogen\nHe | Helium\n(2 rows)"
     error = (await call(session, "run_sql", query="SELECT nope FROM elements")).observations[0]
-    assert error.is_error and "no such column: nope" in error.content
+    # one class name before sqlite's message, as for every tool's exception
+    assert error.is_error and error.content == "Error: QueryError: no such column: nope"
     await session.close()
 
 
