@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from envhub.clients.remote import SessionTransport
+    from envhub.policies.base import Policy
     from envhub.policies.endpoints import RoutingMode
     from envhub.policies.openai_compat import TokenIdMode
     from envhub.protocol import EnvironmentClient
@@ -368,7 +369,7 @@ def rollout_command(
 
 async def _rollout(
     env_name: str,
-    policy: Any,
+    policy: Policy,
     *,
     options: dict[str, Any],
     target: EnvTarget,
