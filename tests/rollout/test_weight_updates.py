@@ -47,11 +47,13 @@ def sampled_by(turn: Turn) -> list[int]:
 
 
 async def until_in_flight(server: VersionedServer, rollouts: RolloutStream | None = None) -> None:
-    """Wait for a request to update under. Under load every group the staleness bound let
-    start may have finished before the batch was handed over: then ``rollouts`` ends the
-    trainer step without an update (same version), so the next groups start."""
-    for _ in range(2000):
-        if server.stats.inflight:
+    """Wait for a request to update under, one past its first token, so that an abort
+    splits it (on a loaded machine a request caught before its first token resumes as a
+    fresh one, and no turn would span two versions). Under load every group the staleness
+    bound let start may have finished before the batch was handed over: then ``rollouts``
+    ends the trainer step without an update (same version), so the next groups start."""
+    for _ in range(5000):
+        if server.stats.inflight_sampled:
             return
         if rollouts is not None and rollouts.groups_in_flight == 0:
             rollouts.policy_version = rollouts.policy_version

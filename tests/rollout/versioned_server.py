@@ -104,6 +104,7 @@ class VersionStats:
     aborted: int = 0
     aborted_partial: int = 0  # aborted after sampling something: only these are continued
     inflight: int = 0
+    inflight_sampled: int = 0  # in flight and past their first token: an abort splits these
     max_inflight: int = 0
     mixed: int = 0
     disconnected: int = 0
@@ -229,20 +230,24 @@ class _Server:
             delay *= config.slow_factor
         sampled: list[T] = []
         mixed = 0  # counted only for a reply the client waits for (a gone one is moot)
-        for item in items:
-            await asyncio.sleep(delay)
-            while self.paused and self.abort_epoch == epoch and self.resumed is not None:
-                await self.resumed.wait()
-            if self.abort_epoch != epoch:
-                self.stats.aborted += 1
-                self.stats.aborted_partial += bool(sampled)
-                self.stats.mixed += mixed
-                return sampled, version, True
-            if await request.is_disconnected():
-                self.stats.disconnected += 1
-                raise ClientDisconnect
-            mixed += config.version != version
-            sampled.append(item)
+        try:
+            for item in items:
+                await asyncio.sleep(delay)
+                while self.paused and self.abort_epoch == epoch and self.resumed is not None:
+                    await self.resumed.wait()
+                if self.abort_epoch != epoch:
+                    self.stats.aborted += 1
+                    self.stats.aborted_partial += bool(sampled)
+                    self.stats.mixed += mixed
+                    return sampled, version, True
+                if await request.is_disconnected():
+                    self.stats.disconnected += 1
+                    raise ClientDisconnect
+                mixed += config.version != version
+                sampled.append(item)
+                self.stats.inflight_sampled += len(sampled) == 1
+        finally:
+            self.stats.inflight_sampled -= bool(sampled)
         if mixed and await _gone(request):
             self.stats.disconnected += 1  # cancelled client-side just before the update
             raise ClientDisconnect
