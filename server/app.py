@@ -84,8 +84,9 @@ def create_app(
     WebSocket message alike. Idle sessions are aborted after ``session_ttl_s`` by a reaper
     running with the app. The session calls are also served over ``WS /v1/ws`` and
     ``WS /v1/sessions/{id}/ws`` (``websocket``). ``mcp``: each environment is also a
-    Streamable HTTP MCP server at ``/mcp/{env}``, one MCP session per envhub session
-    (:mod:`envhub.server.mcp`; needs the ``mcp`` extra).
+    Streamable HTTP MCP server at ``/mcp/{env}`` and ``/{env}/mcp`` (and ``/mcp`` when
+    one is hosted), one MCP session per envhub session (:mod:`envhub.server.mcp`; needs
+    the ``mcp`` extra).
 
     Every door serves only requests whose ``Host`` names a loopback name, ``host`` (the
     address the server listens on) or one of ``allowed_hosts``, and whose ``Origin``, when

@@ -1,10 +1,11 @@
-"""The MCP door of the server (``create_app(..., mcp=True)``): ``/mcp/{env}`` over the store.
+"""The MCP door of the server (``create_app(..., mcp=True)``): ``/mcp/{env}`` (also
+``/{env}/mcp``, and ``/mcp`` when one environment is hosted) over the store.
 
 :class:`StoreEnvironment` is the :class:`~envhub.protocol.EnvironmentClient` of one hosted
 environment through the :class:`~envhub.server.store.SessionStore`, so MCP sessions are
 store sessions like any other door's: counted against ``max_sessions``, listed under
 ``GET /v1/sessions/{id}``, reaped when idle, and metered per step.
-:class:`McpDoor` routes ``/mcp/`` requests to :class:`~envhub.mcp.http.McpEndpoints`
+:class:`McpDoor` routes the MCP paths to :class:`~envhub.mcp.http.McpEndpoints`
 behind the same bearer token and body-size limit as the other doors.
 """
 
@@ -132,7 +133,8 @@ class StoreEnvironment:
 
 
 def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
-    """``/mcp/{env}`` for every hosted environment. Capacity and idle time are the store's:
+    """``/mcp/{env}`` and ``/{env}/mcp`` for every hosted environment (and ``/mcp`` for the
+    only one). Capacity and idle time are the store's:
     an MCP session is one store session, and it ends when the store lets go of that
     session (reaped idle past the TTL, its closed result expired, shut down), whatever its
     client keeps open or never sends."""
@@ -145,7 +147,8 @@ def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
 
 
 class McpDoor:
-    """Pure ASGI: ``/mcp/...`` requests go to ``endpoints``, everything else passes on."""
+    """Pure ASGI: the MCP paths (:meth:`~envhub.mcp.http.McpEndpoints.serves`) go to ``endpoints``,
+    everything else passes on."""
 
     def __init__(self, app: ASGIApp, *, endpoints: McpEndpoints) -> None:
         self.app = app

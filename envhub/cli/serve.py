@@ -61,7 +61,11 @@ def serve(
     sandbox: SandboxBackendOption = None,
     gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
     mcp: Annotated[
-        bool, typer.Option("--mcp", help="also serve each ENV as an MCP server at /mcp/ENV")
+        bool,
+        typer.Option(
+            "--mcp", help="also serve each ENV as an MCP server at /mcp/ENV and /ENV/mcp "
+            "(one ENV: also /mcp)",
+        ),
     ] = False,
     allowed_host: Annotated[
         list[str] | None,
@@ -77,7 +81,9 @@ def serve(
     --env-arg options apply to every hosted environment, --sandbox to those with a
     `sandbox` option; budget flags override theirs. The token and the limits can also come
     from ENVHUB_* environment variables (how an image's container is configured). --mcp
-    adds a Streamable HTTP MCP endpoint per environment (one MCP session = one episode).
+    adds a Streamable HTTP MCP endpoint per environment (one MCP session = one episode) at
+    /mcp/ENV and /ENV/mcp, and at /mcp when one ENV is served: the paths ending in /mcp
+    are for clients that rewrite any other path (MCP Inspector 0.15).
     Requests must name a loopback name, HOST or an --allowed-host in Host (and in Origin,
     when a browser sends one); listening on 0.0.0.0 or :: without --allowed-host takes
     any Host. Exits 2 when HOST:PORT cannot be listened on (a port in use: pass another
@@ -117,7 +123,10 @@ def serve(
         err=True,
     )
     if mcp:
-        typer.echo(f"envhub: MCP (Streamable HTTP) at http://{host}:{port}/mcp/ENV", err=True)
+        for name in hosted:
+            also = f"/{name}/mcp" + (", /mcp" if len(hosted) == 1 else "")
+            typer.echo(f"envhub: MCP (Streamable HTTP) at http://{host}:{port}/mcp/{name}"
+                       f" (also {also})", err=True)
     # loop/http "auto" pick uvloop and httptools when installed ([server] extra pulls them).
     with gc_tuned_for_throughput(gc_threshold):
         uvicorn.run(

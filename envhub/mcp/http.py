@@ -1,9 +1,14 @@
 """Streamable HTTP serving of envhub sessions as MCP servers.
 
-:class:`McpEndpoints` is a pure ASGI app serving ``/mcp/{env}`` for environments reached
-through any :class:`~envhub.protocol.EnvironmentClient` (the server's hosted ones for
-``envhub serve --mcp``). One MCP session is one envhub session: an ``initialize`` request
-without an ``Mcp-Session-Id`` opens an envhub session on the task its URL's ``task_id``
+:class:`McpEndpoints` is a pure ASGI app serving ``/mcp/{env}``, and the same endpoint at
+``/{env}/mcp``, for environments reached through any
+:class:`~envhub.protocol.EnvironmentClient` (the server's hosted ones for ``envhub serve
+--mcp``); when it serves one environment, that environment is also at ``/mcp``. The
+paths ending in ``/mcp`` are for clients that only reach URLs whose path ends so (MCP
+Inspector 0.15 rewrites any other to ``.../mcp``).
+
+One MCP session is one envhub session: an ``initialize`` request without an
+``Mcp-Session-Id`` opens an envhub session on the task its URL's ``task_id``
 (or ``seed``) query parameter or the request's ``_meta`` (``envhub/task_id``,
 ``envhub/seed``) names, a seeded pick otherwise, and every answer of that MCP session
 carries the envhub session id in the ``envhub-session-id`` header. Ending the MCP session
@@ -94,7 +99,13 @@ class _McpSession:
 
 
 class McpEndpoints:
-    """``/mcp/{env}`` for each of ``clients`` (by the name clients use), a pure ASGI app.
+    """``/mcp/{env}`` and ``/{env}/mcp`` for each of ``clients`` (by the name clients use),
+    and ``/mcp`` for the only one when there is one; a pure ASGI app.
+
+    Every path under ``/mcp/`` and the path ``/mcp`` are this app's (a name it does not
+    serve is a JSON-RPC error naming the ones it does), but of ``/{env}/mcp`` only the
+    hosted names: :meth:`serves` leaves every other path to the app beside it (an HTTP API
+    has no path ending in ``/mcp``, so no hosted name can shadow one of its routes).
 
     Run it inside :meth:`running` (the serving app's lifespan): the sessions' message loops
     live in its task group, and leaving it ends them (aborting their envhub sessions).
@@ -110,20 +121,21 @@ class McpEndpoints:
         clients: Mapping[str, EnvironmentClient],
         *,
         session_gone: Callable[[str], Awaitable[None]],
-        prefix: str = "/mcp/",
         error_status: Callable[[EnvhubError], int] = lambda exc: 400,
         on_error: Callable[[str], None] = lambda code: None,
     ) -> None:
         self.clients = dict(clients)
         self.session_gone = session_gone
-        self.prefix = prefix
+        self._suffixed = {f"/{name}/mcp": name for name in self.clients}
         self.error_status = error_status
         self.on_error = on_error
         self._sessions: dict[str, _McpSession] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
 
     def serves(self, path: str) -> bool:
-        return path.startswith(self.prefix)
+        """Whether ``path`` is an MCP endpoint of this app (a trailing ``/`` is allowed)."""
+        path = path.rstrip("/")
+        return path == "/mcp" or path.startswith("/mcp/") or path in self._suffixed
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -169,9 +181,19 @@ class McpEndpoints:
             await _jsonrpc_error(send, refusal, request_id)
 
     def _env_of(self, path: str) -> str:
-        env = path[len(self.prefix):].rstrip("/")
+        path = path.rstrip("/")
+        hosted = ", ".join(sorted(self.clients))
+        if path in self._suffixed:
+            return self._suffixed[path]
+        if path == "/mcp":
+            if len(self.clients) == 1:
+                return next(iter(self.clients))
+            raise _Refused(404, INVALID_PARAMS,
+                           f"{len(self.clients)} environments are hosted here: name one, "
+                           f"/mcp/ENV or /ENV/mcp (hosted: {hosted})",
+                           {"code": "unknown_environment"})
+        env = path.removeprefix("/mcp/")
         if env not in self.clients:
-            hosted = ", ".join(sorted(self.clients))
             raise _Refused(404, INVALID_PARAMS,
                            f"environment {env!r} is not hosted here (hosted: {hosted})",
                            {"code": "unknown_environment"})
@@ -187,7 +209,7 @@ class McpEndpoints:
         entry = self._sessions.get(mcp_session_id)
         if entry is None or entry.env != env:
             raise _Refused(404, INVALID_REQUEST, "Session not found: no open MCP session "
-                                                 f"{mcp_session_id[:64]!r} on /mcp/{env}",
+                                                 f"{mcp_session_id[:64]!r} for {env!r}",
                            {"code": "session_not_found"})
         if scope["method"] == "POST":
             body = await _read_body(receive)
