@@ -1,0 +1,98 @@
+"""The tutorials of ``docs/tutorials/`` run end to end, as written (see
+:mod:`tests.docs.tutorials` for how their blocks are marked and run).
+
+Each test runs one tutorial in a fresh working directory with the checkout's venv first
+on ``PATH``. Servers the text stands in for (vLLM/SGLang) are the scripted
+OpenAI-compatible server; the local model is the real SmolLM2 llama.cpp server, as in
+``tests/rollout/test_local_llm_rollout.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from envhub._util.net import free_port
+from tests.docs.tutorials import TUTORIALS, Block, BlockFailed, blocks, run_tutorial
+
+PORT_NAMES = ("PORT", "LLM_PORT", "VLLM_PORT", "VIEW_PORT", "RAY_PORT")
+"""The port variables the tutorials use; each is set to a free port of 127.0.0.1."""
+
+
+def tutorial_env(tmp_path: Path, bin_dir: Path | None = None) -> dict[str, str]:
+    """The environment the blocks run with: ``bin_dir`` (else the venv's ``bin``) first on
+    ``PATH``, free ports, caches inside ``tmp_path``, and no package index: a tutorial's
+    ``pip install`` of a local plugin builds it with this venv's setuptools and leaves its
+    dependencies to this venv (resolving declared dependencies from an index is what the
+    release test does, with the built wheels)."""
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join([*([str(bin_dir)] if bin_dir else []), venv_bin, os.environ["PATH"]])
+    env = {
+        **os.environ,
+        "PATH": path,
+        "ENVHUB_CACHE": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_DEPS": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",  # pip's inverted switch: build with this venv's setuptools
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    env.pop("VIRTUAL_ENV", None)
+    env.update({name: str(free_port(low=20000, high=40000)) for name in PORT_NAMES})
+    return env
+
+
+def overlay_venv(path: Path) -> Path:
+    """A venv whose own site-packages comes first and the checkout's venv's after it, so a
+    tutorial can ``pip install`` a plugin without touching the shared venv; returns its
+    ``bin`` folder, holding ``python``, ``pip`` and ``envhub`` of the overlay."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    overlay = Path(sysconfig.get_paths(vars={"base": str(path), "platbase": str(path)})["purelib"])
+    base = sysconfig.get_paths()["purelib"]
+    # addsitedir (not a plain path line) also runs the base's .pth files: editable installs
+    (overlay / "_checkout_venv.pth").write_text(f"import site; site.addsitedir({base!r})\n")
+    bin_dir = path / "bin"
+    for name, module in (("pip", "pip"), ("envhub", "envhub.cli")):
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\nexec "{bin_dir}/python" -m {module} "$@"\n')
+        script.chmod(0o755)
+    return bin_dir
+
+
+def test_blocks_are_read_with_their_markers() -> None:
+    text = (
+        "<!-- file: a/b.toml -->\n```toml\nx = 1\n```\n\n"
+        "<!-- background: http://127.0.0.1:$PORT/health -->\n\n```bash\nenvhub serve calc\n```\n"
+        "```python\nprint(1)\n```\n"
+        "<!-- not run: needs a GPU -->\n```bash\nvllm serve m\n```\n"
+    )
+    assert blocks(text) == [
+        Block("toml", "x = 1\n", "file", "a/b.toml"),
+        Block("bash", "envhub serve calc\n", "background", "http://127.0.0.1:$PORT/health"),
+        Block("python", "print(1)\n"),
+        Block("bash", "vllm serve m\n", "not run", "needs a GPU"),
+    ]
+    with pytest.raises(ValueError, match="unknown block markers"):
+        blocks("<!-- run later -->\n```bash\ntrue\n```\n")
+
+
+def test_a_failing_block_names_itself_and_its_output(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```bash\necho before\nexit 3\n```\n")
+    with pytest.raises(BlockFailed, match=r"(?s)exited 3.*echo before.*before"):
+        run_tutorial(page, tmp_path, tutorial_env(tmp_path))
+
+
+def test_first_environment(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    env = tutorial_env(tmp_path, overlay_venv(tmp_path / "venv"))
+    outputs = run_tutorial(TUTORIALS / "first-environment.md", work, env)
+    assert "guess" in outputs[0]  # envhub info
+    assert "correct" in outputs[-2]  # the binary search found it

@@ -1,0 +1,161 @@
+"""Run a tutorial of ``docs/tutorials/`` as a reader would: its code blocks, in order.
+
+The Markdown is the source of truth; an HTML comment right before a fenced block (the
+rendered page does not show it) says how the block is used:
+
+- no comment: a ``bash`` block runs with ``bash -euo pipefail``, a ``python`` block with
+  ``python``; blocks of other languages (output, TOML, YAML) are only read;
+- ``<!-- file: PATH -->``: the block is written to ``PATH`` (the reader saves it there);
+- ``<!-- background: URL -->``: the ``bash`` block starts a server (the reader runs it in
+  a second terminal); the next block runs once ``GET URL`` answers 200, and the server's
+  process group is stopped when the tutorial ends;
+- ``<!-- not run: REASON -->``: shown only (a GPU, a cluster, a real model server).
+
+Every block runs in one working directory, in a fresh process, with the test's
+environment: the venv's ``bin`` first on ``PATH`` and ``$PORT``-style variables set to free
+ports (the text tells the reader to pick any free port). A block that fails raises
+:class:`BlockFailed` with the block's text and its output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from envhub._util.net import wait_for_http
+
+ROOT = Path(__file__).resolve().parents[2]
+TUTORIALS = ROOT / "docs" / "tutorials"
+
+_BLOCK = re.compile(
+    r"(?:<!--\s*(?P<marker>[^>]*?)\s*-->[ \t]*\n(?:[ \t]*\n)*)?"
+    r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```[ \t]*$",
+    re.S | re.M,
+)
+_RUN = {"bash": ("bash", "-euo", "pipefail", "-c"), "python": ("python", "-c")}
+
+
+class BlockFailed(AssertionError):
+    """A tutorial block exited non-zero (or its server did not come up)."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: its language, its text, its marker (``kind: argument``)."""
+
+    lang: str
+    body: str
+    kind: str = "run"
+    argument: str = ""
+
+    def describe(self, output: str) -> str:
+        return (
+            f"```{self.lang}\n{self.body}```\n--- output (last 6000 characters) ---\n"
+            + (output[-6000:])
+        )
+
+
+def blocks(markdown: str) -> list[Block]:
+    """The fenced blocks of ``markdown`` in order, with their markers."""
+    found = []
+    for match in _BLOCK.finditer(markdown):
+        kind, _, argument = (match["marker"] or "run").partition(":")
+        found.append(Block(match["lang"], match["body"], kind.strip(), argument.strip()))
+    unknown = {b.kind for b in found} - {"run", "file", "background", "not run"}
+    if unknown:
+        raise ValueError(f"unknown block markers {sorted(unknown)}")
+    return found
+
+
+@contextmanager
+def _servers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Background processes, each the leader of its own process group, stopped (the
+    whole group: a server and its children) on exit."""
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        yield started
+    finally:
+        for proc in reversed(started):
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the group (a server shuts down cleanly), SIGKILL after 20 s, and SIGKILL
+    to whatever of the group outlives its leader."""
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def run_tutorial(
+    page: Path,
+    workdir: Path,
+    env: Mapping[str, str],
+    *,
+    timeout_s: float = 300.0,
+    startup_timeout_s: float = 180.0,
+) -> list[str]:
+    """Run the tutorial ``page`` in ``workdir`` with ``env``; returns each run block's
+    output. Raises :class:`BlockFailed` on the first failing block."""
+    name = page.name
+    outputs = []
+    with _servers() as servers:
+        for block in blocks(page.read_text("utf-8")):
+            if block.kind == "not run" or (block.kind == "run" and block.lang not in _RUN):
+                continue
+            if block.kind == "file":
+                path = workdir / block.argument
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(block.body, "utf-8")
+                continue
+            if block.lang not in _RUN:
+                raise ValueError(f"{name}: a {block.kind} block must be bash or python")
+            command = [*_RUN[block.lang], block.body]
+            if block.kind == "background":
+                servers.append(_start(command, workdir, env, block, startup_timeout_s))
+                continue
+            done = subprocess.run(
+                command, cwd=workdir, env=dict(env), stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, timeout=timeout_s,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise BlockFailed(
+                    f"{name}: block exited {done.returncode}\n{block.describe(done.stdout)}"
+                )
+            outputs.append(done.stdout)
+    return outputs
+
+
+def _start(
+    command: list[str], workdir: Path, env: Mapping[str, str], block: Block, timeout_s: float
+) -> subprocess.Popen[bytes]:
+    log = workdir / f".background-{abs(hash(block.body))}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            command, cwd=workdir, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    url = _expand(block.argument, env)
+    if not wait_for_http(url, timeout_s=timeout_s, gone=lambda: proc.poll() is not None):
+        _stop_group(proc)
+        said = log.read_text(errors="replace")
+        raise BlockFailed(f"server did not answer {url}\n{block.describe(said)}")
+    return proc
+
+
+def _expand(text: str, env: Mapping[str, str]) -> str:
+    """``$NAME`` and ``${NAME}`` replaced from ``env`` (the block's environment, not the
+    test process's)."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m[1]], text)
