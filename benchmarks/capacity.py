@@ -1,5 +1,5 @@
-"""What one concurrent session costs a replica: the figures behind the README's capacity
-model ("Scaling out").
+"""What one concurrent session costs a replica: the figures behind the capacity
+model of docs/scaling.md.
 
 Starts ``envhub serve ENV`` in a subprocess, opens ``--sessions`` sessions over HTTP,
 steps each ``--steps`` times with a cheap tool call, and prints:

@@ -11,7 +11,7 @@ retries, error mapping and the two session transports are in :mod:`envhub.client
 create, steps and close over a WebSocket (``/v1/ws``, aiohttp only) leased from a pool
 for the session's life and reused by the next session: no HTTP request per call and no
 handshake per episode, so less CPU per step on both sides (about 1.6x HTTP's throughput
-at 256 sessions, see the README's benchmarks). Without aiohttp (or with
+at 256 sessions, see docs/benchmarks.md). Without aiohttp (or with
 ``http="httpx"``) the default is HTTP.
 
 The connection pool is not capped by default: it holds one connection per call in

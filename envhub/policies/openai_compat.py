@@ -5,7 +5,7 @@ Requests go out through one ``aiohttp`` session per base URL with ``orjson`` bod
 neither through the ``openai`` SDK nor ``httpx``: both use httpcore's connection pool,
 which scans every pooled connection on every request, so at hundreds of concurrent
 episodes the pool alone cost over 10 CPU-ms per episode and capped the harness near 35
-episodes/s (``benchmarks/rollout_overhead.py``; README has the figures). The wire format
+episodes/s (``benchmarks/rollout_overhead.py``; docs/internals.md has the figures). The wire format
 is the same ``POST {base_url}/chat/completions``.
 
 Token ids: with ``token_ids="auto"`` (default) every request asks for ``logprobs`` and

@@ -153,7 +153,7 @@ def test_ids_need_no_import_where_gymnasium_loads_plugins(tmp_path: Path) -> Non
 
 
 def test_gymnasium_1_needs_the_module_prefix(tmp_path: Path) -> None:
-    """What the README tells gymnasium 1.x users: the plain id is unknown in a fresh
+    """What docs/gymnasium.md tells gymnasium 1.x users: the plain id is unknown in a fresh
     interpreter (1.0 dropped plugin loading), the ``envhub.gym:`` prefixed one works."""
     if hasattr(gymnasium.envs.registration, "load_plugin_envs"):
         pytest.skip(f"gymnasium {gymnasium.__version__} loads plugins")

@@ -1,30 +1,28 @@
-"""The README's curl walk-through, run verbatim against ``envhub serve calc``."""
+"""The docs' curl walk-through (docs/serving.md), run verbatim against ``envhub serve calc``."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from envhub.testing import serve_in_subprocess
 
-# Keep identical to the README (only the address is substituted).
-WALKTHROUGH = """\
-curl -s http://127.0.0.1:8000/health
-curl -s http://127.0.0.1:8000/v1/environments
-curl -s -X POST http://127.0.0.1:8000/v1/sessions -H 'Content-Type: application/json' \\
-  -d '{"env": "calc", "task_id": "calc-0-00000", "session_id": "demo-1"}'
-curl -s -X POST http://127.0.0.1:8000/v1/sessions/demo-1/step \\
-  -H 'Content-Type: application/json' \\
-  -d '{"tool_calls": [{"id": "c1", "name": "calculate", "arguments": {"expression": "805 - 273"}}]}'
-curl -s -X POST http://127.0.0.1:8000/v1/sessions/demo-1/step \\
-  -H 'Content-Type: application/json' \\
-  -d '{"tool_calls": [{"id": "c2", "name": "answer", "arguments": "{\\"value\\": \\"532\\"}"}]}'
-curl -s -X POST http://127.0.0.1:8000/v1/sessions/demo-1/close
-"""
+# The page that shows the walk-through; the test runs its commands as written there.
+SERVING_PAGE = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
+
+
+def walkthrough() -> str:
+    """The curl commands of the page's walk-through block (the first bash block after
+    "Walk-through"), without the ``envhub serve`` line the fixture stands in for."""
+    text = SERVING_PAGE.read_text("utf-8")
+    block = text[text.index("Walk-through"):].split("```bash\n", 1)[1].split("```", 1)[0]
+    return "".join(line for line in block.splitlines(keepends=True)
+                   if not line.startswith("envhub serve"))
 
 
 @pytest.fixture
@@ -46,7 +44,7 @@ def test_serve_takes_token_and_budgets_from_its_command_line() -> None:
 
 
 def test_curl_walkthrough(served_calc: str) -> None:
-    script = WALKTHROUGH.replace("http://127.0.0.1:8000", served_calc)
+    script = walkthrough().replace("http://127.0.0.1:8000", served_calc)
     commands = script.replace("\\\n", "").strip().splitlines()
     outputs = []
     for command in commands:

@@ -1,6 +1,6 @@
 """verl: AgentLoopOutput conversion, and episodes generated through a verl-style server
 manager (token ids in, token ids out). The ``EnvhubAgentLoop`` class itself runs only
-where verl imports (see the README for the CI install)."""
+where verl imports (see docs/training.md for the CI install)."""
 
 from __future__ import annotations
 
