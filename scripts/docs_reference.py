@@ -39,6 +39,11 @@ def _cell(text: object) -> str:
     return " ".join(str(text).split()).replace("``", "`").replace("|", "\\|")
 
 
+def _prose(docstring: str) -> str:
+    """A docstring's text as Markdown: dedented, ````literals```` as code."""
+    return inspect.cleandoc(docstring).replace("``", "`")
+
+
 def _code(text: object) -> str:
     """``text`` as inline code inside a table cell (backticks and pipes survive)."""
     shown = _cell(text)
@@ -76,7 +81,7 @@ def cli_page() -> str:
         out.append(f"\n{level} `{path}`\n\n")
         out.append(f"```text\n{path} {' '.join(cmd.collect_usage_pieces(ctx))}\n```\n\n")
         if cmd.help:
-            out.append(inspect.cleandoc(cmd.help).replace("\b\n", "") + "\n\n")
+            out.append(_prose(cmd.help).replace("\b\n", "") + "\n\n")
         if hasattr(cmd, "list_commands"):
             subs = [(n, cmd.get_command(ctx, n)) for n in cmd.list_commands(ctx)]
             out.append("| command | what it does |\n|---|---|\n")
@@ -112,7 +117,7 @@ def _schema_type(schema: dict[str, Any]) -> str:
     if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
         return f"object of {_schema_type(schema['additionalProperties'])}"
     if "enum" in schema:
-        return " \\| ".join(f"`{json.dumps(v)}`" for v in schema["enum"])
+        return " | ".join(f"`{json.dumps(v)}`" for v in schema["enum"])
     if "const" in schema:
         return f"`{json.dumps(schema['const'])}`"
     return str(kind or "any")
@@ -122,7 +127,7 @@ def _model_table(name: str, schema: dict[str, Any], level: str) -> str:
     """One model's fields (name, type, required, default, description) as a table."""
     out = [f"{level} {name}\n\n"]
     if schema.get("description"):
-        out.append(inspect.cleandoc(schema["description"]) + "\n\n")
+        out.append(_prose(schema["description"]) + "\n\n")
     props = schema.get("properties", {})
     if not props:
         out.append(f"Type: {_schema_type(schema)}.\n\n")
@@ -160,7 +165,7 @@ def http_api_page() -> str:
     for path, methods in spec["paths"].items():
         for method, op in methods.items():
             out.append(f"\n### `{method.upper()} {path}`\n\n")
-            out.append(f"{op.get('summary', '')}. {inspect.cleandoc(op.get('description', ''))}"
+            out.append(f"{op.get('summary', '')}. {_prose(op.get('description', ''))}"
                        .strip() + "\n\n")
             params = op.get("parameters", [])
             if params:
@@ -301,7 +306,7 @@ def environment_options_page() -> str:
         out.append(f"{dist}class `{cls.__module__}.{cls.__qualname__}`.\n\n")
         summary = (inspect.getdoc(cls) or "").split("\n\n")[0]
         if summary:
-            out.append(" ".join(summary.split()) + "\n\n")
+            out.append(" ".join(_prose(summary).split()) + "\n\n")
         params = inspect.signature(cls.__init__).parameters
         names = option_names(cls)
         if not names:
