@@ -96,3 +96,12 @@ def test_first_environment(tmp_path: Path) -> None:
     outputs = run_tutorial(TUTORIALS / "first-environment.md", work, env)
     assert "guess" in outputs[0]  # envhub info
     assert "correct" in outputs[-2]  # the binary search found it
+
+
+def test_serve(tmp_path: Path) -> None:
+    outputs = run_tutorial(TUTORIALS / "serve.md", tmp_path, tutorial_env(tmp_path))
+    assert '"status":"ok"' in outputs[0]
+    closed = outputs[1].splitlines()[-1]  # the curl walk-through's close
+    assert '"reward":1.0' in closed and '"stop_reason":"terminal_tool"' in closed
+    assert "ws 1.0 terminal_tool" in outputs[2] and "http 1.0 terminal_tool" in outputs[2]
+    assert "532 False" in outputs[4] and "1.0 terminal_tool" in outputs[4]
