@@ -143,10 +143,11 @@ def create_app(
         )
 
     @app.get("/runs/{run}/episodes/{episode_id}", response_class=HTMLResponse)
-    def episode(run: int, episode_id: int) -> HTMLResponse:
+    def episode(request: Request, run: int, episode_id: int) -> HTMLResponse:
+        where, sort, _ = _episode_query(request)  # the list it was reached from
         return page(
             "episode.html",
-            lambda: pages.episode_context(catalog, run, episode_id, decode, decoded),
+            lambda: pages.episode_context(catalog, run, episode_id, decode, decoded, where, sort),
             live=False,
         )
 

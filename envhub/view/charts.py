@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
-__all__ = ["bars", "histogram"]
+__all__ = ["bars", "histogram", "note"]
 
 _WIDTH = 420
 _HEIGHT = 170
@@ -28,11 +28,12 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _empty(title: str) -> Markup:
+def note(title: str, text: str = "no data") -> Markup:
+    """A chart-sized line of text in place of a chart: what there is nothing to draw of."""
     return Markup(
         '<svg class="chart" role="img" width="{w}" height="40" viewBox="0 0 {w} 40">'
-        '<title>{t}</title><text x="4" y="24" class="muted">no data</text></svg>'
-    ).format(w=_WIDTH, t=title)
+        '<title>{t}</title><text x="4" y="24" class="muted">{text}</text></svg>'
+    ).format(w=_WIDTH, t=title, text=text)
 
 
 def histogram(values: Sequence[float | None], title: str, unit: str = "", bins: int = 20) -> Markup:
@@ -40,7 +41,7 @@ def histogram(values: Sequence[float | None], title: str, unit: str = "", bins: 
     when there are few distinct values."""
     data = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not data:
-        return _empty(title)
+        return note(title)
     low, high = min(data), max(data)
     # no high - low, low + i * step or v - low: near ±1e308 values are finite but those
     # are not; the edges are weighted means of low and high instead
@@ -112,18 +113,26 @@ def histogram(values: Sequence[float | None], title: str, unit: str = "", bins: 
 
 
 def bars(
-    items: Sequence[tuple[str, float]], title: str, value_format: str = "{:g}", limit: int = 30
+    items: Sequence[tuple[str, float]],
+    title: str,
+    value_format: str = "{:g}",
+    limit: int = 30,
+    noun: str = "bars",
 ) -> Markup:
-    """Horizontal bars, one per (label, value), in the order given (the first ``limit``).
+    """Horizontal bars, one per (label, value), in the order given: the first ``limit``,
+    under a line saying so ("30 of 60 tasks shown", ``noun`` naming what a bar is) when
+    there are more, so a capped chart never passes for the whole.
 
     Bars grow from a zero line: right for positive values, left for negative ones (mean
     rewards can be negative), on one scale, so lengths compare across signs."""
-    rows = list(items)[:limit]
+    everything = list(items)
+    rows = everything[:limit]
     if not rows:
-        return _empty(title)
+        return note(title)
     label_w = 150
     row_h = 18
-    height = row_h * len(rows) + 6
+    top = row_h if len(everything) > limit else 0  # room for the "N of M shown" line
+    height = top + row_h * len(rows) + 6
     low = min(0.0, *(v for _, v in rows))
     scale = (_WIDTH - label_w - 60) / ((max(0.0, *(v for _, v in rows)) - low) or 1)
     zero_x = label_w - low * scale
@@ -133,14 +142,19 @@ def bars(
             "<title>{t}</title>"
         ).format(w=_WIDTH, h=height, t=title)
     ]
+    if top:
+        parts.append(
+            Markup('<text x="4" y="12" class="muted capped">{n} of {total} {noun} shown</text>')
+            .format(n=len(rows), total=len(everything), noun=noun)
+        )
     if low < 0:
         parts.append(
-            Markup('<line class="axis" x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{h}"/>').format(
-                x=zero_x, h=height
+            Markup('<line class="axis" x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{h}"/>').format(
+                x=zero_x, y=top, h=height
             )
         )
     for i, (label, value) in enumerate(rows):
-        y = 3 + i * row_h
+        y = top + 3 + i * row_h
         x = zero_x + min(value, 0.0) * scale
         width = abs(value) * scale
         short = label if len(label) <= 22 else label[:21] + "…"

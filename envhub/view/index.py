@@ -44,7 +44,7 @@ from envhub.runtime.cache import locked
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
 from envhub.view.record import BadRecord, ViewedRecord, check_record
 
-__all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "Problem", "RunIndex"]
+__all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "ListPlace", "Problem", "RunIndex"]
 
 INDEX_FORMAT: Final = 3
 _HEAD_BYTES: Final = 4096  # how much of the file's start identifies it
@@ -107,6 +107,16 @@ class IndexState:
     @property
     def version(self) -> str:
         return f"{self.generation}:{self.indexed_bytes}:{self.pending_bytes}:{self.problems}"
+
+
+@dataclass(frozen=True)
+class ListPlace:
+    """Where one episode stands in a filtered, sorted episode list."""
+
+    position: int  # from 1
+    total: int
+    previous: int | None  # the episode ids next to it in that order
+    next: int | None
 
 
 @dataclass(frozen=True)
@@ -362,15 +372,7 @@ class RunIndex:
         limit: int = 50,
     ) -> list[EpisodeRow]:
         clause, params = (where or EpisodeFilter()).sql()
-        order_by = {
-            "line": "line",
-            "reward": "masked, reward, line",
-            "-reward": "masked, reward DESC, line",
-            "turns": "turns, line",
-            "-turns": "turns DESC, line",
-            "task": "task_id, sample_index",
-            "-time": "total_s DESC, line",
-        }[order]
+        order_by = _ORDER_BY[order]
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, line, task_id, sample_index, reward, masked, stop_reason, error_kind,"
@@ -380,6 +382,23 @@ class RunIndex:
                 [*params, limit, offset],
             ).fetchall()
         return [_row(r) for r in rows]
+
+    def place(
+        self, episode_id: int, where: EpisodeFilter | None = None, order: EpisodeOrder = "line"
+    ) -> ListPlace | None:
+        """Where ``episode_id`` stands in the list :meth:`page` gives for ``where`` and
+        ``order`` (the episode page's previous and next); None when it is not in it."""
+        clause, params = (where or EpisodeFilter()).sql()
+        with self._lock:
+            row = self._db.execute(
+                "SELECT position, total, previous, next FROM (SELECT id,"
+                " row_number() OVER w AS position, count(*) OVER () AS total,"
+                " lag(id) OVER w AS previous, lead(id) OVER w AS next"
+                f" FROM episodes WHERE superseded=0{clause}"
+                f" WINDOW w AS (ORDER BY {_ORDER_BY[order]})) WHERE id=?",
+                [*params, episode_id],
+            ).fetchone()
+        return None if row is None else ListPlace(*row)
 
     def episode(self, episode_id: int) -> EpisodeRow | None:
         with self._lock:
@@ -535,6 +554,17 @@ class RunIndex:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+_ORDER_BY: Final[dict[EpisodeOrder, str]] = {
+    "line": "line",
+    "reward": "masked, reward, line",
+    "-reward": "masked, reward DESC, line",
+    "turns": "turns, line",
+    "-turns": "turns DESC, line",
+    "task": "task_id, sample_index, line",
+    "-time": "total_s DESC, line",
+}  # every order ends in a unique key, so a page and an episode's neighbours agree
 
 
 def _row(r: tuple[Any, ...]) -> EpisodeRow:

@@ -50,9 +50,21 @@ def runs_context(catalog: Catalog) -> dict[str, Any]:
             row["stats"] = catalog.stats(entry.number, detail=False)
             row["state"] = entry.index.state()
         rows.append(row)
-    ok = [e for e in catalog.runs if e.index is not None]
-    pairs = [(a, b) for i, a in enumerate(ok) for b in ok[i + 1 :]]
-    return {"title": "runs", "rows": rows, "compare_pairs": pairs}
+    # only runs of one environment compare: tasks of two environments are not the same
+    # tasks, even where their ids coincide
+    shown = [row for row in rows if "stats" in row and row["stats"].env is not None]
+    pairs = [
+        (a, b)
+        for i, a in enumerate(shown)
+        for b in shown[i + 1 :]
+        if a["stats"].env == b["stats"].env
+    ]
+    return {
+        "title": "runs",
+        "rows": rows,
+        "compare_pairs": pairs,
+        "environments": len({row["stats"].env for row in shown}),
+    }
 
 
 def _sorted_tasks(tasks: list[TaskStats], sort: TaskSort) -> list[TaskStats]:
@@ -100,8 +112,14 @@ def episodes_context(
         "page": page,
         "pages": pages,
         "episodes": index.page(where, sort, (page - 1) * PAGE_SIZE, PAGE_SIZE),
+        "list_query": _list_query(where, sort),
         **_facets(index),
     }
+
+
+def _list_query(where: EpisodeFilter, sort: EpisodeOrder) -> dict[str, str]:
+    """The query naming an episode list: an episode page reached from it walks it."""
+    return {**where.query(), **({} if sort == "line" else {"sort": sort})}
 
 
 def _facets(index: RunIndex) -> dict[str, Any]:
@@ -134,10 +152,29 @@ def _episode(
 
 
 def episode_context(
-    catalog: Catalog, run: int, episode_id: int, decoder: Decoder, decoded: bool
+    catalog: Catalog,
+    run: int,
+    episode_id: int,
+    decoder: Decoder,
+    decoded: bool,
+    where: EpisodeFilter | None = None,
+    sort: EpisodeOrder = "line",
 ) -> dict[str, Any]:
+    """The episode, and its place in the list it was reached from (``where`` and
+    ``sort``, the episodes page's): previous and next walk that list, or the whole run
+    in file order when the episode is not in it."""
     row, conv = _episode(catalog, run, episode_id, decoder)
+    where = where or EpisodeFilter()
+    index = catalog.index(run, refresh=False)
+    place = index.place(episode_id, where, sort)
+    if place is None:
+        where, sort = EpisodeFilter(), "line"
+        place = index.place(episode_id)
+    list_query = _list_query(where, sort)
     return {
+        "place": place,
+        "list_query": list_query,
+        "list_page": 1 if place is None else (place.position - 1) // PAGE_SIZE + 1,
         "title": f"{row.task_id} #{row.sample_index}",
         "run": run,
         "path": catalog.runs[run].path,
@@ -162,10 +199,13 @@ class CompareRow:
 
 
 def compare_context(catalog: Catalog, a: int, b: int) -> dict[str, Any]:
-    """Per task, the mean reward of A and of B over their scored samples."""
+    """Per task, the mean reward of A and of B over their scored samples; ``env_a`` and
+    ``env_b`` let the page say so when the runs are of different environments (the runs
+    page offers no such pair, but a URL can name one)."""
     catalog.index(a), catalog.index(b)  # read what was appended
-    tasks_a = {t.task_id: t for t in catalog.stats(a).tasks}
-    tasks_b = {t.task_id: t for t in catalog.stats(b).tasks}
+    stats_a, stats_b = catalog.stats(a), catalog.stats(b)
+    tasks_a = {t.task_id: t for t in stats_a.tasks}
+    tasks_b = {t.task_id: t for t in stats_b.tasks}
     common = sorted(tasks_a.keys() & tasks_b.keys())
     rows = [CompareRow(t, tasks_a[t].mean_reward, tasks_b[t].mean_reward) for t in common]
     outcomes = [r.outcome for r in rows]
@@ -176,6 +216,8 @@ def compare_context(catalog: Catalog, a: int, b: int) -> dict[str, Any]:
         "b": b,
         "path_a": catalog.runs[a].path,
         "path_b": catalog.runs[b].path,
+        "env_a": stats_a.env,
+        "env_b": stats_b.env,
         "rows": sorted(rows, key=lambda r: (r.outcome != "loss", r.outcome != "win", r.task_id)),
         "wins": outcomes.count("win"),
         "losses": outcomes.count("loss"),

@@ -24,7 +24,7 @@ class Links(Protocol):
     def runs(self) -> str | None: ...
     def run(self, run: int) -> str | None: ...
     def episodes(self, run: int, **query: Any) -> str | None: ...
-    def episode(self, run: int, episode_id: int) -> str: ...
+    def episode(self, run: int, episode_id: int, **query: Any) -> str: ...
     def task(self, run: int, task_id: str) -> str | None: ...
 
 
@@ -36,11 +36,12 @@ class AppLinks:
         return f"/runs/{run}"
 
     def episodes(self, run: int, **query: Any) -> str:
-        params = {k: v for k, v in query.items() if v is not None and v != ""}
-        return f"/runs/{run}/episodes" + (f"?{urlencode(params)}" if params else "")
+        return f"/runs/{run}/episodes" + _query(query)
 
-    def episode(self, run: int, episode_id: int) -> str:
-        return f"/runs/{run}/episodes/{episode_id}"
+    def episode(self, run: int, episode_id: int, **query: Any) -> str:
+        """The episode page; ``query`` names the list it was reached from (filters and
+        sort), which its previous and next links walk."""
+        return f"/runs/{run}/episodes/{episode_id}" + _query(query)
 
     def task(self, run: int, task_id: str) -> str:
         return self.episodes(run, task=task_id)
@@ -58,11 +59,16 @@ class ReportLinks:
     def episodes(self, run: int, **query: Any) -> None:
         return None
 
-    def episode(self, run: int, episode_id: int) -> str:
+    def episode(self, run: int, episode_id: int, **query: Any) -> str:
         return f"#episode-{episode_id}"
 
     def task(self, run: int, task_id: str) -> None:
         return None
+
+
+def _query(query: dict[str, Any]) -> str:
+    params = {k: v for k, v in query.items() if v is not None and v != ""}
+    return f"?{urlencode(params)}" if params else ""
 
 
 def _number(value: float | None, digits: int = 3) -> str:

@@ -67,6 +67,7 @@ def write_report(
             decoded=decoder is not None,
             threshold=success_threshold,
             sort_link=None,
+            list_query={},  # its episode rows link to anchors, not to a list's pages
             show_versions=bool(index.distinct("policy_version")),
             **context,
         )

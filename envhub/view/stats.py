@@ -97,6 +97,7 @@ def run_stats(index: RunIndex, *, success_threshold: float = 1.0, detail: bool =
 
 
 def _charts(index: RunIndex, summary: RunSummary, tasks: list[TaskStats]) -> dict[str, Markup]:
+    tokens = index.column("prompt_tokens", "completion_tokens")
     drawn = {
         "reward": charts.histogram(index.column("reward"), "reward distribution"),
         "turns": charts.histogram(index.column("turns"), "turns per episode"),
@@ -109,14 +110,16 @@ def _charts(index: RunIndex, summary: RunSummary, tasks: list[TaskStats]) -> dic
         "llm_request": charts.histogram(index.request_latencies(), "LLM latency per request", "s"),
         "llm_s": charts.histogram(index.column("llm_s"), "LLM time per episode", "s"),
         "env_s": charts.histogram(index.column("env_s"), "env time per episode", "s"),
-        "tokens": charts.histogram(
-            index.column("prompt_tokens", "completion_tokens"),
-            "tokens per episode",
-        ),
+        # a policy that reports no usage (the reference policy, some servers) leaves 0s:
+        # a histogram of them would be one full bar at 0, read as "episodes cost nothing"
+        "tokens": charts.histogram(tokens, "tokens per episode")
+        if any(tokens)
+        else charts.note("tokens per episode", "no token counts recorded"),
         "task_success": charts.bars(
             [(t.task_id, t.success) for t in sorted(tasks, key=lambda t: t.success)],
             "success by task (lowest first)",
             "{:.2f}",
+            noun="tasks",
         ),
     }
     over_time = [
@@ -132,5 +135,7 @@ def _charts(index: RunIndex, summary: RunSummary, tasks: list[TaskStats]) -> dic
         if version is not None and mean is not None
     ]
     if by_version:
-        drawn["policy_version"] = charts.bars(by_version, "mean reward by policy version", "{:.3f}")
+        drawn["policy_version"] = charts.bars(
+            by_version, "mean reward by policy version", "{:.3f}", noun="policy versions"
+        )
     return drawn
