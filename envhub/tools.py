@@ -11,7 +11,7 @@ model sees and the validation the call goes through can never disagree. Before e
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar, get_type_hints
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from envhub.errors import ToolArgumentError
 from envhub.model_text import ModelTextError, read_arguments
 
-__all__ = ["ToolSpec", "collect_tools", "parse_arguments", "tool"]
+__all__ = ["ToolSpec", "collect_tools", "parse_arguments", "schema_gaps", "tool"]
 
 _MARK = "__envhub_tool__"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -140,6 +140,37 @@ def _spec_from_function(attr: str, fn: Callable[..., Any], options: ToolOptions)
         timeout=options.timeout,
         is_async=inspect.iscoroutinefunction(fn),
     )
+
+
+# JSON-schema keys that constrain a value's type; a property with none of them accepts anything.
+_TYPED = ("type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const")
+
+
+def schema_gaps(tools: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What these OpenAI tool schemas leave the model to guess: one line per tool that has
+    a gap, e.g. ``tool 'peek': no description; no type for key; no description for key``.
+
+    ``@tool`` builds a schema from whatever the method has, so a parameter without a type
+    hint becomes ``{}`` (any JSON value), one missing from the docstring's ``Args:`` has no
+    description, and a method without a docstring is described by its own name. Each is
+    legal, so nothing fails; ``envhub check`` and ``envhub info`` print these lines so the
+    author sees them. Reads schemas, not methods, so a server's environment is checked
+    the same way as an in-process one."""
+    gaps: list[str] = []
+    for entry in tools:
+        function = entry.get("function", {})
+        name = function.get("name", "?")
+        properties = function.get("parameters", {}).get("properties", {})
+        untyped = [p for p, schema in properties.items() if not any(k in schema for k in _TYPED)]
+        undescribed = [p for p, schema in properties.items() if not schema.get("description")]
+        problems = [
+            *(["no description"] if function.get("description", name) == name else []),
+            *([f"no type for {', '.join(untyped)}"] if untyped else []),
+            *([f"no description for {', '.join(undescribed)}"] if undescribed else []),
+        ]
+        if problems:
+            gaps.append(f"tool {name!r}: " + "; ".join(problems))
+    return gaps
 
 
 def collect_tools(cls: type) -> dict[str, ToolSpec]:

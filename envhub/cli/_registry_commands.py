@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envhub.cli._app import app
-from envhub.cli.options import EnvArgOption, parse_env_args
+from envhub.cli.options import EnvArgOption, parse_env_args, warn_tool_gaps
 from envhub.errors import EnvhubError
 
 console = Console()
@@ -45,11 +46,16 @@ def list_command(
 def info_command(
     env: Annotated[str, typer.Argument(help="plugin name or module:Class")],
     env_arg: EnvArgOption = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print JSON (whole tool schemas and task) instead")
+    ] = False,
 ) -> None:
     """Show an environment's options (all, and those a server's clients may set, with their
-    bounds), tools with their JSON schemas, and a sample task."""
+    bounds), budgets, tools with their parameters, and a sample task; warn on stderr about
+    what the tool schemas leave the model to guess."""
     from envhub.clients.local import LocalEnvironment
     from envhub.environment import option_names
+    from envhub.tools import schema_gaps
 
     try:
         local = LocalEnvironment(env, parse_env_args(env_arg or []))
@@ -65,7 +71,66 @@ def info_command(
         "splits": {split: len(tasks.split(split)) for split in tasks.splits},
         "sample_task": sample.model_dump(mode="json") if sample else None,
     }
-    typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+    if as_json:
+        typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+    else:
+        _print_info(payload)
+    warn_tool_gaps(schema_gaps(info.tools))
+
+
+def _print_info(payload: dict[str, Any]) -> None:
+    """``envhub info``'s sections as text, for a person: the JSON's content with each schema
+    in a few words (``--json`` has them whole); a parameter the model may leave out is
+    marked ``?``."""
+    splits = ", ".join(f"{split} {count}" for split, count in payload["splits"].items())
+    console.print(
+        f"[bold]{escape(payload['name'])}[/bold] {escape(payload['version'])}: "
+        f"{payload['tasks']} tasks" + (f" ({escape(splits)})" if splits else "")
+    )
+    client_options = payload["client_options"]
+    if payload["options"]:
+        options = Table("option", "a server's clients may set it", title="options",
+                        title_justify="left")  # fmt: skip
+        for name in payload["options"]:
+            bounds = client_options.get(name)
+            options.add_row(name, "no" if bounds is None else "yes: " + _schema_text(bounds))
+        console.print(options)
+    else:
+        console.print("options: none")
+    budgets = ", ".join(f"{key} {value}" for key, value in payload["budgets"].items())
+    console.print(f"budgets: {escape(budgets)}")
+    tools = Table("tool", "parameters", "description", title="tools", title_justify="left")
+    for entry in payload["tools"]:
+        function = entry["function"]
+        parameters = function.get("parameters", {})
+        required = set(parameters.get("required", []))
+        tools.add_row(
+            function["name"],
+            "\n".join(
+                f"{param}{'' if param in required else '?'}: {_schema_text(schema)}"
+                for param, schema in parameters.get("properties", {}).items()
+            ),
+            escape(function.get("description", "")),
+        )
+    console.print(tools)
+    sample = payload["sample_task"]
+    if sample is not None:
+        console.print(f"sample task [bold]{escape(sample['id'])}[/bold]:")
+        for message in sample["prompt"]:
+            console.print(f"  {message['role']}: {escape(str(message.get('content')))}")
+        console.print(f"  answer: {escape(str(sample.get('answer')))}")
+
+
+def _schema_text(schema: dict[str, Any]) -> str:
+    """A JSON schema in a few words, its type first: ``integer, minimum 1, maximum 10000``;
+    ``any`` for ``{}`` (descriptions are left out: they have their own column)."""
+    kind = schema.get("type")
+    rest = [
+        f"{key} {json.dumps(value)}"
+        for key, value in schema.items()
+        if key not in ("type", "description", "title")
+    ]
+    return escape(", ".join([*([str(kind)] if kind else []), *rest]) or "any")
 
 
 @app.command("init")
@@ -74,16 +139,26 @@ def init_command(
     directory: Annotated[
         Path | None, typer.Option("--dir", help="where to create it (default: environments/NAME)")
     ] = None,
+    template: Annotated[
+        str,
+        typer.Option(
+            help="minimal: one tool, one reward, a task file; calc: a renamed copy of the "
+            "calc starter (seeded task generation, a rubric)"
+        ),
+    ] = "minimal",
 ) -> None:
-    """Scaffold a new environment plugin (a renamed copy of calc), ready for `pip install -e`."""
+    """Scaffold a new environment plugin, ready for `pip install -e`; a NAME that an installed
+    plugin or an importable module already has is refused (exit 2)."""
     from envhub.cli.scaffold import scaffold_plugin
 
     target = directory or Path("environments") / name
     try:
-        created = scaffold_plugin(name, target)
+        created = scaffold_plugin(name, target, template)
     except EnvhubError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     console.print(
-        f"created [bold]{created}[/bold]; next: pip install -e {created} && pytest {created}"
+        f"created [bold]{escape(str(created))}[/bold]; next: pip install -e {escape(str(created))}"
+        f" && pytest {escape(str(created))}",
+        soft_wrap=True,
     )

@@ -22,6 +22,7 @@ __all__ = [
     "parse_env_args",
     "plugin_choices",
     "require_listenable",
+    "warn_tool_gaps",
 ]
 
 
@@ -45,6 +46,20 @@ def require_listenable(host: str, port: int) -> None:
             reason = f"cannot listen on {address}: {exc.strerror or exc}; check --host/--port"
         typer.echo(f"error: {reason}", err=True)
         raise typer.Exit(2) from None
+
+
+def warn_tool_gaps(gaps: list[str]) -> None:
+    """Print :func:`envhub.tools.schema_gaps`' lines on stderr, once with how a ``@tool``
+    method fills them: a warning, so stdout stays the command's result."""
+    for gap in gaps:
+        typer.echo(f"warning: {gap}", err=True)
+    if gaps:
+        typer.echo(
+            "warning: the model sees these tools' schemas as they are; a @tool method takes a "
+            "parameter's type from its annotation and its description from the docstring's "
+            "Args: section, and its own description from the docstring",
+            err=True,
+        )
 
 
 EnvArgOption = Annotated[

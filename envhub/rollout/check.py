@@ -18,6 +18,7 @@ from envhub.policies.reference import NoopPolicy, ReferencePolicy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import dispatch, plan_episodes
 from envhub.rollout.episode import EpisodeRunner
+from envhub.tools import schema_gaps
 from envhub.trajectory import Trajectory
 
 __all__ = ["CheckFailure", "CheckReport", "check_tasks"]
@@ -35,6 +36,11 @@ class CheckReport(BaseModel):
     env: str
     checked: int
     failures: list[CheckFailure] = Field(default_factory=list)
+    tool_gaps: list[str] = Field(
+        default_factory=list,
+        description="what the tool schemas leave the model to guess (envhub.tools.schema_gaps); "
+        "warnings, not failures",
+    )
 
     @property
     def ok(self) -> bool:
@@ -59,7 +65,7 @@ async def check_tasks(
     give whole tasks (:meth:`EnvironmentClient.task`: in-process ones do), or
     ``tasks_from`` must (a local copy of the environment a server, pool or fleet runs)."""
     ids = list(task_ids)
-    version = (await env.info()).version
+    info = await env.info()
     failures: list[CheckFailure] = []
     noop_expected = await _expected_noop_rewards(tasks_from or env, ids)
     checks: list[tuple[str, Policy, dict[str, float]]] = [
@@ -68,7 +74,7 @@ async def check_tasks(
     ]
     for name, policy, expected_by_task in checks:
         runner = EpisodeRunner(
-            env, policy, env_version=version, max_env_attempts=1, tasks_from=tasks_from
+            env, policy, env_version=info.version, max_env_attempts=1, tasks_from=tasks_from
         )
 
         def judge(
@@ -97,7 +103,9 @@ async def check_tasks(
 
         await dispatch(runner, plan_episodes(ids, 1), concurrency=concurrency, on_result=judge)
     failures.sort(key=lambda f: (f.task_id, f.policy))
-    return CheckReport(env=env.name, checked=len(ids), failures=failures)
+    return CheckReport(
+        env=env.name, checked=len(ids), failures=failures, tool_gaps=schema_gaps(info.tools)
+    )
 
 
 async def _expected_noop_rewards(source: EnvironmentClient, ids: list[str]) -> dict[str, float]:

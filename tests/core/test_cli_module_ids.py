@@ -62,7 +62,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def test_info_and_check_import_from_the_working_directory(folder: Path) -> None:
-    info = _envhub("info", "mymod:MyEnv", cwd=folder)
+    info = _envhub("info", "mymod:MyEnv", "--json", cwd=folder)
     assert info.returncode == 0, info.stderr
     assert json.loads(info.stdout)["name"] == "myenv"
     check = _envhub("check", "mymod:MyEnv", cwd=folder)
@@ -75,7 +75,7 @@ def test_app_dir_names_another_folder(folder: Path) -> None:
     elsewhere.mkdir()
     missing = _envhub("info", "mymod:MyEnv", cwd=elsewhere)
     assert missing.returncode == 2 and "No module named 'mymod'" in missing.stdout
-    found = _envhub("--app-dir", "..", "info", "mymod:MyEnv", cwd=elsewhere)
+    found = _envhub("--app-dir", "..", "info", "mymod:MyEnv", "--json", cwd=elsewhere)
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)["tools"][0]["function"]["name"] == "greet"
     wrong = _envhub("--app-dir", "nowhere", "info", "mymod:MyEnv", cwd=elsewhere)

@@ -34,7 +34,7 @@ async def test_make_and_session_use_the_default_task() -> None:
 
 
 def test_info_shows_the_default_task() -> None:
-    result = CliRunner().invoke(app, ["info", COUNTER_GAME])
+    result = CliRunner().invoke(app, ["info", COUNTER_GAME, "--json"])
     assert result.exit_code == 0, result.stdout
     payload = json.loads(result.stdout)
     assert payload["tasks"] == 1 and payload["sample_task"]["id"] == "default"

@@ -84,7 +84,7 @@ def test_cli_list_and_info(fake_plugins: Path) -> None:
         and '"broken"' in listed.stdout
         and "missing dependency xyz" in listed.stdout
     )
-    info = runner.invoke(app, ["info", "toy", "--env-arg", "greeting=yo"])
+    info = runner.invoke(app, ["info", "toy", "--json", "--env-arg", "greeting=yo"])
     assert info.exit_code == 0, info.stdout
     assert '"yo 0"' in info.stdout and '"name": "add"' in info.stdout
     bad = runner.invoke(app, ["info", "toy", "--env-arg", "colour=red"])

@@ -93,3 +93,33 @@ class ToyEnv(Environment):
     def reward(self) -> Reward:
         correct = float(self.finished_with == self.task.answer)
         return Reward(value=correct, components={"correct": correct})
+
+
+class SloppyToolsEnv(Environment):
+    """Tools written without type hints or an ``Args:`` docstring, as a first draft often
+    is: legal, and ``envhub check``/``envhub info`` must say what the model is not told."""
+
+    name = "sloppy"
+
+    def load_tasks(self) -> TaskSet:
+        return TaskSet([
+            Task(id="sloppy-0", prompt=[{"role": "user", "content": "peek at a"}], answer="1",
+                 gold_actions=[GoldCall(name="peek", arguments={"key": "a"})])
+        ])  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: object = None
+
+    @tool(terminal=True)
+    def peek(self, key):  # type: ignore[no-untyped-def]  # the gap under test
+        self.seen = {"a": "1"}.get(key)
+        return str(self.seen)
+
+    @tool
+    def note(self, text: str) -> str:
+        """Write a note."""
+        return text
+
+    def reward(self) -> Reward:
+        return Reward(value=float(self.seen == self.task.answer))

@@ -119,7 +119,7 @@ async def test_client_settable_options_are_published(http: httpx.AsyncClient) ->
     assert listed["machine"]["client_options"] == {
         "seed": {"type": "integer", "minimum": 0, "maximum": 1_000}
     }
-    info = CliRunner().invoke(app, ["info", "calc"])
+    info = CliRunner().invoke(app, ["info", "calc", "--json"])
     assert info.exit_code == 0, info.output
     assert json.loads(info.output)["client_options"] == listed["calc"]["client_options"]
 
