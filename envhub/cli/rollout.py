@@ -6,6 +6,10 @@ that ``envhub --help`` stays fast.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import shlex
+import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -40,7 +44,7 @@ from envhub.registry import EXPORTERS
 from envhub.tokens.tool_call_parsers import TOOL_CALL_PARSERS
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from envhub.clients.remote import SessionTransport
     from envhub.policies.base import Policy
@@ -70,34 +74,122 @@ NO_MODEL_HINT = (
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/red] {escape(message)}")
+    """Print ``message`` as one unwrapped line (logs and greps keep URLs and paths whole)
+    and return the exit to raise."""
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
-class _LiveStats:
-    """Progress bar fields updated per finished trajectory (reward, masked, throughput)."""
+def _progress_line(done: int, total: int | None, masked: int, rate: float | None) -> str:
+    """The plain progress line: ``12/40 episodes, 3 masked, 2.1 episodes/s``."""
+    per_s = "-" if rate is None else f"{rate:.1f}"
+    return f"{done}/{total} episodes, {masked} masked, {per_s} episodes/s"
 
-    def __init__(self, progress: Progress, task: Any) -> None:
-        self.progress = progress
-        self.task = task
-        self.done = 0
+
+class _LiveProgress:
+    """The rollout's progress, counted per finished trajectory: a rich bar on a terminal;
+    elsewhere (a Slurm or Kubernetes log, a pipe), where a bar shows nothing until the
+    end, a plain :func:`_progress_line` every ``interval`` seconds (0: none).
+
+    The rate is :func:`~envhub.rollout.summary.episodes_per_s` on a clock started when
+    the run planned its episodes, as the summary's is, and :meth:`finish` shows the
+    summary's own count and rate: the progress and the summary cannot disagree."""
+
+    def __init__(self, title: str, interval: float) -> None:
+        self.interval = interval
+        self.total: int | None = None
+        self.before = 0  # episodes the output already held (--resume)
+        self.done = self.scored = self.masked = 0
         self.reward_sum = 0.0
-        self.scored = 0
-        self.masked = 0
         self.started = time.perf_counter()
+        self.on_terminal = console.is_terminal
+        self.bar = _progress()  # started (shown) on a terminal only
+        self.bar_task = self.bar.add_task(title, total=None, stats="")
+        self.ticker: asyncio.Task[None] | None = None
 
-    def __call__(self, trajectory: Trajectory) -> None:
+    def rate(self) -> float | None:
+        from envhub.rollout.summary import episodes_per_s
+
+        return episodes_per_s(self.done, time.perf_counter() - self.started)
+
+    def plan(self, total: int, done: int) -> None:
+        """The run's ``on_plan``: the tasks are known and the dispatch clock starts."""
+        self.total, self.before, self.started = total, done, time.perf_counter()
+        if self.on_terminal:
+            self.bar.update(self.bar_task, total=total, completed=done)
+            self.bar.start()
+        elif self.interval > 0:
+            self.ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    def record(self, trajectory: Trajectory) -> None:
+        """The run's ``on_result``."""
         self.done += 1
         if trajectory.masked:
             self.masked += 1
         else:
             self.scored += 1
             self.reward_sum += trajectory.reward or 0.0
-        rate = self.done / max(time.perf_counter() - self.started, 1e-9)
-        mean = self.reward_sum / self.scored if self.scored else float("nan")
-        self.progress.update(
-            self.task, advance=1, stats=f"reward {mean:.3f}  masked {self.masked}  {rate:.1f} ep/s"
-        )
+        if self.on_terminal:
+            self.bar.advance(self.bar_task)
+            self._show(self.reward_sum / self.scored if self.scored else None, self.rate())
+
+    def finish(self, summary: RunSummary | None) -> None:
+        """Stop, showing ``summary``'s count and rate (``None``: the run failed)."""
+        if self.ticker is not None:
+            self.ticker.cancel()
+        if summary is not None and self.on_terminal:
+            self._show(summary.mean_reward, summary.episodes_per_s)
+        elif summary is not None and self.total is not None:
+            self._print(summary.episodes, summary.masked, summary.episodes_per_s)
+        self.bar.stop()
+
+    def _show(self, mean: float | None, rate: float | None) -> None:
+        stats = "reward " + ("-" if mean is None else f"{mean:.3f}")
+        stats += f"  masked {self.masked}  " + ("-" if rate is None else f"{rate:.1f}") + " ep/s"
+        self.bar.update(self.bar_task, stats=stats)
+
+    def _print(self, done: int, masked: int, rate: float | None) -> None:
+        line = _progress_line(done, self.total, masked, rate)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            self._print(self.before + self.done, self.masked, self.rate())
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class _StopOnSignal:
+    """SIGINT (Ctrl-C) or SIGTERM (Slurm, Kubernetes) during a run: the first one sets the
+    run's ``stop`` event, so it ends as at ``--time-limit`` (the episodes in flight are
+    cancelled, the file keeps whole lines, the summary is written) and ``received``
+    names it; the handlers are then removed, so a second signal stops at once."""
+
+    def __init__(self) -> None:
+        self.received: signal.Signals | None = None
+        self.stop = asyncio.Event()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[asyncio.Event]:
+        loop = asyncio.get_running_loop()
+
+        def remove() -> None:
+            for signum in _STOP_SIGNALS:
+                loop.remove_signal_handler(signum)
+
+        def handle(signum: signal.Signals) -> None:
+            self.received = signum
+            self.stop.set()
+            remove()
+
+        for signum in _STOP_SIGNALS:
+            loop.add_signal_handler(signum, handle, signum)
+        try:
+            yield self.stop
+        finally:
+            remove()
 
 
 def _progress() -> Progress:
@@ -149,6 +241,7 @@ def _summary_table(summary: RunSummary) -> Table:
 
 @app.command("rollout")
 def rollout_command(
+    ctx: typer.Context,
     env: Annotated[str, typer.Argument(help="environment plugin name (or module:Class)")],
     output: Annotated[Path, typer.Option("--output", "-o", help="trajectory JSONL file")],
     model: Annotated[str | None, typer.Option(help="model name sent to the server")] = None,
@@ -181,6 +274,11 @@ def rollout_command(
         float | None, typer.Option(help="seconds; then episodes in flight are cancelled "
                                    "(--resume runs them later)")
     ] = None,
+    progress_interval: Annotated[
+        float, typer.Option(help="seconds between plain progress lines ('12/40 episodes, 3 "
+                            "masked, 2.1 episodes/s') where stderr is not a terminal (Slurm, "
+                            "Kubernetes logs), in place of the bar; 0: none")
+    ] = 30.0,
     max_masked_fraction: Annotated[
         float, typer.Option(help="exit 1 when more of the episodes are masked")
     ] = DEFAULT_MAX_MASKED_FRACTION,
@@ -276,7 +374,14 @@ def rollout_command(
     """Roll out GROUP_SIZE samples of each selected task and write trajectories to OUTPUT.
 
     Writes one JSON line per episode as it finishes, then OUTPUT.summary.json. Exits 1
-    when the run stopped on a dead server or masked more than --max-masked-fraction.
+    when the run stopped on a dead server or masked more than --max-masked-fraction, and
+    2 before any episode when no --base-url answers.
+
+    SIGINT (Ctrl-C) or SIGTERM stops the run as --time-limit does: the episodes in flight
+    are cancelled, OUTPUT keeps whole lines, the summary is written and printed with the
+    command that resumes the run (--resume), and the exit status is 130 (SIGINT) or 143
+    (SIGTERM), 128 plus the signal's number as shells report it. A second signal stops
+    at once.
     """
     from envhub.policies import SamplingParams, TitoOptions, make_policy
     from envhub.policies.transport import TransportOptions
@@ -329,12 +434,14 @@ def rollout_command(
         async def run_on(
             env_client: EnvironmentClient, tasks_from: EnvironmentClient | None,
             on_result: Callable[[Trajectory], None], on_plan: Callable[[int, int], None],
+            stop: asyncio.Event,
         ) -> RolloutResult:
             from envhub.rollout.run import run
 
             return await run(
                 env_client, chosen, tasks, group_size=group_size, concurrency=concurrency,
-                output=output, resume=resume, time_limit_s=time_limit, max_turns=max_turns,
+                output=output, resume=resume, time_limit_s=time_limit, stop=stop,
+                max_turns=max_turns,
                 max_env_attempts=max_env_attempts, policy_version=policy_version,
                 success_threshold=success_threshold, max_masked_fraction=max_masked_fraction,
                 max_consecutive_masked=max_consecutive_masked or None,
@@ -342,7 +449,7 @@ def rollout_command(
                 tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
             )  # fmt: skip
 
-        result = run_async(
+        result, received = run_async(
             _rollout(
                 env,
                 chosen,
@@ -350,6 +457,7 @@ def rollout_command(
                 target=target,
                 replay_gold=policy == "reference",
                 max_turns=max_turns,
+                progress_interval=progress_interval,
                 run_on=run_on,
             )
         )
@@ -358,13 +466,47 @@ def rollout_command(
         raise _fail(str(exc), code=1) from None
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
-    console.print(_summary_table(result.summary))
-    if result.summary.stopped == "deadline":
+    summary = result.summary
+    console.print(_summary_table(summary))
+    stopped_by = {"deadline": "time limit reached"}
+    if received is not None:
+        stopped_by["interrupted"] = f"interrupted ({received.name})"
+    if summary.stopped in stopped_by:
         console.print(
-            f"[yellow]time limit reached[/yellow]: {result.summary.missing} episodes did not "
-            "run; --resume runs them"
+            f"[yellow]{stopped_by[summary.stopped]}[/yellow]: {summary.missing} of "
+            f"{summary.planned} episodes did not run; rerun with --resume to run them:",
+            soft_wrap=True,
         )
+        console.print(_resume_command(ctx), markup=False, highlight=False, soft_wrap=True)
     console.print(f"trajectories: {output}   summary: {output}.summary.json")
+    if received is not None:
+        raise typer.Exit(128 + received)
+
+
+def _resume_command(ctx: typer.Context) -> str:
+    """This ``envhub rollout`` command line with ``--resume``, rebuilt from the values
+    given on it (so it is exact however the CLI was started); an ``--api-key`` value is
+    left out (it would land in logs), with a shell comment saying to export
+    ``OPENAI_API_KEY``, which the option reads instead."""
+    words = ["envhub", "rollout"]
+    note = ""
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE" or name == "resume":
+            continue
+        if name == "api_key":
+            note = "  # --api-key left out: export OPENAI_API_KEY"
+            continue
+        value = ctx.params[name]
+        if param.param_type_name != "option":
+            words.append(str(value))
+        elif getattr(param, "is_flag", False):
+            words.append(param.opts[0] if value else param.secondary_opts[0])
+        else:
+            for item in value if param.multiple else (value,):
+                words += [param.opts[0], str(item)]
+    return shlex.join([*words, "--resume"]) + note
 
 
 async def _rollout(
@@ -375,21 +517,27 @@ async def _rollout(
     target: EnvTarget,
     replay_gold: bool,
     max_turns: int | None,
+    progress_interval: float,
     run_on: Callable[
         [EnvironmentClient, EnvironmentClient | None, Callable[[Trajectory], None],
-         Callable[[int, int], None]],
+         Callable[[int, int], None], asyncio.Event],
         Awaitable[RolloutResult],
     ],
-) -> RolloutResult:
-    """Open the environment, then ``run_on(env, tasks_from, on_result, on_plan)`` (the
-    command's :func:`envhub.rollout.run` call) with the progress bar; ``replay_gold``:
-    the policy reads whole tasks, which a remote environment does not publish, so they
-    come from a local copy of the plugin.
+) -> tuple[RolloutResult, signal.Signals | None]:
+    """Check that the policy's model servers answer, open the environment, then
+    ``run_on(env, tasks_from, on_result, on_plan, stop)`` (the command's
+    :func:`envhub.rollout.run` call) with the progress shown and SIGINT/SIGTERM setting
+    ``stop`` (:class:`_StopOnSignal`); returns the result and the signal that stopped the
+    run, if one did. ``replay_gold``: the policy reads whole tasks, which a remote
+    environment does not publish, so they come from a local copy of the plugin.
 
     ``--max-turns`` is the runner's cap on every transport (:func:`envhub.rollout.run`);
     in-process it is also the sessions' budget, which the runner's cap cannot raise."""
+    from envhub.policies.base import check_servers
+
     tasks_from: EnvironmentClient | None = None
     try:
+        await check_servers(policy)  # a dead --base-url fails here, not episode by episode
         env = target.open(env_name, options, max_turns)
         try:
             if replay_gold and target.remote:
@@ -400,17 +548,20 @@ async def _rollout(
     except BaseException:
         await policy.aclose()
         raise
-    progress = _progress()
-    bar = progress.add_task(f"{env_name} x {policy.model}", total=None, stats="")
-
-    def planned(total: int, done: int) -> None:  # shown once the tasks are known
-        progress.update(bar, total=total, completed=done)
-        progress.start()
-
+    progress = _LiveProgress(f"{env_name} x {policy.model}", progress_interval)
+    signals = _StopOnSignal()
+    summary: RunSummary | None = None
     try:
-        return await run_on(env, tasks_from, _LiveStats(progress, bar), planned)
+        with signals.installed() as stop:
+            try:
+                result = await run_on(env, tasks_from, progress.record, progress.plan, stop)
+            except RolloutFailed as exc:
+                summary = cast("RolloutResult", exc.result).summary
+                raise
+            summary = result.summary
+        return result, signals.received
     finally:
-        progress.stop()
+        progress.finish(summary)
         await policy.aclose()
         await env.aclose()
         if tasks_from is not None:
@@ -525,6 +676,7 @@ def export_command(
 
     if not file.is_file():
         raise _fail(f"{file} does not exist")
+    _quiet_datasets()
     if format not in ("parquet", "jsonl"):
         _export_with_plugin(file, format, output or file.with_suffix(f".{format}"))
         return
@@ -535,7 +687,18 @@ def export_command(
         raise _fail(str(exc)) from None
     except ImportError:
         raise _fail("export needs `pip install 'envhub[rollout]'` (datasets)") from None
-    console.print(f"{rows} trajectories -> {target}")
+    console.print(f"{rows} trajectories -> {target}", soft_wrap=True)
+
+
+def _quiet_datasets() -> None:
+    """Turn off ``datasets``' tqdm bars for this process: an export is one quick write, and
+    its bars ("Creating parquet from Arrow format") only clutter logs and piped output.
+    Nothing to do without ``datasets`` (a plugin's format may not need it)."""
+    try:
+        import datasets
+    except ImportError:
+        return
+    datasets.disable_progress_bars()
 
 
 def _export_with_plugin(file: Path, format: str, target: Path) -> None:
@@ -546,4 +709,4 @@ def _export_with_plugin(file: Path, format: str, target: Path) -> None:
         rows = load_exporter(format)(read_trajectories(file), target)
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
-    console.print(f"{rows} trajectories -> {target}")
+    console.print(f"{rows} trajectories -> {target}", soft_wrap=True)

@@ -18,6 +18,8 @@ __all__ = [
     "GenerateRequest",
     "Policy",
     "SamplingParams",
+    "ServerBacked",
+    "check_servers",
     "end_episode",
 ]
 
@@ -123,3 +125,22 @@ def end_episode(policy: Policy, episode_id: str) -> None:
     an attempt ends."""
     if isinstance(policy, EpisodeAware):
         policy.end_episode(episode_id)
+
+
+@runtime_checkable
+class ServerBacked(Protocol):
+    """A policy that sends to model servers it was given (``--base-url``) and can tell up
+    front whether they answer, so that a run against a dead or mistyped URL stops before
+    its first episode instead of masking episodes until the circuit breaker opens."""
+
+    async def check_servers(self) -> None:
+        """Raise :class:`~envhub.errors.PolicyError` naming the URLs when none of the
+        servers answers (one that answers with an error status, 401 say, is up)."""
+        ...
+
+
+async def check_servers(policy: Policy) -> None:
+    """Check that ``policy``'s model servers answer (:class:`ServerBacked`); a no-op for
+    a policy that has none of its own (the reference policy, a hosted provider's)."""
+    if isinstance(policy, ServerBacked):
+        await policy.check_servers()

@@ -269,15 +269,28 @@ class PooledTransport:
             self._sessions[url] = session
         return session
 
-    async def _probe(self, url: str) -> bool:
-        """Whether an ejected endpoint answers ``GET {url}{probe_path}`` again."""
+    async def unreachable(self, url: str) -> str | None:
+        """Why the endpoint ``url`` did not answer ``GET {url}{probe_path}`` within 5
+        seconds (refused, timed out, a 5xx), or ``None`` when it answered (any status
+        below 500: a 401 or 404 is a server that is up)."""
+        probe = f"{url}{self._probe_path}"
         try:
             async with self._session(url).get(
-                f"{url}{self._probe_path}", timeout=aiohttp.ClientTimeout(total=5)
+                probe, timeout=aiohttp.ClientTimeout(total=5)
             ) as response:
-                answered = response.status < 500
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            return False
+                status = response.status
+        except asyncio.TimeoutError:
+            return f"GET {probe}: no answer in 5 s"
+        except aiohttp.ClientConnectorError as exc:  # "Connection refused", not aiohttp's repr
+            reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else str(exc)
+            return f"GET {probe}: {reason}"
+        except aiohttp.ClientError as exc:
+            return f"GET {probe}: {type(exc).__name__}: {exc}"
+        return f"GET {probe}: HTTP {status}" if status >= 500 else None
+
+    async def _probe(self, url: str) -> bool:
+        """Whether an ejected endpoint answers again (:meth:`unreachable`)."""
+        answered = await self.unreachable(url) is None
         if answered:  # it may have restarted with other weights: read its version again
             self._served.pop(url, None)
         return answered
@@ -337,6 +350,16 @@ class PooledPolicy:
         a change means the servers were updated (module docstring)."""
         self.gate = gate
         self.transport.version_epoch = (lambda: None) if gate is None else (lambda: gate.version)
+
+    async def check_servers(self) -> None:
+        """:class:`~envhub.policies.base.ServerBacked`: a :class:`PolicyError` naming each
+        base URL and why, when none of them answers. One that is down among others that
+        answer is left to the pool, which ejects it and probes it until it is back."""
+        urls = [endpoint.url for endpoint in self.pool.endpoints]
+        reasons = await asyncio.gather(*(self.transport.unreachable(url) for url in urls))
+        if all(reasons):
+            down = "; ".join(f"{url} ({why})" for url, why in zip(urls, reasons, strict=True))
+            raise PolicyError(f"no model server answers at {down}: start it, or fix --base-url")
 
     async def aclose(self) -> None:
         await self.transport.aclose()

@@ -6,9 +6,9 @@ GRPO groups of ``group_size`` samples per task, written one trajectory per line 
 episodes finish (or kept in memory without an output file). ``resume`` runs the (task_id,
 sample_index) pairs the file does not hold a scored record of: masked records are not
 results, so their episodes run again, and the file is compacted at the end to the latest
-record of each pair. A ``deadline`` stops the run (episodes in flight are cancelled and
-their sessions aborted; ``--resume`` runs them later), and a :class:`CircuitBreaker`
-stops it when episodes keep failing.
+record of each pair. A ``deadline`` or a ``stop`` event stops the run (episodes in flight
+are cancelled and their sessions aborted; ``--resume`` runs them later), and a
+:class:`CircuitBreaker` stops it when episodes keep failing.
 """
 
 from __future__ import annotations
@@ -62,13 +62,15 @@ async def dispatch(
     on_start: Callable[[EpisodeSpec], None] | None = None,
     deadline: float | None = None,
     breaker: CircuitBreaker | None = None,
+    stop: asyncio.Event | None = None,
 ) -> int:
     """Run every episode with at most ``concurrency`` in flight; returns how many ran.
 
     ``on_result`` runs in the event loop for each finished trajectory (write it, count it);
-    it must be quick and must not raise. At ``deadline`` (a ``time.monotonic()`` value)
-    the episodes in flight are cancelled, which aborts their sessions, and none is
-    recorded. Once ``breaker`` opens no new episode starts; those in flight finish.
+    it must be quick and must not raise. At ``deadline`` (a ``time.monotonic()`` value),
+    or once ``stop`` is set (``envhub rollout`` sets it on SIGINT or SIGTERM), the
+    episodes in flight are cancelled, which aborts their sessions, and none is recorded.
+    Once ``breaker`` opens no new episode starts; those in flight finish.
     """
     if concurrency < 1:
         raise InvalidRequest(f"concurrency must be >= 1, got {concurrency}")
@@ -90,17 +92,19 @@ async def dispatch(
             done += 1
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    all_done = asyncio.gather(*workers)  # done when every worker is, or at the first error
+    waited: list[asyncio.Future[Any]] = [all_done]
+    if stop is not None:
+        waited.append(asyncio.ensure_future(stop.wait()))
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     try:
-        finished, _ = await asyncio.wait(
-            workers, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
-        )
-        for task in finished:
-            task.result()  # a failing callback stops the run with its error
-    finally:  # a failure, the deadline or a cancelled run stops every worker
-        for task in workers:
-            task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await asyncio.wait(waited, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if all_done.done():
+            all_done.result()  # a failing callback stops the run with its error
+    finally:  # a failure, the deadline, a stop or a cancelled run stops every worker
+        for future in (*workers, *waited[1:]):
+            future.cancel()
+        await asyncio.gather(*workers, *waited, return_exceptions=True)  # retrieves all_done's
     return done
 
 
@@ -132,6 +136,7 @@ async def run_rollout(
     success_threshold: float = 1.0,
     deadline: float | None = None,
     breaker: CircuitBreaker | None = None,
+    stop: asyncio.Event | None = None,
     on_result: Callable[[Trajectory], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
 ) -> RunSummary:
@@ -142,8 +147,9 @@ async def run_rollout(
     also written to ``OUTPUT.summary.json``; without ``resume`` an existing non-empty
     output is refused (nothing is overwritten). Without ``output`` nothing is written:
     the summary covers this run, and ``on_result`` is the way to keep the trajectories.
-    ``on_plan(total, already_done)`` is called once before dispatching. ``deadline``
-    and ``breaker``: see :func:`dispatch`.
+    ``on_plan(total, already_done)`` is called once before dispatching, right before
+    the clock of the summary's ``episodes_per_s`` starts. ``deadline``, ``breaker`` and
+    ``stop``: see :func:`dispatch`.
     """
     if output is None:
         if resume:
@@ -151,14 +157,14 @@ async def run_rollout(
         kept: list[Trajectory] = []
         ran, elapsed = await _run_planned(
             runner, task_ids, set(), kept.append, group_size=group_size,
-            concurrency=concurrency, deadline=deadline, breaker=breaker,
+            concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
             on_result=on_result, on_plan=on_plan,
         )  # fmt: skip
         kept_pairs = {(t.task_id, t.sample_index) for t in kept}
         summary = summarize(
             kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
         )
-        return _with_plan(summary, kept_pairs, task_ids, group_size, breaker, deadline)
+        return _with_plan(summary, kept_pairs, task_ids, group_size, breaker, deadline, stop)
     output = Path(output)
     exists = output.exists() and output.stat().st_size > 0
     if exists and not resume:
@@ -167,7 +173,7 @@ async def run_rollout(
         skip = completed_pairs(output, runner.env.name) if exists else set()
         ran, elapsed = await _run_planned(
             runner, task_ids, skip, writer.write, group_size=group_size,
-            concurrency=concurrency, deadline=deadline, breaker=breaker,
+            concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
             on_result=on_result, on_plan=on_plan,
         )  # fmt: skip
     compact_trajectories(output)  # from here on, one record per pair: the latest
@@ -183,7 +189,7 @@ async def run_rollout(
     summary = summarize(
         selected(), success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
     )
-    summary = _with_plan(summary, pairs, task_ids, group_size, breaker, deadline)
+    summary = _with_plan(summary, pairs, task_ids, group_size, breaker, deadline, stop)
     summary_path(output).write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return summary
 
@@ -198,6 +204,7 @@ async def _run_planned(
     concurrency: int,
     deadline: float | None,
     breaker: CircuitBreaker | None,
+    stop: asyncio.Event | None,
     on_result: Callable[[Trajectory], None] | None,
     on_plan: Callable[[int, int], None] | None,
 ) -> tuple[int, float]:
@@ -214,7 +221,7 @@ async def _run_planned(
     started = time.perf_counter()
     ran = await dispatch(
         runner, specs, concurrency=concurrency, on_result=recorded, deadline=deadline,
-        breaker=breaker,
+        breaker=breaker, stop=stop,
     )  # fmt: skip
     return ran, time.perf_counter() - started
 
@@ -226,6 +233,7 @@ def _with_plan(
     group_size: int,
     breaker: CircuitBreaker | None,
     deadline: float | None,
+    stop: asyncio.Event | None,
 ) -> RunSummary:
     """``summary`` plus what was planned, what has no record, and why the run stopped."""
     planned = {(task_id, index) for task_id in task_ids for index in range(group_size)}
@@ -234,6 +242,8 @@ def _with_plan(
     detail: str | None
     if breaker is not None and breaker.open:
         stopped, detail = "circuit_breaker", breaker.reason
+    elif missing and stop is not None and stop.is_set():
+        stopped, detail = "interrupted", f"{missing} of {len(planned)} episodes did not run"
     elif missing and deadline is not None and time.monotonic() >= deadline:
         stopped, detail = "deadline", f"{missing} of {len(planned)} episodes did not run"
     else:

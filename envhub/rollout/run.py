@@ -18,6 +18,7 @@ judges the outcome: a run stopped by its circuit breaker, or with more than
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import time
@@ -68,6 +69,7 @@ async def run(
     output: str | Path | None = None,
     resume: bool = False,
     time_limit_s: float | None = None,
+    stop: asyncio.Event | None = None,
     max_turns: int | None = None,
     max_env_attempts: int = 3,
     policy_version: int | None = None,
@@ -89,10 +91,13 @@ async def run(
     file to append to (``resume`` continues one: see :func:`run_rollout`); without it
     the trajectories come back in the result. ``time_limit_s``: after that many seconds
     the episodes in flight are cancelled and the summary says ``stopped="deadline"``
-    (``missing`` did not run). ``max_turns``: this runner's cap on model turns, on any
-    transport (the session's own ``max_turns`` budget also applies: whichever is lower
-    ends the episode, with ``stop_reason="max_turns"`` either way). ``max_consecutive_masked``
-    masked episodes in a row open the circuit breaker (``None``: never). ``gc_threshold``:
+    (``missing`` did not run); setting ``stop`` does the same at once, with
+    ``stopped="interrupted"`` (``envhub rollout`` sets it on SIGINT or SIGTERM, so an
+    interrupted run still finishes its file and summary). ``max_turns``: this runner's cap
+    on model turns, on any transport (the session's own ``max_turns`` budget also
+    applies: whichever is lower ends the episode, with ``stop_reason="max_turns"`` either
+    way). ``max_consecutive_masked`` masked episodes in a row open the circuit breaker
+    (``None``: never). ``gc_threshold``:
     see :func:`envhub._util.gc_tuning.gc_tuned_for_throughput` (0 leaves the collector alone).
 
     Raises :class:`~envhub.errors.RolloutFailed` when the breaker opened or more than
@@ -158,6 +163,7 @@ async def run(
             success_threshold=success_threshold,
             deadline=deadline,
             breaker=CircuitBreaker(max_consecutive_masked) if max_consecutive_masked else None,
+            stop=stop,
             on_result=record,
             on_plan=planned,
         )

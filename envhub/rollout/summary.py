@@ -11,8 +11,12 @@ attempts that were retried, by error kind (a replica lost mid-episode: ``replica
 
 A run that ends before every planned episode has a record says so: ``missing`` counts
 the (task, sample) pairs without one and ``stopped`` says why (``"deadline"``: the time
-limit; ``"circuit_breaker"``: too many episodes in a row were masked, ``stop_detail``
-says which failure).
+limit; ``"interrupted"``: the run's ``stop`` event, which ``envhub rollout`` sets on
+SIGINT or SIGTERM; ``"circuit_breaker"``: too many episodes in a row were masked,
+``stop_detail`` says which failure).
+
+Throughput: :func:`episodes_per_s` is the one rate, shown live by ``envhub rollout``'s
+progress and recorded as the summary's ``episodes_per_s``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from pydantic import BaseModel, Field
 
 from envhub.trajectory import Trajectory
 
-__all__ = ["ReplicaCounts", "RunSummary", "k_values", "pass_at_k", "summarize"]
+__all__ = [
+    "ReplicaCounts",
+    "RunSummary",
+    "episodes_per_s",
+    "k_values",
+    "pass_at_k",
+    "summarize",
+]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -36,6 +47,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def episodes_per_s(episodes: int, elapsed_s: float | None) -> float | None:
+    """Episodes finished per second of the run's dispatch clock (``None`` before any
+    finished or any time passed): the live progress and the summary both use it, with
+    the clock started when the run planned its episodes, so they cannot disagree."""
+    return episodes / elapsed_s if episodes and elapsed_s else None
 
 
 def k_values(group_size: int) -> list[int]:
@@ -159,5 +177,5 @@ def summarize(
         completion_tokens=completion_tokens,
         elapsed_s=elapsed_s,
         episodes_this_run=episodes_this_run,
-        episodes_per_s=(episodes_this_run / elapsed_s) if elapsed_s and episodes_this_run else None,
+        episodes_per_s=episodes_per_s(episodes_this_run or 0, elapsed_s),
     )
