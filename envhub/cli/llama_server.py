@@ -283,13 +283,16 @@ def server_command(
 
 
 def _server_env() -> dict[str, str]:
-    """The server's environment: ours, with OpenMP threads that sleep instead of spinning.
+    """The server's environment: ours, with OpenMP threads that sleep instead of spinning,
+    and without ``HOST`` and ``PORT``.
 
     llama.cpp's CPU backend uses OpenMP; its default busy-waiting made generation up to
     20x slower when the rollout engine or sandboxes share the CPUs. ``OMP_WAIT_POLICY``
-    set by the user wins.
+    set by the user wins. ``python -m llama_cpp.server`` lets ``$HOST``/``$PORT`` override
+    its ``--host``/``--port``: a shell that exported ``PORT`` for ``envhub serve`` would
+    put the model on the environment server's port. The address is the command line's.
     """
-    env = dict(os.environ)
+    env = {key: value for key, value in os.environ.items() if key not in ("HOST", "PORT")}
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
