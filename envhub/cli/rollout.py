@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD
@@ -29,6 +28,7 @@ from envhub.cli.options import (
     SandboxBackendOption,
     env_options,
     plugin_choices,
+    warn_tool_gaps,
 )
 from envhub.cli.targets import (
     EnvFleetOption,
@@ -45,6 +45,8 @@ from envhub.tokens.tool_call_parsers import TOOL_CALL_PARSERS
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
+
+    from rich.progress import Progress
 
     from envhub.clients.remote import SessionTransport
     from envhub.policies.base import Policy
@@ -193,15 +195,9 @@ class _StopOnSignal:
 
 
 def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[stats]}"),
-        console=console,
-        refresh_per_second=4,
-    )
+    from envhub.cli._progress import make_progress
+
+    return make_progress(console)
 
 
 def _summary_table(summary: RunSummary) -> Table:
@@ -601,6 +597,7 @@ def check_command(
         report, elapsed = run_async(_check(env, options, tasks, concurrency, target))
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
+    warn_tool_gaps(report.tool_gaps)
     if report.ok:
         console.print(
             f"[green]ok[/green]: {report.checked} tasks of {report.env}: reference scores 1, "
