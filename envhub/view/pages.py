@@ -200,7 +200,7 @@ class CompareRow:
 
 def compare_context(catalog: Catalog, a: int, b: int) -> dict[str, Any]:
     """Per task, the mean reward of A and of B over their scored samples; ``env_a`` and
-    ``env_b`` let the page say so when the runs are of different environments (the runs
+    ``env_b``, so that the page compares nothing when they differ and says why (the runs
     page offers no such pair, but a URL can name one)."""
     catalog.index(a), catalog.index(b)  # read what was appended
     stats_a, stats_b = catalog.stats(a), catalog.stats(b)
