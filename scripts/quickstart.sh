@@ -8,7 +8,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[server,rollout,view]' -e environments/calc
+# shellcheck source=.ci/heartbeat.sh
+source .ci/heartbeat.sh
+echo "==> installing envhub and the calc plugin into .venv"
+heartbeat "installing envhub" .venv/bin/pip install -q -e '.[server,rollout,view]' -e environments/calc
 bash .ci/local_llm_setup.sh .venv          # llama-cpp-python (built from source once) + SmolLM2
 export PATH="$PWD/.venv/bin:$PATH"
 mkdir -p runs
