@@ -154,3 +154,21 @@ def test_train(tmp_path: Path) -> None:
     assert "4 envhub episodes scored" in trl
     assert re.search(r"^\d+ tasks of calc/train -> data/calc_train.parquet$", verl, re.M), verl
     assert skyrl.splitlines()[-1].endswith("1.0 True")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("machine")  # Ray clusters share /tmp/ray: one at a time
+@pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None and os.environ.get("ENVHUB_REQUIRE_RAY") != "1",
+    reason="pip install 'envhub-rl[ray]'",
+)
+def test_scale_out(tmp_path: Path) -> None:
+    """A one-node Ray cluster (``ray start --block``, stopped with its process group, never
+    ``ray stop``), a fleet up, used and down; the Kubernetes manifests read."""
+    (tmp_path / "deploy").symlink_to(ROOT / "deploy")
+    env = tutorial_env(tmp_path) | {"RAY_USAGE_STATS_ENABLED": "0"}
+    fleet, manifests = run_tutorial(TUTORIALS / "scale-out.md", tmp_path, env)
+    assert "calc" in fleet and "sql" in fleet
+    for name in ("calc", "search", "sql", "web"):
+        assert f"{name}.yaml Deployment envhub-{name} " in manifests
+        assert f"{name}.yaml Service envhub-{name} [8000]" in manifests

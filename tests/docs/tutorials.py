@@ -7,8 +7,9 @@ rendered page does not show it) says how the block is used:
   ``python``; blocks of other languages (output, TOML, YAML) are only read;
 - ``<!-- file: PATH -->``: the block is written to ``PATH`` (the reader saves it there);
 - ``<!-- background: URL -->``: the ``bash`` block starts a server (the reader runs it in
-  a second terminal); the next block runs once ``GET URL`` answers 200, and the server's
-  process group is stopped when the tutorial ends;
+  a second terminal); the next block runs once ``GET URL`` answers 200 (a
+  ``tcp://HOST:PORT`` URL: once the port accepts connections), and the server's process
+  group is stopped when the tutorial ends;
 - ``<!-- not run: REASON -->``: shown only (a GPU, a cluster, a real model server).
 
 Every block runs in one working directory, in a fresh process, with the test's
@@ -22,8 +23,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,11 +151,32 @@ def _start(
             start_new_session=True,
         )  # fmt: skip
     url = _expand(block.argument, env)
-    if not wait_for_http(url, timeout_s=timeout_s, gone=lambda: proc.poll() is not None):
+
+    def gone() -> bool:
+        return proc.poll() is not None
+
+    if url.startswith("tcp://"):
+        host, _, port = url.removeprefix("tcp://").rpartition(":")
+        ready = _wait_for_port(host, int(port), timeout_s=timeout_s, gone=gone)
+    else:
+        ready = wait_for_http(url, timeout_s=timeout_s, gone=gone)
+    if not ready:
         _stop_group(proc)
         said = log.read_text(errors="replace")
         raise BlockFailed(f"server did not answer {url}\n{block.describe(said)}")
     return proc
+
+
+def _wait_for_port(host: str, port: int, *, timeout_s: float, gone: Callable[[], bool]) -> bool:
+    """Poll until ``host:port`` accepts a TCP connection (a server that speaks no HTTP)."""
+    deadline = time.monotonic() + timeout_s
+    while not gone() and time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 def _expand(text: str, env: Mapping[str, str]) -> str:

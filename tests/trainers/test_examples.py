@@ -36,23 +36,8 @@ def test_importing_the_adapters_loads_no_heavy_dependency() -> None:
     assert run("-c", code).strip() == "[]"
 
 
-@pytest.mark.slow
-def test_train_grpo_trl_example(tmp_path: Path) -> None:
-    pytest.importorskip("trl")
-    out = run(
-        "examples/train_grpo_trl.py",
-        "--tiny",
-        "--max-steps",
-        "1",
-        "--batch-size",  # the loss's backward over the 49k-token vocabulary costs per row
-        "4",
-        "--num-generations",
-        "2",
-        "--output-dir",
-        str(tmp_path),
-    )
-    assert re.search(r"step 1: envhub reward \d\.\d+ loss", out), out
-    assert "4 envhub episodes scored" in out
+# examples/train_grpo_trl.py --tiny runs in docs/tutorials/train.md, executed (with the same
+# assertions) by tests/docs/test_tutorials.py::test_train
 
 
 @pytest.mark.slow
