@@ -32,6 +32,7 @@ import hashlib
 import os
 import sqlite3
 import threading
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any, Final
 
 import orjson
 
+from envhub._util.sized_lru import SizedLRU
 from envhub.errors import InvalidRequest
 from envhub.runtime.cache import locked
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
@@ -161,6 +163,10 @@ class RunIndex:
         self.index_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = self._connect()
+        # episode lists in order, by (index version, filter, order): see place()
+        self._lists: SizedLRU[tuple[str, EpisodeFilter, EpisodeOrder], array[int]] = SizedLRU(
+            max_entries=8, max_bytes=32 << 20
+        )
 
     # -- building -------------------------------------------------------------------------
 
@@ -387,18 +393,34 @@ class RunIndex:
         self, episode_id: int, where: EpisodeFilter | None = None, order: EpisodeOrder = "line"
     ) -> ListPlace | None:
         """Where ``episode_id`` stands in the list :meth:`page` gives for ``where`` and
-        ``order`` (the episode page's previous and next); None when it is not in it."""
-        clause, params = (where or EpisodeFilter()).sql()
+        ``order`` (the episode page's previous and next); None when it is not in it. The
+        list's ids are read once and kept until the index changes, so walking a list of
+        100,000 episodes with "next" sorts it once, not on every page."""
+        where = where or EpisodeFilter()
+        version = self.state().version
         with self._lock:
-            row = self._db.execute(
-                "SELECT position, total, previous, next FROM (SELECT id,"
-                " row_number() OVER w AS position, count(*) OVER () AS total,"
-                " lag(id) OVER w AS previous, lead(id) OVER w AS next"
-                f" FROM episodes WHERE superseded=0{clause}"
-                f" WINDOW w AS (ORDER BY {_ORDER_BY[order]})) WHERE id=?",
-                [*params, episode_id],
-            ).fetchone()
-        return None if row is None else ListPlace(*row)
+            ids = self._lists.get((version, where, order))
+        if ids is None:
+            clause, params = where.sql()
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT id FROM episodes WHERE superseded=0{clause}"
+                    f" ORDER BY {_ORDER_BY[order]}",
+                    params,
+                ).fetchall()
+            ids = array("q", (row[0] for row in rows))
+            with self._lock:
+                self._lists.put((version, where, order), ids, ids.itemsize * len(ids))
+        try:
+            i = ids.index(episode_id)
+        except ValueError:
+            return None
+        return ListPlace(
+            position=i + 1,
+            total=len(ids),
+            previous=ids[i - 1] if i else None,
+            next=ids[i + 1] if i + 1 < len(ids) else None,
+        )
 
     def episode(self, episode_id: int) -> EpisodeRow | None:
         with self._lock:
