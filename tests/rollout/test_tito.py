@@ -613,10 +613,10 @@ def test_rollout_cli_runs_tito_from_a_gguf_tokenizer(
     [trajectory] = read_trajectories(out)
     assert not trajectory.masked and len(trajectory.turns) == 3
     assert [t.prefix_ok for t in trajectory.turns] == [None, True, True]
-    assert [r[1]["prompt"] for r in model.requests] == [
-        t.prompt_token_ids for t in trajectory.turns
-    ]
+    probe, *sampled = model.requests
+    assert probe[0] == "models"  # the CLI asks the server once before the first episode
+    assert [r[1]["prompt"] for r in sampled] == [t.prompt_token_ids for t in trajectory.turns]
     # no --max-tokens: sent as null, not left out (vLLM would cut every turn at 16 tokens)
-    assert all("max_tokens" in r[1] and r[1]["max_tokens"] is None for r in model.requests)
+    assert all("max_tokens" in r[1] and r[1]["max_tokens"] is None for r in sampled)
     assert [t.finish_reason for t in trajectory.turns] == ["tool_calls"] * 3
     assert trajectory.sampling["temperature"] == 0.5
