@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import re
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from string import Template
 
@@ -78,10 +77,6 @@ def _calc_sources(name: str, cls: str) -> dict[str, str]:
     }
 
 
-def _fill(template: Traversable, fields: dict[str, str]) -> str:
-    return Template(template.read_text("utf-8")).substitute(fields)
-
-
 def scaffold_plugin(name: str, target: Path, template: str = "minimal") -> Path:
     """Write a new plugin package for ``name`` into ``target`` from ``template``; returns
     the directory. :class:`InvalidRequest` for a bad or taken name, an unknown template,
@@ -99,13 +94,17 @@ def scaffold_plugin(name: str, target: Path, template: str = "minimal") -> Path:
         "distribution": f"envhub-rl-{name.replace('_', '-')}",
     }
     fields["edit"] = Template(_EDIT[template]).substitute(fields)
-    files = resources.files("envhub.cli") / "templates"
+    templates = resources.files("envhub.cli") / "templates"
+
+    def fill(path: str) -> str:
+        return Template((templates / path).read_text("utf-8")).substitute(fields)
+
     if template == "calc":
         package_files = _calc_sources(name, cls)
     else:
         package_files = {
-            entry.name.removesuffix(".tmpl"): _fill(entry, fields)
-            for entry in (files / template).iterdir()
+            entry.name.removesuffix(".tmpl"): fill(f"{template}/{entry.name}")
+            for entry in (templates / template).iterdir()
             if entry.name.endswith(".tmpl")
         }
     package = target / f"envhub_{name}"
@@ -113,9 +112,7 @@ def scaffold_plugin(name: str, target: Path, template: str = "minimal") -> Path:
     for filename, text in package_files.items():
         (package / filename).write_text(text, "utf-8")
     (target / "tests").mkdir()
-    (target / "tests" / f"test_{name}.py").write_text(
-        _fill(files / "test_plugin.py.tmpl", fields), "utf-8"
-    )
-    (target / "pyproject.toml").write_text(_fill(files / "pyproject.toml.tmpl", fields), "utf-8")
-    (target / "README.md").write_text(_fill(files / "README.md.tmpl", fields), "utf-8")
+    (target / "tests" / f"test_{name}.py").write_text(fill("test_plugin.py.tmpl"), "utf-8")
+    (target / "pyproject.toml").write_text(fill("pyproject.toml.tmpl"), "utf-8")
+    (target / "README.md").write_text(fill("README.md.tmpl"), "utf-8")
     return target
