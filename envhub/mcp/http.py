@@ -152,7 +152,12 @@ class McpEndpoints:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request_id: Any = None
         try:
-            env = self._env_of(scope["path"])
+            try:
+                env = self._env_of(scope["path"])
+            except _Refused:
+                if scope["method"] == "POST":  # answered under the id it was asked with
+                    request_id = _request_id(await _read_body(receive))
+                raise
             headers = dict(scope["headers"])
             version = headers.get(_VERSION_HEADER)
             if version is not None and version.decode("latin-1") not in HANDSHAKE_PROTOCOL_VERSIONS:

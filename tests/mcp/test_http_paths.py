@@ -59,7 +59,7 @@ async def test_bare_mcp_with_several_environments_names_the_paths_to_use(
 ) -> None:
     async with httpx.AsyncClient(base_url=named_like_the_api) as http:
         answer = await http.post("/mcp", json=INITIALIZE, headers=ACCEPT)
-    assert answer.status_code == 404
+    assert answer.status_code == 404 and answer.json()["id"] == INITIALIZE["id"]
     error = answer.json()["error"]
     assert error["message"] == (
         "3 environments are hosted here: name one, /mcp/ENV or /ENV/mcp "
