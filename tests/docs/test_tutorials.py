@@ -15,8 +15,10 @@ import re
 import subprocess
 import sys
 import sysconfig
+from contextlib import suppress
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from envhub._util.net import free_port
@@ -31,9 +33,8 @@ PORT_NAMES = ("PORT", "LLM_PORT", "VLLM_PORT", "VIEW_PORT", "RAY_PORT")
 def tutorial_env(tmp_path: Path, bin_dir: Path | None = None) -> dict[str, str]:
     """The environment the blocks run with: ``bin_dir`` (else the venv's ``bin``) first on
     ``PATH``, free ports, caches inside ``tmp_path``, and no package index: a tutorial's
-    ``pip install`` of a local plugin builds it with this venv's setuptools and leaves its
-    dependencies to this venv (resolving declared dependencies from an index is what the
-    release test does, with the built wheels)."""
+    ``pip install`` of a local plugin builds it with this venv's setuptools and finds its
+    dependencies (``envhub-rl``) installed in this venv."""
     venv_bin = str(Path(sys.executable).parent)
     path = os.pathsep.join([*([str(bin_dir)] if bin_dir else []), venv_bin, os.environ["PATH"]])
     env = {
@@ -43,7 +44,6 @@ def tutorial_env(tmp_path: Path, bin_dir: Path | None = None) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "TRL_EXPERIMENTAL_SILENCE": "1",
         "PIP_NO_INDEX": "1",
-        "PIP_NO_DEPS": "1",
         "PIP_NO_BUILD_ISOLATION": "0",  # pip's inverted switch: build with this venv's setuptools
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
@@ -172,3 +172,13 @@ def test_scale_out(tmp_path: Path) -> None:
     for name in ("calc", "search", "sql", "web"):
         assert f"{name}.yaml Deployment envhub-{name} " in manifests
         assert f"{name}.yaml Service envhub-{name} [8000]" in manifests
+
+
+def test_a_block_past_its_time_is_stopped_with_what_it_started(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("```bash\necho started\nsleep 600 &\necho $! > child.pid\nwait\n```\n")
+    with pytest.raises(BlockFailed, match=r"(?s)ran past 2 s.*sleep 600.*started"):
+        run_tutorial(page, tmp_path, tutorial_env(tmp_path), timeout_s=2)
+    child = int((tmp_path / "child.pid").read_text())
+    with suppress(psutil.NoSuchProcess):
+        psutil.Process(child).wait(timeout=10)  # psutil.TimeoutExpired: it outlived the block

@@ -129,16 +129,32 @@ def run_tutorial(
             if block.kind == "background":
                 servers.append(_start(command, workdir, env, block, startup_timeout_s))
                 continue
-            done = subprocess.run(
-                command, cwd=workdir, env=dict(env), stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, timeout=timeout_s,
-            )  # fmt: skip
-            if done.returncode != 0:
-                raise BlockFailed(
-                    f"{name}: block exited {done.returncode}\n{block.describe(done.stdout)}"
-                )
-            outputs.append(done.stdout)
+            outputs.append(_run(command, workdir, env, block, name, timeout_s))
     return outputs
+
+
+def _run(
+    command: list[str], workdir: Path, env: Mapping[str, str], block: Block, name: str,
+    timeout_s: float,
+) -> str:  # fmt: skip
+    """A foreground block's output; in a process group of its own, so a block that runs
+    past ``timeout_s`` is stopped with everything it started."""
+    proc = subprocess.Popen(
+        command, cwd=workdir, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as timeout:
+        _stop_group(proc)
+        said = (timeout.output or b"").decode(errors="replace")
+        raise BlockFailed(
+            f"{name}: block ran past {timeout_s:.0f} s\n{block.describe(said)}"
+        ) from None
+    said = output.decode(errors="replace")
+    if proc.returncode != 0:
+        raise BlockFailed(f"{name}: block exited {proc.returncode}\n{block.describe(said)}")
+    return said
 
 
 def _start(
