@@ -89,9 +89,13 @@ def test_a_capped_success_chart_says_how_many_tasks_it_shows(site: Site) -> None
 
 
 def test_a_run_without_token_counts_says_so_instead_of_a_bar_at_zero(site: Site) -> None:
-    chart = _chart(site.get("/runs/1"), "tokens")
+    page = site.get("/runs/1")
+    chart = _chart(page, "tokens")
     assert "no token counts recorded" in chart and '<rect class="bar"' not in chart
-    assert '<rect class="bar"' in _chart(site.get("/runs/0"), "tokens")  # 15 per episode
+    assert '<div class="v" id="tokens">–</div>' in page  # not "0 / 0"
+    counted = site.get("/runs/0")
+    assert '<rect class="bar"' in _chart(counted, "tokens")  # 15 per episode
+    assert '<div class="v" id="tokens">1200 / 600</div>' in counted
 
 
 def test_the_report_says_what_the_run_page_says(site: Site, tmp_path: Path) -> None:
