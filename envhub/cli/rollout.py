@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import shlex
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -167,7 +168,9 @@ class _StopOnSignal:
     """SIGINT (Ctrl-C) or SIGTERM (Slurm, Kubernetes) during a run: the first one sets the
     run's ``stop`` event, so it ends as at ``--time-limit`` (the episodes in flight are
     cancelled, the file keeps whole lines, the summary is written) and ``received``
-    names it; the handlers are then removed, so a second signal stops at once."""
+    names it; the handlers are then removed, so a second signal stops at once. Off the
+    main thread (the CLI invoked from a test's or an application's worker thread) Python
+    delivers no signal to the loop, so nothing is installed and only ``stop`` is given."""
 
     def __init__(self) -> None:
         self.received: signal.Signals | None = None
@@ -175,6 +178,9 @@ class _StopOnSignal:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[asyncio.Event]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self.stop
+            return
         loop = asyncio.get_running_loop()
 
         def remove() -> None:
