@@ -71,7 +71,7 @@ def overlay_venv(path: Path) -> Path:
 
 def test_blocks_are_read_with_their_markers() -> None:
     text = (
-        "<!-- file: a/b.toml -->\n```toml\nx = 1\n```\n\n"
+        '```toml title="a/b.toml"\nx = 1\n```\n\n'
         "<!-- background: http://127.0.0.1:$PORT/health -->\n\n```bash\nenvhub serve calc\n```\n"
         "```python\nprint(1)\n```\n"
         "<!-- not run: needs a GPU -->\n```bash\nvllm serve m\n```\n"

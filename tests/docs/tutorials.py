@@ -4,8 +4,9 @@ The Markdown is the source of truth; an HTML comment right before a fenced block
 rendered page does not show it) says how the block is used:
 
 - no comment: a ``bash`` block runs with ``bash -euo pipefail``, a ``python`` block with
-  ``python``; blocks of other languages (output, TOML, YAML) are only read;
-- ``<!-- file: PATH -->``: the block is written to ``PATH`` (the reader saves it there);
+  ``python``; blocks of other languages (output, a directory tree) are only read;
+- a block with a title (`` ```toml title="guess/pyproject.toml" ``, which the site shows
+  above the block) is a file: it is written to that path, as the reader saves it;
 - ``<!-- background: URL -->``: the ``bash`` block starts a server (the reader runs it in
   a second terminal); the next block runs once ``GET URL`` answers 200 (a
   ``tcp://HOST:PORT`` URL: once the port accepts connections), and the server's process
@@ -38,9 +39,10 @@ TUTORIALS = ROOT / "docs" / "tutorials"
 
 _BLOCK = re.compile(
     r"(?:<!--\s*(?P<marker>[^>]*?)\s*-->[ \t]*\n(?:[ \t]*\n)*)?"
-    r"^```(?P<lang>[\w-]*)[^\n]*\n(?P<body>.*?)^```[ \t]*$",
+    r"^```(?P<lang>[\w-]*)(?P<info>[^\n]*)\n(?P<body>.*?)^```[ \t]*$",
     re.S | re.M,
 )
+_TITLE = re.compile(r'\btitle="([^"]+)"')
 _RUN = {"bash": ("bash", "-euo", "pipefail", "-c"), "python": ("python", "-c")}
 
 
@@ -69,6 +71,9 @@ def blocks(markdown: str) -> list[Block]:
     found = []
     for match in _BLOCK.finditer(markdown):
         kind, _, argument = (match["marker"] or "run").partition(":")
+        title = _TITLE.search(match["info"])
+        if title is not None and not match["marker"]:
+            kind, argument = "file", title[1]
         found.append(Block(match["lang"], match["body"], kind.strip(), argument.strip()))
     unknown = {b.kind for b in found} - {"run", "file", "background", "not run"}
     if unknown:
