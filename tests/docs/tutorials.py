@@ -1,7 +1,7 @@
 """Run a tutorial of ``docs/tutorials/`` as a reader would: its code blocks, in order.
 
-The Markdown is the source of truth; an HTML comment right before a fenced block (the
-rendered page does not show it) says how the block is used:
+The Markdown is the source of truth. A fenced block's title, or an HTML comment right
+before it (the rendered page does not show comments), says how the block is used:
 
 - no comment: a ``bash`` block runs with ``bash -euo pipefail``, a ``python`` block with
   ``python``; blocks of other languages (output, a directory tree) are only read;
