@@ -129,7 +129,7 @@ def test_rollout(tmp_path: Path) -> None:
         outputs = run_tutorial(TUTORIALS / "rollout.md", tmp_path, env)
     assert vllm.stats.models["Qwen/Qwen2.5-1.5B-Instruct"] > 0  # the text's commands reached it
     assert '"episodes": 40' in outputs[1]  # the reference run's summary
-    assert "runs/smol.jsonl 4 episodes" in outputs[-2]
+    assert "runs/smol.jsonl 2 episodes" in outputs[-2]
     assert "runs/qwen.jsonl 80 episodes" in outputs[-2]
 
 
