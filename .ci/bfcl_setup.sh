@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Install bfcl-eval (BFCL v4's data, function backends and checkers) for envhub-bfcl.
+# Install bfcl-eval (BFCL v4's data, function backends and checkers) for envhub-rl-bfcl.
 #
 # Usage: .ci/bfcl_setup.sh [VENV]   (default: .venv)
 #
 # --no-deps: bfcl-eval declares a large pinned tree (numpy 1.26, faiss-cpu,
 # sentence-transformers, a dozen vendor SDKs) that conflicts with envhub's; the parts
-# envhub-bfcl imports need only what its own pyproject declares (mpmath, tree_sitter
+# envhub-rl-bfcl imports need only what its own pyproject declares (mpmath, tree_sitter
 # 0.21, overrides, ...), installed with the plugin. Idempotent.
 set -euo pipefail
 

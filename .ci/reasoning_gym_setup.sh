@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Install the envhub-reasoning-gym plugin and Reasoning Gym into a venv.
+# Install the envhub-rl-reasoning-gym plugin and Reasoning Gym into a venv.
 #
 # Usage: .ci/reasoning_gym_setup.sh [VENV]   (default: .venv)
 #
 # reasoning-gym 0.1.25 pins pyfiglet==1.0.2 (its figlet_font dataset draws with 1.0.2's
-# fonts), while mendeleev 1.3.0 (envhub-sql, envhub-search) requires pyfiglet<0.9 and
+# fonts), while mendeleev 1.3.0 (envhub-rl-sql, envhub-rl-search) requires pyfiglet<0.9 and
 # imports it only in its command-line tool. No single resolver run holds both, so the
 # plugin and reasoning-gym go in with --no-deps, then reasoning-gym's other requirements
 # (read from its metadata) with the resolver, then pyfiglet 1.0.2 with --no-deps (pip
@@ -20,7 +20,7 @@ in_place() {
     "$PY" - <<'PYEOF' 2>/dev/null
 import importlib.metadata as m
 assert m.version("reasoning_gym") == "0.1.25" and m.version("pyfiglet") == "1.0.2"
-m.version("envhub-reasoning-gym")
+m.version("envhub-rl-reasoning-gym")
 import reasoning_gym  # noqa: F401  (its other requirements are there)
 PYEOF
 }
@@ -39,4 +39,4 @@ PYEOF
 "$PY" -m pip install -q "${requirements[@]}"
 "$PY" -m pip install -q --no-deps pyfiglet==1.0.2
 in_place
-echo "reasoning_gym_setup: reasoning-gym 0.1.25 (pyfiglet 1.0.2) and envhub-reasoning-gym"
+echo "reasoning_gym_setup: reasoning-gym 0.1.25 (pyfiglet 1.0.2) and envhub-rl-reasoning-gym"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# envhub-swe CI step (idempotent, run after .ci/sandbox_setup.sh): prepares the CI
+# envhub-rl-swe CI step (idempotent, run after .ci/sandbox_setup.sh): prepares the CI
 # repositories (pinned sdists from PyPI, committed as reproducible base commits) and
 # builds their sandbox images FROM envhub/python. Images are tagged by content hash,
 # so a machine that kept them skips the build (~10 s per repository on a fresh one).

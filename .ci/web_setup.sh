@@ -2,7 +2,7 @@
 # Prepare a fresh Debian bookworm CI machine (run as root) for the web environment tests.
 #
 # Idempotent: installs Debian's Chromium only if no Chromium is on PATH, and the
-# envhub-web plugin (with Playwright and miniwob) only if it does not import.
+# envhub-rl-web plugin (with Playwright and miniwob) only if it does not import.
 # Playwright drives the Debian binary (`executable_path`); `playwright install` is never
 # run, since browser downloads are not reachable here.
 set -euo pipefail

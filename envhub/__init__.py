@@ -37,8 +37,6 @@ from envhub.types import Reward as Reward
 from envhub.types import StepResult as StepResult
 from envhub.types import ToolCall as ToolCall
 
-__version__ = "0.1.0"
-
 _moved.install()  # old import paths (envhub.client, ...) keep working; see envhub._moved
 
 _LAZY = {
@@ -81,6 +79,15 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # the installed distribution's (VERSION in the checkout, the one place it is
+        # written), read on first use: ``import envhub`` reads no metadata
+        from importlib.metadata import version
+
+        from envhub.registry import CORE_DISTRIBUTION
+
+        globals()["__version__"] = found = version(CORE_DISTRIBUTION)
+        return found
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     if name in _LAZY_MODULES:

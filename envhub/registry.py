@@ -31,10 +31,12 @@ from envhub.errors import EnvhubError, InvalidRequest, RegistryError
 from envhub.trajectory import Trajectory
 
 __all__ = [
+    "CORE_DISTRIBUTION",
     "ENTRY_POINT_GROUP",
     "ENVIRONMENTS",
     "EXPORTERS",
     "EXPORTER_GROUP",
+    "SHIPPED_PLUGINS",
     "EnvSpec",
     "Exporter",
     "PluginKind",
@@ -48,25 +50,63 @@ __all__ = [
 
 T = TypeVar("T")
 
+CORE_DISTRIBUTION = "envhub-rl"
+"""envhub's distribution (``pip install envhub-rl``; the import package and the CLI are
+``envhub``): ``envhub`` on PyPI is an unrelated project's, so every install hint names
+this one, and the plugins' distributions are ``envhub-rl-<name>``."""
+
+SHIPPED_PLUGINS: dict[str, str] = {
+    "bfcl": "envhub-rl-bfcl",
+    "calc": "envhub-rl-calc",
+    "mcp": "envhub-rl-mcp",
+    "miniwob": "envhub-rl-web",
+    "reasoning_gym": "envhub-rl-reasoning-gym",
+    "search": "envhub-rl-search",
+    "sql": "envhub-rl-sql",
+    "swe": "envhub-rl-swe",
+    "web": "envhub-rl-web",
+}
+"""The environments that envhub's own plugins (``environments/`` of its repository)
+register, and the distribution of each: the only plugins an install hint may name, since
+a name guessed from the environment's could be anyone's on PyPI (tests/core/test_registry.py
+holds this equal to the plugins' ``pyproject.toml``)."""
+
 
 @dataclass(frozen=True)
 class PluginKind(Generic[T]):
     """One kind of plugin: the entry-point ``group`` that registers it, the ``noun`` its
     errors use, the error class they raise and a ``hint`` added to the unknown-name error
-    (``{name}`` is the name asked for). ``T`` is what an entry point of the group must
-    name (a class or a factory): the consumer's contract, declared where the kind is."""
+    (text, or a function of the name asked for that returns it). ``T`` is what an entry
+    point of the group must name (a class or a factory): the consumer's contract, declared
+    where the kind is."""
 
     group: str
     noun: str
     error: type[EnvhubError] = InvalidRequest
-    hint: str = ""
+    hint: str | Callable[[str], str] = ""
+
+
+def _environment_hint(name: str) -> str:
+    """Why an environment is unknown: blocked, or envhub's own plugin of that name, else
+    those of envhub's own plugins that are not installed. Never a distribution made up
+    from ``name``: that would send the user to whoever owns it on PyPI."""
+    if name in _blocked():
+        return "ENVHUB_BLOCK_PLUGINS hides it"
+    if name in SHIPPED_PLUGINS:
+        return f"it is envhub's own plugin: pip install {SHIPPED_PLUGINS[name]}"
+    installed = {found.ep.name for found in _group(ENVIRONMENTS.group, tuple(sys.path))}
+    missing: dict[str, list[str]] = {}
+    for env, dist in SHIPPED_PLUGINS.items():
+        if env not in installed:
+            missing.setdefault(dist, []).append(env)
+    if not missing:
+        return ""
+    listed = ", ".join(f"{dist} ({', '.join(envs)})" for dist, envs in sorted(missing.items()))
+    return f"more environments come with envhub's own plugins: pip install {listed}"
 
 
 ENVIRONMENTS: PluginKind[type[Environment]] = PluginKind(
-    "envhub.environments",
-    "environment",
-    RegistryError,
-    "install its plugin, e.g. `pip install envhub-{name}`",
+    "envhub.environments", "environment", RegistryError, _environment_hint
 )
 ENTRY_POINT_GROUP = ENVIRONMENTS.group
 
@@ -147,7 +187,8 @@ def load_plugin(kind: PluginKind[T], name: str) -> T:
     found = _entry_points(kind)
     if name not in found:
         known = ", ".join(found) or "none installed"
-        hint = f"; {kind.hint.format(name=name)}" if kind.hint else ""
+        hint = kind.hint(name) if callable(kind.hint) else kind.hint
+        hint = f"; {hint}" if hint else ""
         raise kind.error(
             f"unknown {kind.noun} {name!r}; choose one of {known}, or a module:Name "
             f"(plugins register names in the {kind.group} entry-point group){hint}"

@@ -9,7 +9,7 @@ Three comparators, as the benchmarks define them:
 - ``strict``: the exact list of row tuples.
 
 The functions take rows that are already fetched, so they stay pure; running the
-queries belongs to the environment. sqlglot (``pip install 'envhub[sql]'``) is imported
+queries belongs to the environment. sqlglot (``pip install 'envhub-rl[sql]'``) is imported
 only by :func:`has_order_by`, which Spider's order rule calls when ``order_matters`` is not
 given; everything else works on a core install.
 """
@@ -106,7 +106,7 @@ def has_order_by(sql: str) -> bool:
     except ImportError:
         raise ModuleNotFoundError(
             "Spider's order rule parses the gold SQL with sqlglot, which is not installed: "
-            "pip install 'envhub[sql]' (or pass order_matters=True/False)",
+            "pip install 'envhub-rl[sql]' (or pass order_matters=True/False)",
             name="sqlglot",
         ) from None
 

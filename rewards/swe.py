@@ -25,7 +25,7 @@ shows as SKIPPED as maintained, and prefix-matches ids truncated mid-parameter.
 **SWE-bench-format instances** (:func:`grade_swebench`): the verdict of the ``swebench``
 package itself, its log parser and grading functions called on the log framed as its
 harness writes it, not a re-implementation. ``swebench`` is an extra
-(``pip install 'envhub-swe[swebench]'``), imported on first use.
+(``pip install 'envhub-rl-swe[swebench]'``), imported on first use.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def grade_log(log: str, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
 
 # -- SWE-bench-format instances: the swebench package's own verdict ----------------------
 
-SWEBENCH_INSTALL_HINT = "pip install 'envhub-swe[swebench]'"
+SWEBENCH_INSTALL_HINT = "pip install 'envhub-rl-swe[swebench]'"
 
 
 def _swebench_grading() -> ModuleType:

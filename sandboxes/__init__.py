@@ -8,7 +8,7 @@ need with a ``SandboxSpec`` and the backend comes from configuration
         result = await sb.exec("python3 -c 'print(1)'", timeout=10)
 
 Backends: ``local`` (no isolation; the default), ``bwrap`` (Linux namespaces),
-``docker`` (containers; needs ``pip install envhub[docker]``), and any a plugin registers
+``docker`` (containers; needs ``pip install envhub-rl[docker]``), and any a plugin registers
 in the ``envhub.sandboxes`` entry-point group (``backend_names()`` lists them).
 ``SandboxPool`` keeps sandboxes pre-started so an episode gets one in milliseconds.
 ``bwrap_problem()`` says why bwrap cannot run on this host (``None``: it can), for code

@@ -67,7 +67,7 @@ def get_client() -> Any:
             try:
                 import docker
             except ImportError as exc:
-                raise SandboxError("docker backend needs: pip install 'envhub[docker]'") from exc
+                raise SandboxError("docker backend needs: pip install 'envhub-rl[docker]'") from exc
             try:
                 _client = docker.from_env(timeout=60)
                 _client.ping()

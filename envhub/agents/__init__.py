@@ -9,7 +9,7 @@ server's token ids, and which records every tool call the session ran.
 - :class:`AgentRunner` / :class:`AgentEpisode`: the hook a framework implements
   (:mod:`envhub.agents.base`); :func:`make_agent` builds one from an ``--agent`` value
   (:mod:`envhub.agents.factory`).
-- :class:`OpenAIAgentsRunner`: the OpenAI Agents SDK (``pip install 'envhub[agents]'``).
+- :class:`OpenAIAgentsRunner`: the OpenAI Agents SDK (``pip install 'envhub-rl[agents]'``).
 - :class:`CommandAgentRunner`: a child process per episode (any framework, own venv).
 - :class:`CaptureProxy`: the per-episode OpenAI-compatible recorder.
 - :class:`AgentLoop`: the rollout's turn loop for an agent (a

@@ -1,4 +1,4 @@
-"""``--agent openai-agents``: the OpenAI Agents SDK (``pip install 'envhub[agents]'``).
+"""``--agent openai-agents``: the OpenAI Agents SDK (``pip install 'envhub-rl[agents]'``).
 
 One ``Agent`` per episode whose model is an ``OpenAIChatCompletionsModel`` on its own
 ``AsyncOpenAI`` client pointed at the capture proxy, and whose only tools are the

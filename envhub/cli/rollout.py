@@ -53,16 +53,16 @@ if TYPE_CHECKING:
     from envhub.policies.base import Policy
     from envhub.policies.endpoints import RoutingMode
     from envhub.policies.openai_compat import TokenIdMode
+    from envhub.policies.transport import TransportOptions
     from envhub.protocol import EnvironmentClient
     from envhub.rollout.episode import TurnLoop
     from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
     from envhub.trajectory import Trajectory
 
-# The defaults of envhub.clients.remote.DEFAULT_TRANSPORT, envhub.rollout.breaker and
-# envhub.rollout.run, spelled out so that `envhub --help` imports none of them
-# (tests/rollout/test_defaults.py holds them equal).
-DEFAULT_ENV_TRANSPORT = "ws"
+# The defaults of envhub.rollout.breaker and envhub.rollout.run, spelled out so that
+# `envhub --help` imports none of them (tests/rollout/test_defaults.py holds them equal).
+# --env-transport has none of its own: the client's (envhub.clients.remote) decides.
 DEFAULT_MAX_MASKED_FRACTION = 0.1
 DEFAULT_MAX_CONSECUTIVE_MASKED = 20
 
@@ -70,7 +70,7 @@ console = Console(stderr=True)
 
 NO_MODEL_HINT = (
     "no --base-url given. Start a local model server with `envhub llm serve` "
-    "(pip install 'envhub[local-llm]') and pass --base-url http://127.0.0.1:8080/v1 "
+    "(pip install 'envhub-rl[local-llm]') and pass --base-url http://127.0.0.1:8080/v1 "
     "--model smollm2-135m, point --base-url at any OpenAI-compatible server (vLLM, SGLang), "
     "or replay gold actions with --policy reference."
 )
@@ -293,8 +293,10 @@ def rollout_command(
     env_fleet: EnvFleetOption = None,
     fleet_namespace: FleetNamespaceOption = "envhub",
     env_transport: Annotated[
-        str, typer.Option(help="with --env-url/--env-fleet: ws (pooled WebSockets) | http")
-    ] = DEFAULT_ENV_TRANSPORT,
+        str | None,
+        typer.Option(help="with --env-url/--env-fleet: ws (pooled WebSockets; the default "
+                     "where aiohttp is installed) | http (the default otherwise)"),
+    ] = None,
     env_token: EnvTokenOption = None,
     api_key: Annotated[
         str | None,
@@ -386,14 +388,13 @@ def rollout_command(
     at once.
     """
     from envhub.policies import SamplingParams, TitoOptions, make_policy
-    from envhub.policies.transport import TransportOptions
     from envhub.rollout.runtime import run_async
 
-    if env_transport not in ("ws", "http"):
+    if env_transport not in ("ws", "http", None):
         raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
     try:
         target = EnvTarget(env_url or [], env_fleet, fleet_namespace,
-                           cast("SessionTransport", env_transport), env_token)
+                           cast("SessionTransport | None", env_transport), env_token)
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
     if sandbox is not None and target.remote:
@@ -405,16 +406,18 @@ def rollout_command(
     if policy in ("openai", "tito") and not base_url:
         raise _fail(NO_MODEL_HINT)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
-    transport = TransportOptions(
-        api_key=api_key,
-        request_timeout_s=request_timeout,
-        endpoint_concurrency=endpoint_concurrency,
-        routing=cast("RoutingMode", routing),  # the endpoint pool refuses unknown modes
-        sticky_max_outstanding=sticky_max_outstanding,
-        session_header=session_header or None,
-        weight_version_header=weight_version_header or None,
-        weight_version_field=weight_version_field or None,
-    )
+    # a plain dict (the TypedDict is for mypy): its module imports aiohttp, which a run
+    # without a model server (--policy reference) on the core install has not got
+    transport: TransportOptions = {
+        "api_key": api_key,
+        "request_timeout_s": request_timeout,
+        "endpoint_concurrency": endpoint_concurrency,
+        "routing": cast("RoutingMode", routing),  # the endpoint pool refuses unknown modes
+        "sticky_max_outstanding": sticky_max_outstanding,
+        "session_header": session_header or None,
+        "weight_version_header": weight_version_header or None,
+        "weight_version_field": weight_version_field or None,
+    }
     tito = TitoOptions(
         tokenizer=tokenizer, chat_template=chat_template, backend=tito_backend,
         tool_parser=tool_parser,
@@ -689,7 +692,7 @@ def export_command(
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
     except ImportError:
-        raise _fail("export needs `pip install 'envhub[rollout]'` (datasets)") from None
+        raise _fail("export needs `pip install 'envhub-rl[rollout]'` (datasets)") from None
     console.print(f"{rows} trajectories -> {target}", soft_wrap=True)
 
 

@@ -2,7 +2,7 @@
 
 The server keeps sessions in process memory, so it runs as one process per port;
 scale out with several replicas behind a load balancer that routes by the session id in
-the path. Server dependencies (``pip install envhub[server]``) are imported in the body.
+the path. Server dependencies (``pip install envhub-rl[server]``) are imported in the body.
 """
 
 from __future__ import annotations
@@ -94,13 +94,13 @@ def serve(
 
         from envhub.server import build_app, raise_open_files_limit
     except ImportError as exc:
-        typer.echo(f"error: {exc.name} is missing: pip install 'envhub[server]'", err=True)
+        typer.echo(f"error: {exc.name} is missing: pip install 'envhub-rl[server]'", err=True)
         raise typer.Exit(2) from None
     if mcp:
         try:
             from envhub.server.mcp import McpDoor  # noqa: F401  (the [mcp] extra is installed)
         except ImportError as exc:
-            typer.echo(f"error: {exc.name} is missing: pip install 'envhub[mcp]'", err=True)
+            typer.echo(f"error: {exc.name} is missing: pip install 'envhub-rl[mcp]'", err=True)
             raise typer.Exit(2) from None
     options_of = env_options(envs, env_arg, sandbox)
     try:

@@ -42,7 +42,7 @@ EnvFleetOption = Annotated[
     typer.Option(
         "--env-fleet",
         help="use the replicas of an envhub fleet on the Ray cluster at this address "
-        "(`envhub fleet up`; pip install 'envhub[ray]')",
+        "(`envhub fleet up`; pip install 'envhub-rl[ray]')",
     ),
 ]
 FleetNamespaceOption = Annotated[
@@ -61,7 +61,7 @@ class EnvTarget:
     env_urls: list[str]
     env_fleet: str | None = None
     fleet_namespace: str = "envhub"
-    transport: SessionTransport = "ws"
+    transport: SessionTransport | None = None  # None: the client's default
     token: str | None = None
 
     def __post_init__(self) -> None:

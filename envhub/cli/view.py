@@ -45,7 +45,7 @@ def _fail(message: str, code: str) -> typer.Exit:
 
 
 def _missing_extra(exc: ImportError) -> typer.Exit:
-    return _fail(f"{exc.name} is missing: pip install 'envhub[view]'", "missing_extra")
+    return _fail(f"{exc.name} is missing: pip install 'envhub-rl[view]'", "missing_extra")
 
 
 @app.command("view")

@@ -191,7 +191,7 @@ def _fleet(
         from envhub.clients.fleet import FleetEnvironment
     except ImportError as exc:
         raise InvalidRequest(
-            f"a ray:// fleet needs Ray ({exc.name} is missing): pip install 'envhub[ray]'"
+            f"a ray:// fleet needs Ray ({exc.name} is missing): pip install 'envhub-rl[ray]'"
         ) from None
     return FleetEnvironment(address, env, dict(options or {}), namespace=namespace, token=token,
                             transport=transport)  # fmt: skip

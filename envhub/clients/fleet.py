@@ -6,7 +6,7 @@ removes replicas); a client joins the cluster (:func:`join_cluster`) to read the
 registry, and every session call goes to a replica's URL over HTTP/WebSocket, as with
 a static pool. Every wait is bounded and every failure is a
 :class:`~envhub.errors.FleetError` that says what is missing. Needs ``pip install
-'envhub[ray]'``.
+'envhub-rl[ray]'``.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ FROM {base}
 USER root
 COPY wheels /tmp/wheels
 RUN python3 -m venv {venv} \\
- && {venv}/bin/pip install --no-index --no-cache-dir --find-links /tmp/wheels "envhub[server]" \\
+ && {venv}/bin/pip install --no-index --no-cache-dir --find-links /tmp/wheels "{core}[server]" \\
  && rm -rf /tmp/wheels
 ENV PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     ENVHUB_CACHE={cache} HOME=/tmp PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
@@ -163,7 +163,7 @@ def _build_runtime(plan: BuildPlan) -> None:
         (ctx / "Dockerfile").write_text(
             _RUNTIME_DOCKERFILE.format(
                 base=plan.base_tag, venv=VENV, cache=CACHE_DIR, label=LABEL,
-                envhub_version=plan.envhub.version,
+                core=plan.envhub.name, envhub_version=plan.envhub.version,
             )
         )  # fmt: skip
         shutil.rmtree(ctx / "src")

@@ -6,8 +6,8 @@ the plugin are built from their source checkouts (editable installs), copied cle
 first so stale ``build/`` or ``__pycache__`` files never reach a wheel; their
 dependencies come from PyPI once and are kept in ``$ENVHUB_CACHE/images/wheels``, so later
 builds work offline. Requirements are read from the installed distributions' metadata
-(never resolved by name against PyPI, where another project may own the name
-``envhub``).
+(never resolved by name against PyPI: the core's is ``envhub-rl``, since another project
+owns ``envhub`` there).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from envhub.errors import EnvhubError, RegistryError
-from envhub.registry import ENTRY_POINT_GROUP
+from envhub.registry import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from envhub.runtime.cache import cache_root
 
 __all__ = ["Source", "build_wheels", "envhub_source", "plugin_source"]
@@ -96,9 +96,11 @@ def envhub_source(extras: Iterable[str] = ("server",)) -> Source:
 
     meta = read_configuration(pyproject, expand=False)
     package_dirs = meta.get("tool", {}).get("setuptools", {}).get("package-dir", {})
-    paths = {"pyproject.toml", "README.md", "LICENSE", *package_dirs.values()}
-    version = distribution("envhub").version
-    return Source("envhub", version, root, tuple(sorted(paths)), _requirements("envhub", extras))
+    # VERSION: the pyproject reads its version from it
+    paths = {"pyproject.toml", "README.md", "LICENSE", "VERSION", *package_dirs.values()}
+    version = distribution(CORE_DISTRIBUTION).version
+    requires = _requirements(CORE_DISTRIBUTION, extras)
+    return Source(CORE_DISTRIBUTION, version, root, tuple(sorted(paths)), requires)
 
 
 def _envhub_extra_requirements(extras: Iterable[str]) -> list[str]:
@@ -115,7 +117,7 @@ def _envhub_extra_requirements(extras: Iterable[str]) -> list[str]:
     out: list[str] = []
     for line in (line for extra in extras for line in optional.get(extra, [])):
         req = Requirement(line)
-        if canonicalize_name(req.name) == "envhub":  # an extra made of others (``all``)
+        if canonicalize_name(req.name) == CORE_DISTRIBUTION:  # an extra of others (``all``)
             out += _envhub_extra_requirements(req.extras)
         elif req.marker is None or req.marker.evaluate():
             req.marker = None
@@ -144,9 +146,9 @@ def plugin_source(env: str, extras: Iterable[str] = ()) -> Source:
     requires: list[str] = []
     for line in _requirements(dist_name, extras):
         req = Requirement(line)
-        if canonicalize_name(req.name) != "envhub":
+        if canonicalize_name(req.name) != CORE_DISTRIBUTION:
             requires.append(line)
-        else:  # envhub is in the runtime image; the extras it asks for (envhub[docker]) not
+        else:  # envhub is in the runtime image; the extras it asks for (its [docker]) not
             requires += _envhub_extra_requirements(req.extras)
     version = distribution(dist_name).version
     return Source(dist_name, version, root, paths, tuple(dict.fromkeys(requires)))

@@ -3,7 +3,7 @@
 
 Ray is the fleet's control plane only (placement, restarts, discovery:
 :mod:`envhub.fleet.control` and its actors, :mod:`envhub.fleet.ray_actors`) and an extra
-(``pip install 'envhub[ray]'``); this package imports it only when a fleet is used. The
+(``pip install 'envhub-rl[ray]'``); this package imports it only when a fleet is used. The
 clients live with the others, in :mod:`envhub.clients` (:mod:`~envhub.clients.pooled`,
 :mod:`~envhub.clients.fleet`), and are re-exported here.
 """
@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
             if exc.name is None or exc.name.split(".")[0] != "ray":
                 raise
             raise ImportError(
-                "FleetEnvironment needs Ray: pip install 'envhub[ray]'", name=exc.name
+                "FleetEnvironment needs Ray: pip install 'envhub-rl[ray]'", name=exc.name
             ) from exc
         return FleetEnvironment
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

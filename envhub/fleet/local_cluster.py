@@ -8,7 +8,7 @@ a machine failure would. Teardown kills only this cluster's processes (those sta
 under its temp dir, and their descendants), never ``ray stop``, which would stop every
 Ray process on the machine.
 
-Needs Ray and psutil (``pip install 'envhub[ray,test]'``).
+Needs Ray and psutil (``pip install 'envhub-rl[ray,test]'``).
 """
 
 from __future__ import annotations

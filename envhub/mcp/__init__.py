@@ -1,4 +1,4 @@
-"""envhub environments as MCP servers (``pip install 'envhub[mcp]'``).
+"""envhub environments as MCP servers (``pip install 'envhub-rl[mcp]'``).
 
 :mod:`envhub.mcp.door` maps one open session of any transport to an MCP server;
 :mod:`envhub.mcp.http` serves sessions over Streamable HTTP (a hosted endpoint per

@@ -2,7 +2,7 @@
 
 Same behaviour as the ``openai`` policy (tools, raw tool-call arguments, retries of
 transient errors) minus token ids, which providers behind litellm do not return.
-``litellm`` is imported when the policy is built (``pip install 'envhub[litellm]'``).
+``litellm`` is imported when the policy is built (``pip install 'envhub-rl[litellm]'``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ class LiteLLMPolicy:
         try:
             import litellm
         except ImportError:
-            raise PolicyError("the litellm policy needs `pip install 'envhub[litellm]'`") from None
+            raise PolicyError(
+                "the litellm policy needs `pip install 'envhub-rl[litellm]'`"
+            ) from None
         self._litellm = litellm
         self._transient = (
             litellm.RateLimitError,

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
-
-import aiohttp
-import orjson
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from envhub.errors import WeightUpdateFailed
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = [
     "NoopSync",
@@ -118,13 +118,20 @@ class _HTTPSync:
         if not urls:
             raise ValueError("a weight sync needs at least one server URL")
         self.urls = [url.rstrip("/").removesuffix("/v1") for url in urls]
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout_s = timeout_s
 
     async def _all(
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        """Send to every server; the replies' JSON objects (``{}`` for a non-object)."""
-        async with aiohttp.ClientSession(timeout=self._timeout) as session:
+        """Send to every server; the replies' JSON objects (``{}`` for a non-object).
+        aiohttp (the ``rollout`` extra) is imported here, not with the module: the rollout
+        engine imports this module, and a run without model servers (``envhub check``, the
+        reference policy) must work on the core install."""
+        import aiohttp
+
+        async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self._timeout_s)
+        ) as session:
             results = await asyncio.gather(
                 *(self._one(session, method, url + path, body) for url in self.urls),
                 return_exceptions=True,
@@ -146,6 +153,8 @@ class _HTTPSync:
             text = await response.text()
             if response.status >= 400:
                 raise WeightUpdateFailed(f"HTTP {response.status}: {text[:300]}")
+        import orjson
+
         try:
             data = orjson.loads(text) if text.strip() else {}
         except orjson.JSONDecodeError:

@@ -38,7 +38,7 @@ def load_decoder(path: str | Path) -> Decoder:
         tokenizer: Any = load_tokenizer(path)
     except ImportError as exc:
         raise InvalidRequest(
-            "--tokenizer needs transformers: pip install 'envhub[train]'", code="missing_extra"
+            "--tokenizer needs transformers: pip install 'envhub-rl[train]'", code="missing_extra"
         ) from exc
     except EnvhubError:
         raise

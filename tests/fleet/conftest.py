@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[LocalRayCluster]:
     if importlib.util.find_spec("ray") is None:
-        raise RuntimeError("the ray_cluster fixture needs Ray: pip install 'envhub[ray]'")
+        raise RuntimeError("the ray_cluster fixture needs Ray: pip install 'envhub-rl[ray]'")
     from envhub.fleet.local_cluster import local_ray_cluster
 
     with local_ray_cluster(head_cpus=2) as cluster:

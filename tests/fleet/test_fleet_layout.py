@@ -12,7 +12,7 @@ import sys
 import pytest
 
 if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray fails
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub[ray]')")
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub-rl[ray]')")
 
 import envhub.fleet
 from envhub.clients import fleet as client

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 if not os.environ.get("ENVHUB_REQUIRE_RAY"):  # CI sets it: there a missing Ray fails
-    pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub[ray]')")
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'envhub-rl[ray]')")
 
 import ray
 

@@ -56,7 +56,7 @@ def test_view_and_report_without_the_view_extra_say_what_to_install(
     for args in (["view", str(tmp_path)], ["report", str(tmp_path), "-o", str(tmp_path / "r")]):
         result = runner.invoke(app, args)
         assert result.exit_code == 2, result.output
-        assert "(missing_extra)" in result.output and "envhub[view]" in result.output
+        assert "(missing_extra)" in result.output and "envhub-rl[view]" in result.output
 
 
 def test_view_refuses_arguments_it_cannot_show(tmp_path: Path) -> None:

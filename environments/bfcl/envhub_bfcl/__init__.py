@@ -1,4 +1,4 @@
-"""envhub-bfcl: BFCL v4 categories as envhub task sets, scored by BFCL's own checkers."""
+"""envhub-rl-bfcl: BFCL v4 categories as envhub task sets, scored by BFCL's own checkers."""
 
 from envhub_bfcl.categories import CATEGORIES as CATEGORIES
 from envhub_bfcl.env import BfclEnv as BfclEnv

@@ -98,7 +98,7 @@ def entries(category: str) -> dict[str, dict[str, Any]]:
         from bfcl_eval.utils import load_dataset_entry
     except ImportError as exc:  # declared apart: its dependency tree cannot install beside ours
         raise RegistryError(
-            f"envhub-bfcl needs bfcl-eval ({exc.name} is missing): pip install --no-deps "
+            f"envhub-rl-bfcl needs bfcl-eval ({exc.name} is missing): pip install --no-deps "
             "bfcl-eval==2026.3.23 (its declared dependencies pin numpy 1.26, faiss and vendor "
             "SDKs; the data, backends and checkers need none of them)"
         ) from None

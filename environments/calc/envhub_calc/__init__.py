@@ -1,4 +1,4 @@
-"""envhub-calc: the starter environment and the template ``envhub init`` copies."""
+"""envhub-rl-calc: the starter environment and the template ``envhub init`` copies."""
 
 from envhub_calc.calculator import CalculatorError as CalculatorError
 from envhub_calc.calculator import evaluate as evaluate

@@ -1,4 +1,4 @@
-"""envhub-mcp: any MCP server as an envhub environment.
+"""envhub-rl-mcp: any MCP server as an envhub environment.
 
 ``MCPEnvironment`` is the base class for plugins that wrap a server; ``MCPEnv`` (the
 ``mcp`` environment) wraps one from options or runs a shipped task set.

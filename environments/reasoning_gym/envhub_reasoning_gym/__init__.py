@@ -1,4 +1,4 @@
-"""envhub-reasoning-gym: every Reasoning Gym dataset, scored by its own ``score_answer``."""
+"""envhub-rl-reasoning-gym: every Reasoning Gym dataset, scored by its own ``score_answer``."""
 
 from envhub_reasoning_gym.catalog import NOT_CHECKABLE as NOT_CHECKABLE
 from envhub_reasoning_gym.catalog import all_datasets as all_datasets

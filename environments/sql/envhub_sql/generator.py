@@ -571,7 +571,7 @@ def write_jsonl(tasks: list[Task], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Regenerate envhub-sql's shipped tasks.")
+    parser = argparse.ArgumentParser(description="Regenerate envhub-rl-sql's shipped tasks.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--out",

@@ -1,4 +1,4 @@
-"""Fixtures of the envhub-sql tests (fixtures, not a helper module, so that any pytest
+"""Fixtures of the envhub-rl-sql tests (fixtures, not a helper module, so that any pytest
 import mode works)."""
 
 from __future__ import annotations

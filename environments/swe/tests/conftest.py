@@ -1,4 +1,4 @@
-"""Fixtures of the envhub-swe tests.
+"""Fixtures of the envhub-rl-swe tests.
 
 The docker tests need a Docker engine, the sandbox layer's ``python`` image and the
 CI repositories' images (built here on first use, cached by content hash). Missing

@@ -153,6 +153,6 @@ def test_without_swebench_the_error_names_the_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "swebench", None)  # import swebench -> ImportError
     with pytest.raises(InvalidRequest, match=SWEBENCH_INSTALL_HINT.replace("[", r"\[")):
         grade_swebench("", [], [], exit_code=0)
-    with pytest.raises(InvalidRequest, match="envhub-swe"):
+    with pytest.raises(InvalidRequest, match="envhub-rl-swe"):
         swebench_log_parser("example/calc")
     assert grade_log(LOG, [f"{A}::test_a"], []).resolved  # envhub's own tasks: no swebench

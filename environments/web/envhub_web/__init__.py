@@ -1,4 +1,4 @@
-"""envhub-web: WebShop-style shopping on a local site, and MiniWoB++, in text or browser mode."""
+"""envhub-rl-web: WebShop-style shopping on a local site, and MiniWoB++, in text or browser mode."""
 
 from envhub_web.catalog import Catalog as Catalog
 from envhub_web.catalog import load_catalog as load_catalog

@@ -72,7 +72,7 @@ class MiniWobEnv(BrowsingEnv):
             fresh_browser=fresh_browser,
         )
         if miniwob_html_dir() is None:
-            raise InvalidRequest("miniwob needs its wheel: pip install 'envhub-web[miniwob]'")
+            raise InvalidRequest("miniwob needs its wheel: pip install 'envhub-rl-web[miniwob]'")
         self.tasks_file = tasks_file
         self.outcome: tuple[float, float, str | None] | None = None
 

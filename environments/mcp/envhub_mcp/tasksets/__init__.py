@@ -1,4 +1,4 @@
-"""The task sets shipped with envhub-mcp, each over a real MCP server from PyPI that runs
+"""The task sets shipped with envhub-rl-mcp, each over a real MCP server from PyPI that runs
 offline: ``git-history`` (``mcp-server-git`` over a repository built deterministically at
 first use) and ``time-zones`` (``mcp-server-time``, converting between zones without
 daylight saving time, so the answers hold on any date).
