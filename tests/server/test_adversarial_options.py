@@ -1,5 +1,5 @@
 """A client is not trusted with the server's machine: it may set only the options an
-environment declares client-settable, within their bounds (README "Security").
+environment declares client-settable, within their bounds (docs/security.md).
 
 Each case was an accepted request before environments declared their client options:
 a client could switch the sandbox off, make the server create directories, probe its
