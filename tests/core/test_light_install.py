@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 _CORE_ONLY = """
@@ -71,6 +73,24 @@ def test_a_reference_rollout_runs_on_the_core_install(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads(output.with_name("calc.jsonl.summary.json").read_text())
+    assert summary["episodes"] == 8 and summary["mean_reward"] == 1.0, summary
+
+
+def test_a_served_rollout_runs_on_the_core_install(tmp_path: Path) -> None:
+    """The client side of ``--env-url`` on the core install: without aiohttp (no WebSocket
+    client) the default transport is HTTP; the server is this process's (it has the
+    server extra, as a host of ``envhub serve`` has)."""
+    server_app = pytest.importorskip("envhub.server", reason="the server extra is not installed")
+    from tests.rollout.scripted_server import ThreadedUvicorn
+
+    output = tmp_path / "served.jsonl"
+    with ThreadedUvicorn(server_app.create_app(["calc"]), lifespan="on") as env_server:
+        out = _envhub_on_core_install(
+            "rollout", "calc", "--policy", "reference", "--env-url", env_server.url,
+            "--tasks", "test0:4", "--group-size", "2", "-o", str(output),
+        )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads(output.with_name("served.jsonl.summary.json").read_text())
     assert summary["episodes"] == 8 and summary["mean_reward"] == 1.0, summary
 
 
