@@ -105,11 +105,15 @@ grep -qx "envhub-rl-sql $version (sql)" versions.txt || fail "--version lacks en
 "$bin/envhub" rollout calc --policy reference --tasks test0:8 --group-size 2 -o inproc.jsonl
 set +e
 "$bin/envhub" info nosuchenv >unknown.txt 2>&1; unknown=$?
+"$bin/envhub" info search >uninstalled.txt 2>&1; uninstalled=$?
 "$bin/envhub" serve calc --port "$(free_port)" >serve.txt 2>&1; serve=$?
 set -e
 tr -s ' \n' ' ' <unknown.txt | grep -q "pip install envhub-rl-bfcl (bfcl)" && [ "$unknown" -eq 2 ] \
   && ! grep -q "envhub-nosuchenv\|envhub-rl-nosuchenv" unknown.txt \
   || { cat unknown.txt >&2; fail "envhub info nosuchenv does not name envhub's own plugins"; }
+tr -s ' \n' ' ' <uninstalled.txt | grep -q "it is envhub's own plugin: pip install envhub-rl-search" \
+  && [ "$uninstalled" -eq 2 ] \
+  || { cat uninstalled.txt >&2; fail "envhub info search does not name envhub-rl-search"; }
 [ "$serve" -ne 0 ] && grep -q "pip install 'envhub-rl\[server\]'" serve.txt \
   || { cat serve.txt >&2; fail "envhub serve on the core install does not name envhub-rl[server]"; }
 "$bin/envhub" init demo --dir demo >/dev/null && [ -f demo/pyproject.toml ] \
