@@ -67,13 +67,17 @@ def test_install_hints_in_the_code_name_our_distributions() -> None:
     names envhub-rl or one of envhub's own plugins (a plain `envhub[ray]` would install
     another project's code)."""
     roots = ["envhub", "server", "sandboxes", "rewards", "environments", "scripts", ".ci"]
+    listed = subprocess.run(  # the checkout's files, not build/ or *.egg-info leftovers
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", *roots],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    ).stdout.split()
     named: dict[str, set[str]] = {}
-    for root in roots:
-        for path in (REPO / root).rglob("*"):
-            if path.suffix not in {".py", ".sh", ".md", ".tmpl"} or "egg-info" in str(path):
-                continue
-            for match in _HINT.finditer(path.read_text(errors="replace")):
-                named.setdefault(match.group(1), set()).add(str(path.relative_to(REPO)))
+    for name in listed:
+        path = REPO / name
+        if path.suffix not in {".py", ".sh", ".md", ".tmpl"} or not path.is_file():
+            continue
+        for match in _HINT.finditer(path.read_text(errors="replace")):
+            named.setdefault(match.group(1), set()).add(name)
     assert named, "no install hints found: the pattern is broken"
     assert set(named) <= OURS, {name: where for name, where in named.items() if name not in OURS}
 
