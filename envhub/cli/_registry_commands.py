@@ -61,7 +61,7 @@ def info_command(
         local = LocalEnvironment(env, parse_env_args(env_arg or []))
         info = local.describe()
     except EnvhubError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        typer.echo(f"error: {exc}", err=True)  # one line on stderr, as every command
         raise typer.Exit(2) from None
     tasks = local.tasks
     sample = next(iter(tasks), None)

@@ -40,7 +40,7 @@ ThresholdOption = Annotated[
 
 
 def _fail(message: str, code: str) -> typer.Exit:
-    console.print(f"[red]error[/red] ({code}): {escape(message)}")
+    console.print(f"[red]error[/red] ({code}): {escape(message)}", soft_wrap=True)
     return typer.Exit(2)
 
 
