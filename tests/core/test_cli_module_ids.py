@@ -74,7 +74,7 @@ def test_app_dir_names_another_folder(folder: Path) -> None:
     elsewhere = folder / "elsewhere"
     elsewhere.mkdir()
     missing = _envhub("info", "mymod:MyEnv", cwd=elsewhere)
-    assert missing.returncode == 2 and "No module named 'mymod'" in missing.stdout
+    assert missing.returncode == 2 and "No module named 'mymod'" in missing.stderr
     found = _envhub("--app-dir", "..", "info", "mymod:MyEnv", "--json", cwd=elsewhere)
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)["tools"][0]["function"]["name"] == "greet"
