@@ -101,7 +101,13 @@ async def test_cannot_see_host_processes(
 async def test_fork_bomb_is_contained(isolated_backend: str, bomb: str) -> None:
     spec = SandboxSpec(pids=64, memory="256MiB")
     async with open_sandbox(spec, isolated_backend) as sb:
-        r = await sb.exec(f"{bomb}; sleep 3; echo survived", timeout=8)
+        # wait until the bomb has hit the limit, however long it takes to get there on a
+        # loaded machine (a fixed 3 s was too short under CI), then pass its errors on
+        waiting = (
+            "for i in $(seq 60); do grep -qi 'cannot fork' $e && break; sleep 0.25; done;"
+            " cat $e >&2"
+        )
+        r = await sb.exec(f"e=$(mktemp); ({bomb}) 2>$e; {waiting}; echo survived", timeout=20)
         assert "cannot fork" in r.stderr.lower() or r.timed_out  # the pids limit bit
         # the bomb's copies ended with the command: the rest of the episode has its pids
         # (a SandboxError here would mask the episode: a policy could escape its reward)
