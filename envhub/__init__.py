@@ -1,50 +1,83 @@
 """envhub: a gym-style environment hub and agentic RL harness for multi-turn tool use.
 
-The core imported here is light (pydantic, httpx); servers, sandboxes, the gymnasium
-adapter and trainer integrations load only when their attribute is first used.
+``import envhub`` imports none of the names it exports: each one's module is imported when
+the name is first used (``envhub.make``, ``from envhub import tool``), so a program that
+needs one part of envhub, such as the CLI printing its ``--help``, does not pay for the
+rest. ``_EXPORTS`` says where each name lives; the ``TYPE_CHECKING`` imports say the same
+to type checkers and documentation tools.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envhub import _moved
-from envhub.budgets import Budgets as Budgets
-from envhub.clients.connect import connect as connect
-from envhub.clients.describe import describe_environments as describe_environments
-from envhub.clients.local import LocalEnvironment as LocalEnvironment
-from envhub.clients.local import make as make
-from envhub.environment import Environment as Environment
-from envhub.environment import UserTurn as UserTurn
-from envhub.errors import ContextLengthExceeded as ContextLengthExceeded
-from envhub.errors import EnvhubError as EnvhubError
-from envhub.protocol import EnvironmentClient as EnvironmentClient
-from envhub.protocol import OpeningSession as OpeningSession
-from envhub.protocol import SessionHandle as SessionHandle
-from envhub.registry import discover_environments as discover_environments
-from envhub.runtime.session import Session as Session
-from envhub.runtime.sync import SyncSession as SyncSession
-from envhub.runtime.sync import sync_session as sync_session
-from envhub.task import GoldCall as GoldCall
-from envhub.task import Task as Task
-from envhub.task import TaskSet as TaskSet
-from envhub.tools import ToolSpec as ToolSpec
-from envhub.tools import tool as tool
-from envhub.types import CloseResult as CloseResult
-from envhub.types import Observation as Observation
-from envhub.types import Reward as Reward
-from envhub.types import StepResult as StepResult
-from envhub.types import ToolCall as ToolCall
+
+if TYPE_CHECKING:
+    from envhub import rollout as rollout
+    from envhub.budgets import Budgets as Budgets
+    from envhub.clients.connect import connect as connect
+    from envhub.clients.describe import describe_environments as describe_environments
+    from envhub.clients.local import LocalEnvironment as LocalEnvironment
+    from envhub.clients.local import make as make
+    from envhub.clients.remote import RemoteEnvironment as RemoteEnvironment
+    from envhub.environment import Environment as Environment
+    from envhub.environment import UserTurn as UserTurn
+    from envhub.errors import ContextLengthExceeded as ContextLengthExceeded
+    from envhub.errors import EnvhubError as EnvhubError
+    from envhub.protocol import EnvironmentClient as EnvironmentClient
+    from envhub.protocol import OpeningSession as OpeningSession
+    from envhub.protocol import SessionHandle as SessionHandle
+    from envhub.registry import discover_environments as discover_environments
+    from envhub.runtime.session import Session as Session
+    from envhub.runtime.sync import SyncSession as SyncSession
+    from envhub.runtime.sync import sync_session as sync_session
+    from envhub.task import GoldCall as GoldCall
+    from envhub.task import Task as Task
+    from envhub.task import TaskSet as TaskSet
+    from envhub.tools import ToolSpec as ToolSpec
+    from envhub.tools import tool as tool
+    from envhub.types import CloseResult as CloseResult
+    from envhub.types import Observation as Observation
+    from envhub.types import Reward as Reward
+    from envhub.types import StepResult as StepResult
+    from envhub.types import ToolCall as ToolCall
 
 _moved.install()  # old import paths (envhub.client, ...) keep working; see envhub._moved
 
-_LAZY = {
+# each exported name: the module it is imported from on first use (the module itself for a
+# subpackage: ``envhub.rollout.run(env, policy, tasks="0:100")`` after a bare ``import envhub``)
+_EXPORTS: dict[str, str] = {
+    "Budgets": "envhub.budgets",
+    "CloseResult": "envhub.types",
+    "ContextLengthExceeded": "envhub.errors",
+    "EnvhubError": "envhub.errors",
+    "Environment": "envhub.environment",
+    "EnvironmentClient": "envhub.protocol",
+    "GoldCall": "envhub.task",
+    "LocalEnvironment": "envhub.clients.local",
+    "Observation": "envhub.types",
+    "OpeningSession": "envhub.protocol",
     "RemoteEnvironment": "envhub.clients.remote",
+    "Reward": "envhub.types",
+    "Session": "envhub.runtime.session",
+    "SessionHandle": "envhub.protocol",
+    "StepResult": "envhub.types",
+    "SyncSession": "envhub.runtime.sync",
+    "Task": "envhub.task",
+    "TaskSet": "envhub.task",
+    "ToolCall": "envhub.types",
+    "ToolSpec": "envhub.tools",
+    "UserTurn": "envhub.environment",
+    "connect": "envhub.clients.connect",
+    "describe_environments": "envhub.clients.describe",
+    "discover_environments": "envhub.registry",
+    "make": "envhub.clients.local",
+    "rollout": "envhub.rollout",
+    "sync_session": "envhub.runtime.sync",
+    "tool": "envhub.tools",
 }
-# Subpackages reachable as attributes without importing them first:
-# ``envhub.rollout.run(env, policy, tasks="0:100")`` after a bare ``import envhub``.
-_LAZY_MODULES = ("rollout",)
 
 __all__ = [
     "Budgets",
@@ -88,8 +121,14 @@ def __getattr__(name: str) -> Any:
 
         globals()["__version__"] = found = version(CORE_DISTRIBUTION)
         return found
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    if name in _LAZY_MODULES:
-        return import_module(f"envhub.{name}")
-    raise AttributeError(f"module 'envhub' has no attribute {name!r}")
+    source = _EXPORTS.get(name)
+    if source is None:
+        raise AttributeError(f"module 'envhub' has no attribute {name!r}")
+    module = import_module(source)
+    value = module if source == f"envhub.{name}" else getattr(module, name)
+    globals()[name] = value  # later uses are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from envhub.environment import Environment
 from envhub.errors import EnvhubError, InvalidRequest, RegistryError
-from envhub.trajectory import Trajectory
+
+if TYPE_CHECKING:  # imported where used: listing plugins (envhub --help) needs no pydantic
+    from envhub.environment import Environment
+    from envhub.trajectory import Trajectory
 
 __all__ = [
     "CORE_DISTRIBUTION",
@@ -41,6 +43,7 @@ __all__ = [
     "Exporter",
     "PluginKind",
     "discover_environments",
+    "entry_point_names",
     "exporter_names",
     "load_environment_class",
     "load_exporter",
@@ -127,11 +130,20 @@ def _installed(path: tuple[str, ...]) -> EntryPoints:
 @dataclass(frozen=True)
 class _Found:
     """An installed entry point with its distribution's name and version (``None``: an
-    entry point outside any distribution)."""
+    entry point outside any distribution), read from the distribution's metadata when first
+    asked for: listing a group's names (``envhub --help``) parses no distribution's metadata."""
 
     ep: EntryPoint
-    distribution: str | None
-    version: str | None
+
+    @functools.cached_property
+    def distribution(self) -> str | None:
+        dist = getattr(self.ep, "dist", None)
+        return None if dist is None else str(dist.metadata["Name"])
+
+    @functools.cached_property
+    def version(self) -> str | None:
+        dist = getattr(self.ep, "dist", None)
+        return None if dist is None else str(dist.version)
 
 
 @functools.lru_cache(maxsize=64)
@@ -143,25 +155,27 @@ def _group(group: str, path: tuple[str, ...]) -> tuple[_Found, ...]:
     found: dict[str, _Found] = {}
     for ep in _installed(path).select(group=group):
         if ep.name not in found:
-            dist = getattr(ep, "dist", None)
-            found[ep.name] = (
-                _Found(ep, str(dist.metadata["Name"]), dist.version)
-                if dist is not None
-                else _Found(ep, None, None)
-            )
+            found[ep.name] = _Found(ep)
     return tuple(found[name] for name in sorted(found))
 
 
-def _entry_points(kind: PluginKind[Any]) -> dict[str, _Found]:
-    """``kind``'s entry points by name, blocked ones left out."""
+def _entry_points(group: str) -> dict[str, _Found]:
+    """``group``'s entry points by name, blocked ones left out."""
     blocked = _blocked()
-    return {f.ep.name: f for f in _group(kind.group, tuple(sys.path)) if f.ep.name not in blocked}
+    return {f.ep.name: f for f in _group(group, tuple(sys.path)) if f.ep.name not in blocked}
 
 
 def plugin_names(kind: PluginKind[Any]) -> list[str]:
     """The names installed distributions register in ``kind``'s group, sorted, from
     metadata only (nothing is imported)."""
-    return list(_entry_points(kind))
+    return entry_point_names(kind.group)
+
+
+def entry_point_names(group: str) -> list[str]:
+    """:func:`plugin_names` of the kind whose entry-point group is ``group``, for a caller
+    that lists a group without importing the module that declares its kind (``envhub
+    --help`` lists the installed policies without importing what a policy is made of)."""
+    return list(_entry_points(group))
 
 
 def _import(kind: PluginKind[T], name: str, ep: EntryPoint, distribution: str | None) -> T:
@@ -184,7 +198,7 @@ def load_plugin(kind: PluginKind[T], name: str) -> T:
     fails to import, is ``kind.error`` naming the installed choices."""
     if ":" in name:
         return _import(kind, name, EntryPoint(name=name, value=name, group=kind.group), None)
-    found = _entry_points(kind)
+    found = _entry_points(kind.group)
     if name not in found:
         known = ", ".join(found) or "none installed"
         hint = kind.hint(name) if callable(kind.hint) else kind.hint
@@ -197,6 +211,8 @@ def load_plugin(kind: PluginKind[T], name: str) -> T:
 
 
 def _environment_class(obj: object, where: str) -> type[Environment]:
+    from envhub.environment import Environment
+
     if not (isinstance(obj, type) and issubclass(obj, Environment)):
         raise RegistryError(f"{where} is not an envhub.Environment subclass")
     return obj
@@ -221,7 +237,7 @@ def discover_environments() -> dict[str, EnvSpec]:
     """Installed plugins by name, from entry-point metadata only: no plugin is imported,
     so this is fast and a broken plugin still shows up (see :mod:`envhub.clients.describe`)."""
     specs: dict[str, EnvSpec] = {}
-    for name, found in _entry_points(ENVIRONMENTS).items():
+    for name, found in _entry_points(ENVIRONMENTS.group).items():
         specs[name] = EnvSpec(name, found.ep.value, found.distribution, found.version)
     return specs
 
@@ -238,7 +254,7 @@ def load_environment_class(name: str) -> type[Environment]:
 # point is a callable ``(trajectories, output) -> int`` that writes under ``output`` (a file
 # or a directory, as the format needs) and returns how many trajectories it wrote.
 
-Exporter = Callable[[Iterable[Trajectory], Path], int]
+Exporter = Callable[[Iterable["Trajectory"], Path], int]
 
 EXPORTERS: PluginKind[Exporter] = PluginKind(
     "envhub.exporters", "export format", hint="parquet and jsonl are built in"

@@ -10,9 +10,12 @@ from __future__ import annotations
 import typer
 
 from envhub.cli._app import app
-from envhub.cli.llama_server import DEFAULT_N_CTX
 
-__all__ = ["llm_app"]
+__all__ = ["DEFAULT_N_CTX", "llm_app"]
+
+# envhub.cli.llama_server's DEFAULT_N_CTX, spelled out so that `envhub --help` does not import
+# the launcher (asyncio, subprocess plumbing); tests/core/test_cli_startup.py holds them equal
+DEFAULT_N_CTX = 4096
 
 llm_app = typer.Typer(
     help="Serve a small local LLM (SmolLM2-135M, llama.cpp) as an OpenAI-compatible endpoint.",

@@ -8,7 +8,6 @@ body.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -44,6 +43,8 @@ def mcp_command(
     resource envhub://task; the final reward is envhub://reward once the episode ends.
     Add it to an MCP client as the command `envhub mcp ENV [--task ID]`.
     """
+    import asyncio
+
     try:
         from envhub.clients.local import make
         from envhub.mcp.stdio import refuse_stdio

@@ -10,9 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from envhub._util.net import check_bindable
-from envhub.registry import PluginKind, plugin_names
-from envhub.sandboxes import SANDBOXES
+from envhub.registry import entry_point_names
 
 __all__ = [
     "EnvArgOption",
@@ -26,16 +24,21 @@ __all__ = [
 ]
 
 
-def plugin_choices(kind: PluginKind[Any]) -> str:
-    """``kind``'s installed names for a ``--help`` text, ``a|b|c`` (read from entry-point
-    metadata once, when the command is defined; nothing is imported)."""
-    return "|".join(plugin_names(kind))
+def plugin_choices(group: str) -> str:
+    """The names installed in entry-point ``group`` for a ``--help`` text, ``a|b|c`` (read
+    from entry-point metadata once, when the command is defined). The group is named, not
+    its :class:`~envhub.registry.PluginKind`: the modules declaring the kinds import what
+    their plugins are made of (pydantic models, asyncio), which ``--help`` does not need;
+    tests/core/test_cli_startup.py holds the names equal."""
+    return "|".join(entry_point_names(group))
 
 
 def require_listenable(host: str, port: int) -> None:
     """Exit 2 (a usage error) with one line on stderr when a server cannot listen on
     ``host:port`` now, before ``serve``/``view`` say where they serve: uvicorn would
     print its own bind error only after that, and exit 3."""
+    from envhub._util.net import check_bindable
+
     try:
         check_bindable(host, port)
     except OSError as exc:
@@ -90,7 +93,7 @@ SandboxBackendOption = Annotated[
     str | None,
     typer.Option(
         "--sandbox",
-        help=f"sandbox backend ({plugin_choices(SANDBOXES)}, or module:Class) of the "
+        help=f"sandbox backend ({plugin_choices('envhub.sandboxes')}, or module:Class) of the "
         "environments that declare a `sandbox` option, as --env-arg sandbox=... would set "
         "it (default: each environment's own, see $ENVHUB_SANDBOX)",
     ),

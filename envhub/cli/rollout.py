@@ -6,11 +6,7 @@ that ``envhub --help`` stays fast.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import shlex
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
@@ -21,7 +17,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD
-from envhub.agents.factory import AGENTS
 from envhub.cli._app import app
 from envhub.cli.options import (
     EnvArgOption,
@@ -40,14 +35,11 @@ from envhub.cli.targets import (
     local_task_source,
 )
 from envhub.errors import EnvhubError, RolloutFailed
-from envhub.policies.factory import POLICIES, TITO_BACKENDS
-from envhub.registry import EXPORTERS
-from envhub.tokens.tool_call_parsers import TOOL_CALL_PARSERS
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator
-
-    from rich.progress import Progress
+    import asyncio
+    import signal
+    from collections.abc import Awaitable, Callable
 
     from envhub.clients.remote import SessionTransport
     from envhub.policies.base import Policy
@@ -81,129 +73,6 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     and return the exit to raise."""
     console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
-
-
-def _progress_line(done: int, total: int | None, masked: int, rate: float | None) -> str:
-    """The plain progress line: ``12/40 episodes, 3 masked, 2.1 episodes/s``."""
-    per_s = "-" if rate is None else f"{rate:.1f}"
-    return f"{done}/{total} episodes, {masked} masked, {per_s} episodes/s"
-
-
-class _LiveProgress:
-    """The rollout's progress, counted per finished trajectory: a rich bar on a terminal;
-    elsewhere (a Slurm or Kubernetes log, a pipe), where a bar shows nothing until the
-    end, a plain :func:`_progress_line` every ``interval`` seconds (0: none).
-
-    The rate is :func:`~envhub.rollout.summary.episodes_per_s` on a clock started when
-    the run planned its episodes, as the summary's is, and :meth:`finish` shows the
-    summary's own count and rate: the progress and the summary cannot disagree."""
-
-    def __init__(self, title: str, interval: float) -> None:
-        self.interval = interval
-        self.total: int | None = None
-        self.before = 0  # episodes the output already held (--resume)
-        self.done = self.scored = self.masked = 0
-        self.reward_sum = 0.0
-        self.started = time.perf_counter()
-        self.on_terminal = console.is_terminal
-        self.bar = _progress()  # started (shown) on a terminal only
-        self.bar_task = self.bar.add_task(title, total=None, stats="")
-        self.ticker: asyncio.Task[None] | None = None
-
-    def rate(self) -> float | None:
-        from envhub.rollout.summary import episodes_per_s
-
-        return episodes_per_s(self.done, time.perf_counter() - self.started)
-
-    def plan(self, total: int, done: int) -> None:
-        """The run's ``on_plan``: the tasks are known and the dispatch clock starts."""
-        self.total, self.before, self.started = total, done, time.perf_counter()
-        if self.on_terminal:
-            self.bar.update(self.bar_task, total=total, completed=done)
-            self.bar.start()
-        elif self.interval > 0:
-            self.ticker = asyncio.get_running_loop().create_task(self._tick())
-
-    def record(self, trajectory: Trajectory) -> None:
-        """The run's ``on_result``."""
-        self.done += 1
-        if trajectory.masked:
-            self.masked += 1
-        else:
-            self.scored += 1
-            self.reward_sum += trajectory.reward or 0.0
-        if self.on_terminal:
-            self.bar.advance(self.bar_task)
-            self._show(self.reward_sum / self.scored if self.scored else None, self.rate())
-
-    def finish(self, summary: RunSummary | None) -> None:
-        """Stop, showing ``summary``'s count and rate (``None``: the run failed)."""
-        if self.ticker is not None:
-            self.ticker.cancel()
-        if summary is not None and self.on_terminal:
-            self._show(summary.mean_reward, summary.episodes_per_s)
-        elif summary is not None and self.total is not None:
-            self._print(summary.episodes, summary.masked, summary.episodes_per_s)
-        self.bar.stop()
-
-    def _show(self, mean: float | None, rate: float | None) -> None:
-        stats = "reward " + ("-" if mean is None else f"{mean:.3f}")
-        stats += f"  masked {self.masked}  " + ("-" if rate is None else f"{rate:.1f}") + " ep/s"
-        self.bar.update(self.bar_task, stats=stats)
-
-    def _print(self, done: int, masked: int, rate: float | None) -> None:
-        line = _progress_line(done, self.total, masked, rate)
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-
-    async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            self._print(self.before + self.done, self.masked, self.rate())
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class _StopOnSignal:
-    """SIGINT (Ctrl-C) or SIGTERM (Slurm, Kubernetes) during a run: the first one sets the
-    run's ``stop`` event, so it ends as at ``--time-limit`` (the episodes in flight are
-    cancelled, the file keeps whole lines, the summary is written) and ``received``
-    names it; the handlers are then removed, so a second signal stops at once. Off the
-    main thread (the CLI invoked from a test's or an application's worker thread) Python
-    delivers no signal to the loop, so nothing is installed and only ``stop`` is given."""
-
-    def __init__(self) -> None:
-        self.received: signal.Signals | None = None
-        self.stop = asyncio.Event()
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[asyncio.Event]:
-        if threading.current_thread() is not threading.main_thread():
-            yield self.stop
-            return
-        loop = asyncio.get_running_loop()
-
-        def remove() -> None:
-            for signum in _STOP_SIGNALS:
-                loop.remove_signal_handler(signum)
-
-        def handle(signum: signal.Signals) -> None:
-            self.received = signum
-            self.stop.set()
-            remove()
-
-        for signum in _STOP_SIGNALS:
-            loop.add_signal_handler(signum, handle, signum)
-        try:
-            yield self.stop
-        finally:
-            remove()
-
-
-def _progress() -> Progress:
-    from envhub.cli._progress import make_progress
-
-    return make_progress(console)
 
 
 def _summary_table(summary: RunSummary) -> Table:
@@ -251,8 +120,8 @@ def rollout_command(
         list[str] | None, typer.Option("--base-url", help="OpenAI-compatible base URL (repeatable)")
     ] = None,
     policy: Annotated[
-        str, typer.Option(help=f"{plugin_choices(POLICIES)} (an envhub.policies entry point; "
-                          "tito: token-in/token-out) or module:Name")
+        str, typer.Option(help=f"{plugin_choices('envhub.policies')} (an envhub.policies entry "
+                          "point; tito: token-in/token-out) or module:Name")
     ] = "openai",
     tasks: Annotated[
         str | None,
@@ -341,12 +210,13 @@ def rollout_command(
         Path | None, typer.Option(help="tito: a Jinja chat template replacing the tokenizer's")
     ] = None,
     tito_backend: Annotated[
-        str, typer.Option(help=f"tito: the server kind ({plugin_choices(TITO_BACKENDS)}, or "
-                          "module:Class); --base-url is its root URL (vllm: its /v1 URL)")
+        str, typer.Option(help="tito: the server kind "
+                          f"({plugin_choices('envhub.tito_backends')}, or module:Class); "
+                          "--base-url is its root URL (vllm: its /v1 URL)")
     ] = "llama.cpp",
     tool_parser: Annotated[
         str, typer.Option(help="tito: how tool calls are read from the sampled text: "
-                          f"{plugin_choices(TOOL_CALL_PARSERS)} (or module:function)")
+                          f"{plugin_choices('envhub.tool_call_parsers')} (or module:function)")
     ] = "hermes",
     max_env_attempts: Annotated[
         int, typer.Option(help="tries of an episode whose environment fails, then masked")
@@ -365,8 +235,9 @@ def rollout_command(
     agent: Annotated[
         str | None,
         typer.Option(help="an external agent framework plays each episode over MCP, its "
-                     f"model calls recorded by a capture proxy: {plugin_choices(AGENTS)} | "
-                     "module:Class | 'command:ARGV' (a child process per episode)"),
+                     "model calls recorded by a capture proxy: "
+                     f"{plugin_choices('envhub.agents')} | module:Class | 'command:ARGV' (a child "
+                     "process per episode)"),
     ] = None,
     agent_env: Annotated[
         list[str] | None,
@@ -532,12 +403,15 @@ async def _rollout(
     """Check that the policy's model servers answer, open the environment, then
     ``run_on(env, tasks_from, on_result, on_plan, stop)`` (the command's
     :func:`envhub.rollout.run` call) with the progress shown and SIGINT/SIGTERM setting
-    ``stop`` (:class:`_StopOnSignal`); returns the result and the signal that stopped the
-    run, if one did. ``replay_gold``: the policy reads whole tasks, which a remote
-    environment does not publish, so they come from a local copy of the plugin.
+    ``stop`` (:class:`~envhub.cli._signals.StopOnSignal`); returns the result and the
+    signal that stopped the run, if one did. ``replay_gold``: the policy reads whole
+    tasks, which a remote environment does not publish, so they come from a local copy
+    of the plugin.
 
     ``--max-turns`` is the runner's cap on every transport (:func:`envhub.rollout.run`);
     in-process it is also the sessions' budget, which the runner's cap cannot raise."""
+    from envhub.cli._progress import LiveProgress
+    from envhub.cli._signals import StopOnSignal
     from envhub.policies.base import check_servers
 
     tasks_from: EnvironmentClient | None = None
@@ -553,8 +427,8 @@ async def _rollout(
     except BaseException:
         await policy.aclose()
         raise
-    progress = _LiveProgress(f"{env_name} x {policy.model}", progress_interval)
-    signals = _StopOnSignal()
+    progress = LiveProgress(console, f"{env_name} x {policy.model}", progress_interval)
+    signals = StopOnSignal()
     summary: RunSummary | None = None
     try:
         with signals.installed() as stop:
@@ -632,6 +506,7 @@ def check_command(
 async def _check(
     env: str, options: dict[str, Any], tasks: str | None, concurrency: int, target: EnvTarget
 ) -> Any:
+    from envhub.cli._progress import make_progress
     from envhub.rollout.check import check_tasks
     from envhub.rollout.tasks import select_task_ids
 
@@ -642,7 +517,7 @@ async def _check(
             tasks_from = await local_task_source(env, options, client)
         ids = await client.task_ids() if tasks is None else await select_task_ids(client, tasks)
         started = time.perf_counter()
-        with _progress() as progress:
+        with make_progress(console) as progress:
             bar = progress.add_task(f"check {env}", total=2 * len(ids), stats="")
             report = await check_tasks(
                 client, ids, concurrency=concurrency, tasks_from=tasks_from,
@@ -660,7 +535,7 @@ def export_command(
     file: Annotated[Path, typer.Argument(help="trajectory JSONL file written by envhub rollout")],
     format: Annotated[
         str, typer.Option("--format", help="parquet|jsonl, or a plugin's format: "
-                          f"{plugin_choices(EXPORTERS) or 'none installed'}")
+                          f"{plugin_choices('envhub.exporters') or 'none installed'}")
     ] = "parquet",
     output: Annotated[
         Path | None,

@@ -13,7 +13,6 @@ from rich.markup import escape
 from envhub.cli._app import app
 from envhub.cli.options import require_listenable
 from envhub.errors import EnvhubError
-from envhub.runtime.cache import cache_root
 
 __all__ = ["report_command", "view_command"]
 
@@ -70,6 +69,8 @@ def view_command(
         from envhub.view.token_text import load_decoder
     except ImportError as exc:
         raise _missing_extra(exc) from None
+    from envhub.runtime.cache import cache_root
+
     try:
         decoder = load_decoder(tokenizer) if tokenizer else None
     except EnvhubError as exc:
@@ -111,6 +112,8 @@ def report_command(
         from envhub.view.token_text import load_decoder
     except ImportError as exc:
         raise _missing_extra(exc) from None
+    from envhub.runtime.cache import cache_root
+
     try:
         decoder = load_decoder(tokenizer) if tokenizer else None
         size = write_report(
