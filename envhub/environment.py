@@ -123,6 +123,19 @@ class Environment:
         prompt = [{"role": "user", "content": self.default_prompt}] if self.default_prompt else []
         return TaskSet([Task(id="default", prompt=prompt)])
 
+    def task_counts(self) -> Mapping[str, int] | None:
+        """How many tasks of each split :meth:`load_tasks` returns for these options, when
+        the environment knows without loading them (a generator's ``num_tasks``); ``None``,
+        the default, when only loading tells.
+
+        Listings (``envhub list``) count tasks with it, so that they need not generate
+        every plugin's task set. It must agree with :meth:`load_tasks`: once the tasks are
+        loaded, :class:`~envhub.LocalEnvironment` compares the two and raises
+        :class:`~envhub.errors.EnvironmentFailure` when they differ, so a wrong count
+        fails the plugin's own tests instead of misleading a listing.
+        """
+        return None
+
     async def reset(self, task: Task) -> list[Message]:
         """Start an episode on ``task``; returns the messages the model sees first."""
         self.task = task

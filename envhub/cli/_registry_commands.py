@@ -59,11 +59,11 @@ def info_command(
 
     try:
         local = LocalEnvironment(env, parse_env_args(env_arg or []))
+        tasks = local.tasks  # loaded first: info reports the tasks, not a declared count
         info = local.describe()
     except EnvhubError as exc:
         typer.echo(f"error: {exc}", err=True)  # one line on stderr, as every command
         raise typer.Exit(2) from None
-    tasks = local.tasks
     sample = next(iter(tasks), None)
     payload = {
         **info.model_dump(mode="json", exclude={"error"}),

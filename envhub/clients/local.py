@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from envhub._util.sized_lru import SizedLRU, approx_bytes
 from envhub.budgets import Budgets
 from envhub.environment import Environment
-from envhub.errors import InvalidRequest
+from envhub.errors import EnvironmentFailure, InvalidRequest
 from envhub.protocol import OpeningSession
 from envhub.registry import discover_environments, load_environment_class
 from envhub.runtime.client_options import client_option_schemas, validate_operator_options
@@ -120,8 +121,22 @@ class LocalEnvironment:
     def _loaded_tasks(self) -> tuple[TaskSet, int]:
         if self._tasks is None:
             key = (self.env_class, _options_key(self.options))
-            self._tasks = _shared_taskset(key, self._prototype.load_tasks)
+            self._tasks = _shared_taskset(key, self._load_tasks)
         return self._tasks
+
+    def _load_tasks(self) -> TaskSet:
+        """The prototype's tasks, held to the counts it declares (:meth:`Environment.task_counts`):
+        a listing shows those counts without loading, so they must be the truth."""
+        tasks = self._prototype.load_tasks()
+        declared = self._prototype.task_counts()
+        if declared is not None:
+            loaded = Counter(task.split for task in tasks)
+            if loaded != Counter({split: n for split, n in declared.items() if n}):
+                raise EnvironmentFailure(
+                    f"{self.name}: task_counts() says {dict(sorted(declared.items()))} but "
+                    f"load_tasks() gave {dict(sorted(loaded.items()))}"
+                )
+        return tasks
 
     async def _task_set(self) -> TaskSet:
         """:attr:`tasks`, loaded in a worker thread the first time (loading can take
@@ -148,15 +163,20 @@ class LocalEnvironment:
         return self.describe()
 
     def describe(self) -> EnvironmentInfo:
-        """:meth:`info` for blocking callers (``envhub info``, :mod:`envhub.clients.describe`); it
-        loads the task set in this thread if no one has yet."""
-        tasks = self.tasks
+        """:meth:`info` for blocking callers (``envhub info``, :mod:`envhub.clients.describe`).
+        Until the task set is loaded, the counts the environment declares
+        (:meth:`Environment.task_counts`) stand for it; without them it is loaded in this
+        thread."""
+        counts = self._prototype.task_counts() if self._tasks is None else None
+        if counts is None:
+            tasks = self.tasks
+            counts = Counter(task.split for task in tasks)
         return EnvironmentInfo(
             name=self.name,
             version=self.version,
             tools=self.tools,
-            tasks=len(tasks),
-            splits=tasks.splits,
+            tasks=sum(counts.values()),
+            splits=sorted(split for split, n in counts.items() if n),
             options=self.options,
             client_options=client_option_schemas(self.env_class),
             budgets=self.budgets,

@@ -22,13 +22,14 @@ def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: envhub-broken\nVersion: 0.3.0\n")
     (dist / "entry_points.txt").write_text(
         "[envhub.environments]\nbroken = envhub_broken_mod:Env\ntoy = tests.core.toy_envs:ToyEnv\n"
+        "counted = tests.core.toy_envs:CountedEnv\n"
     )
     (tmp_path / "envhub_broken_mod.py").write_text("raise ImportError('missing dependency xyz')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     # listing builds every plugin it finds (reasoning_gym's import alone takes many
     # seconds); these tests are about the broken one beside two that work, so the other
     # installed plugins are blocked
-    others = set(discover_environments()) - {"broken", "toy", "calc"}
+    others = set(discover_environments()) - {"broken", "toy", "counted", "calc"}
     monkeypatch.setenv("ENVHUB_BLOCK_PLUGINS", ",".join(sorted(others)))
     return tmp_path
 
@@ -89,6 +90,34 @@ def test_cli_list_and_info(fake_plugins: Path) -> None:
     assert '"yo 0"' in info.stdout and '"name": "add"' in info.stdout
     bad = runner.invoke(app, ["info", "toy", "--env-arg", "colour=red"])
     assert bad.exit_code == 2 and "bad options" in bad.stderr and not bad.stdout
+
+
+def test_cli_list_counts_tasks_without_loading_them(fake_plugins: Path) -> None:
+    """A plugin that declares its task counts is listed from them: ``envhub list`` never
+    generates its tasks; ``envhub info`` still reports the loaded ones, and a count that
+    disagrees with the loaded tasks fails once they load."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from envhub.cli import app
+    from envhub.errors import EnvironmentFailure
+    from tests.core.toy_envs import CountedEnv
+
+    CountedEnv.loads = 0
+    runner = CliRunner()
+    listed = runner.invoke(app, ["list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert rows["counted"]["tasks"] == 3 and rows["counted"]["splits"] == ["test", "train"]
+    assert rows["counted"]["error"] is None and rows["toy"]["tasks"] == 6
+    assert CountedEnv.loads == 0
+    info = runner.invoke(app, ["info", "counted", "--json"])
+    assert info.exit_code == 0, info.output
+    assert json.loads(info.stdout)["splits"] == {"test": 1, "train": 2}
+    assert CountedEnv.loads == 1
+    with pytest.raises(EnvironmentFailure, match="task_counts"):
+        envhub.make("counted", wrong=True).tasks  # noqa: B018
 
 
 def test_discovery_is_cheap_and_describing_is_separate() -> None:

@@ -123,3 +123,38 @@ class SloppyToolsEnv(Environment):
 
     def reward(self) -> Reward:
         return Reward(value=float(self.seen == self.task.answer))
+
+
+class CountedEnv(Environment):
+    """Declares its task counts; ``loads`` counts :meth:`load_tasks` calls in this process,
+    and the ``wrong`` option makes the declared counts disagree with the loaded tasks."""
+
+    name = "counted"
+    version = "0.4.0"
+    loads = 0
+
+    def __init__(self, wrong: bool = False) -> None:
+        super().__init__()
+        self.wrong = wrong
+
+    def load_tasks(self) -> TaskSet:
+        type(self).loads += 1
+        return TaskSet(
+            Task(id=f"counted-{i}", prompt=[], split="test" if i == 2 else "train")
+            for i in range(3)
+        )
+
+    def task_counts(self) -> dict[str, int]:
+        return {"train": 2, "test": 2 if self.wrong else 1}
+
+    @tool
+    def finish(self, text: str) -> str:
+        """End the episode.
+
+        Args:
+            text: The answer.
+        """
+        return text
+
+    def reward(self) -> float:
+        return 0.0

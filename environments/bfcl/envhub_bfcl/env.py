@@ -113,6 +113,11 @@ class BfclEnv(Environment):
                 )
         return TaskSet(tasks)
 
+    def task_counts(self) -> Mapping[str, int]:
+        # the prompt entries alone (not the answers and gold calls load_tasks derives)
+        ids = (entry_id for category in self.categories for entry_id in entries(category))
+        return {"test": sum(entry_id not in LEFT_OUT for entry_id in ids)}
+
     @property
     def category(self) -> str:
         return str(self.task.metadata["category"])

@@ -153,6 +153,10 @@ class ReasoningGymEnv(Environment):
     def load_tasks(self) -> TaskSet:
         return task_set(self.key)
 
+    def task_counts(self) -> Mapping[str, int]:
+        # entries 0..size-1 of each dataset, all in "train": listings need not generate them
+        return {"train": len(self.datasets) * self.size}
+
     def episode_tools(self) -> Mapping[str, ToolSpec]:
         specs = type(self).tool_specs()
         if self.offer_python:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Annotated, Any, ClassVar
 
@@ -12,7 +13,7 @@ from envhub.rewards.web import ShopGoal, ShopPurchase, webshop_reward
 from envhub.types import Message
 from envhub_web.catalog import Product, load_catalog
 from envhub_web.server import Site, get_site
-from envhub_web.shop_tasks import generate_shop_tasks, goal_of
+from envhub_web.shop_tasks import generate_shop_tasks, goal_of, shop_split_counts
 from envhub_web.state import COOKIE, CartLine
 from envhub_web.tab import NAV_TIMEOUT_S
 from envhub_web.tools import BrowsingEnv
@@ -78,6 +79,9 @@ class WebShopEnv(BrowsingEnv):
 
     def load_tasks(self) -> TaskSet:
         return _taskset(self.catalog_seed, self.catalog_size, self.num_tasks)
+
+    def task_counts(self) -> Mapping[str, int]:
+        return shop_split_counts(self.num_tasks)
 
     async def reset(self, task: Task) -> list[Message]:
         messages = await super().reset(task)

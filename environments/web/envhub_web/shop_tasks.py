@@ -14,7 +14,7 @@ import random
 from envhub import GoldCall, Task
 from envhub_web.catalog import Catalog, Product
 
-__all__ = ["SHOP_SYSTEM_PROMPT", "generate_shop_tasks", "goal_of"]
+__all__ = ["SHOP_SYSTEM_PROMPT", "generate_shop_tasks", "goal_of", "shop_split_counts"]
 
 SHOP_SYSTEM_PROMPT = (
     "You are shopping on MiniShop, a web store at http://127.0.0.1. Each observation is the "
@@ -47,6 +47,13 @@ def _gold_query(catalog: Catalog, product: Product, attributes: list[str]) -> st
 def goal_of(task: Task) -> dict[str, object]:
     """The goal a task's reward is computed against (stored in its metadata)."""
     return dict(task.metadata["goal"])
+
+
+def shop_split_counts(count: int = 2500, test_every: int = 5) -> dict[str, int]:
+    """How many of :func:`generate_shop_tasks`' ``count`` tasks each split gets, without
+    generating them: ``count`` tasks, indexes 0 to count-1, every ``test_every``-th in test."""
+    test = count // test_every
+    return {"test": test, "train": count - test}
 
 
 def generate_shop_tasks(
