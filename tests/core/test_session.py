@@ -46,7 +46,7 @@ async def test_happy_path_and_reward(env: envhub.LocalEnvironment) -> None:
         (call("add", {"a": "x"}), "invalid_arguments", "as an integer"),  # cut to 100 chars
         (call("nope", {}), "unknown_tool", "available tools: add"),
         (call("boom", {}), "exception", "RuntimeError: kaboom"),
-        (call("nap", {"seconds": 2}), "timeout", "timed out after 0.3s"),
+        (call("nap", {"seconds": 2}), "timeout", "timed out after 1.0s"),
         (call("wait", {"seconds": 2}), "timeout", "timed out"),
     ],
 )

@@ -12,7 +12,7 @@ from envhub.errors import SandboxError
 class ToyEnv(Environment):
     name = "toy"
     version = "1.2.3"
-    budgets = Budgets(max_turns=4, tool_timeout_s=0.3, episode_timeout_s=30, max_output_chars=100)
+    budgets = Budgets(max_turns=4, tool_timeout_s=1.0, episode_timeout_s=30, max_output_chars=100)
 
     def __init__(self, greeting: str = "hello") -> None:
         super().__init__()
