@@ -1,9 +1,7 @@
 """Test-run wiring shared by ``tests/`` and ``environments/*/tests``: xdist groups.
 
-CI runs the suite on four pytest-xdist workers on two cores (``-n 4 --dist loadgroup``):
-most tests wait on servers, subprocesses and sockets (a run of ``tests/rollout`` and
-``tests/server`` on two workers kept the cores 22% busy, and took 1.5x the wall time it
-takes on four), so two workers per core keep both cores busy. Tests that
+CI runs the suite on two pytest-xdist workers (``-n auto --dist loadgroup``): most tests
+wait on servers, subprocesses and sockets, so two workers keep both cores busy. Tests that
 own machine-wide state run on one worker, in the group their path names here:
 
 - ``machine``: the Docker engine (image builds, garbage collection of containers and
