@@ -75,20 +75,23 @@ async def _timeout_a_sort_exceeds(lines: int) -> float:
     """A tool timeout that sorting a file of ``lines`` lines exceeds 2.5 times over and
     making it does not, on this machine as loaded as it is now: a fixed timeout either
     lets a fast machine finish the sort or a loaded one time out the echo. Measured on an
-    episode of its own, with no timeout to speak of."""
+    episode of its own, with no timeout to speak of; measured again (up to three times)
+    when a burst of load on a busy CI machine slowed the echo alone."""
     env = envhub.make("bfcl", categories="base", tool_timeout_s=120)
-    session = await env.open("multi_turn_base_0")
-    await session.reset()
-    took = []
-    for call in _big_file_calls(lines):
-        started = time.monotonic()
-        [observation] = (await call_tool(session, call.name, **call.arguments)).observations
-        took.append(time.monotonic() - started)
-        assert not observation.is_error, observation.content[:200]
-    await session.close()
-    _, echo_s, sort_s = took
-    assert sort_s > 4 * echo_s, f"the sort ({sort_s:.2f}s) is too close to the echo ({echo_s:.2f}s)"
-    return sort_s / 2.5
+    for _ in range(3):
+        session = await env.open("multi_turn_base_0")
+        await session.reset()
+        took = []
+        for call in _big_file_calls(lines):
+            started = time.monotonic()
+            [observation] = (await call_tool(session, call.name, **call.arguments)).observations
+            took.append(time.monotonic() - started)
+            assert not observation.is_error, observation.content[:200]
+        await session.close()
+        _, echo_s, sort_s = took
+        if sort_s > 4 * echo_s:
+            return sort_s / 2.5
+    raise AssertionError(f"the sort ({sort_s:.2f}s) is too close to the echo ({echo_s:.2f}s)")
 
 
 async def _set_up(session: SessionHandle, call: GoldCall, tries: int = 5) -> Observation:
