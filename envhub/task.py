@@ -3,19 +3,23 @@
 A :class:`Task` is one row of data (id, prompt messages, gold answer, gold actions for
 the reference policy, metadata). A :class:`TaskSet` is an ordered, id-indexed collection
 with named splits and a seeded order, loadable from package data or from user files
-(JSONL/Parquet through ``datasets``, imported lazily).
+(JSONL/Parquet through ``datasets``, imported lazily). :meth:`TaskSet.content_hash` names
+a task set's content, so that a run can record which task data it drew from.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import threading
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 from envhub.errors import InvalidRequest, TaskNotFound
 from envhub.types import Message
@@ -49,6 +53,8 @@ class TaskSet:
     def __init__(self, tasks: Iterable[Task]) -> None:
         self._tasks: list[Task] = list(tasks)
         self._by_id: dict[str, Task] = {}
+        self._hash: str | None = None
+        self._hash_lock = threading.Lock()
         for task in self._tasks:
             if task.id in self._by_id:
                 raise InvalidRequest(f"duplicate task id {task.id!r}")
@@ -93,6 +99,37 @@ class TaskSet:
         if not tasks:
             raise TaskNotFound("this environment has no tasks")
         return random.Random(seed).choice(tasks)
+
+    def content_hash(self) -> str:
+        """``"sha256:<hex>"`` of every task in its fixed order, each task whole (id, prompt,
+        answer, gold actions, split, metadata and any extra field) as canonical JSON
+        (sorted keys, no spaces, UTF-8): two task sets have the same hash exactly when a
+        run would draw the same tasks, in the same order, and score them against the same
+        data. Order is part of it because ``--tasks 0:100`` slices it.
+
+        Computed on first use and kept by this object, so once per task set per process
+        (a :class:`~envhub.LocalEnvironment` shares its loaded task set with every other
+        of the same options). Deliberately not cached on disk: a key such as
+        distribution + version + options is not safe, because the same key can name other
+        tasks: an editable install (``pip install -e``) whose data files changed, an
+        option that is a path to a user's file, data built from other packages or
+        downloads. Hashing costs a fraction of what loading the task set costs (it
+        serializes what loading parsed), and a run loads the task set anyway.
+        """
+        with self._hash_lock:
+            if self._hash is None:
+                digest = hashlib.sha256()
+                digest.update(b"[")
+                for i, task in enumerate(self._tasks):
+                    if i:
+                        digest.update(b",")
+                    data = to_jsonable_python(task, fallback=repr)  # an answer may be any object
+                    text = json.dumps(data, sort_keys=True, separators=(",", ":"),
+                                      ensure_ascii=False)
+                    digest.update(text.encode("utf-8", "surrogatepass"))
+                digest.update(b"]")
+                self._hash = f"sha256:{digest.hexdigest()}"
+            return self._hash
 
     # -- loading -----------------------------------------------------------------------
 

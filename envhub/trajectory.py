@@ -42,6 +42,14 @@ result in ``messages`` carries ``is_error`` and ``truncated``
 the messages (:func:`envhub.types.chat_message`). Files written before these fields existed
 load unchanged (all are optional, ``schema_version`` 1; readers such as the viewer guess
 the two flags from the text only where a message lacks them).
+
+Pins (:class:`EnvRef`: the environment's distribution, its version and the task set's
+hash) were added the same way, so ``schema_version`` stays 1: every new field is optional
+with a ``None`` default, so a file written before them validates unchanged, and the
+readers of older envhub versions ignore fields they do not know (pydantic's default), so
+a new file still loads there. A version bump would make every older reader refuse every
+new file (the viewer refuses an unknown ``schema_version``) for no field it needs; it is
+kept for a change that old readers would misread.
 """
 
 from __future__ import annotations
@@ -57,7 +65,7 @@ from pydantic_core import PydanticSerializationError
 
 from envhub.errors import InvalidRequest
 from envhub.model_text import valid_text
-from envhub.types import Message, StopReason
+from envhub.types import EnvironmentInfo, Message, StopReason
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -81,8 +89,44 @@ SCHEMA_VERSION: Final = 1
 
 
 class EnvRef(BaseModel):
+    """The environment an episode ran on, and its pins: what a rerun must match to be the
+    same experiment.
+
+    ``version`` is the environment's own (its class attribute, else its distribution's);
+    ``distribution`` and ``distribution_version`` are the installed plugin that registers
+    it (``pip install envhub-rl-calc==0.2.0`` installs it again), and ``task_set_hash``
+    the :meth:`~envhub.TaskSet.content_hash` of the task set the run drew from (every
+    task of the environment with the run's options). On a server they are the server's.
+    ``None``: not known (a ``module:Class`` outside any distribution; a server's task set
+    with client options; a file written before envhub 0.2.0)."""
+
     name: str
     version: str
+    distribution: str | None = None
+    distribution_version: str | None = None
+    task_set_hash: str | None = None
+
+    @classmethod
+    def of(cls, name: str, info: EnvironmentInfo) -> EnvRef:
+        """The reference to record for the environment ``info`` describes, named ``name``
+        (the name the run used for it)."""
+        return cls(
+            name=name,
+            version=info.version,
+            distribution=info.distribution,
+            distribution_version=info.distribution_version,
+            task_set_hash=info.task_set_hash,
+        )
+
+    def pins(self) -> str:
+        """One line naming the pins, for messages and tables:
+        ``calc (envhub-rl-calc 0.2.0), tasks sha256:cb6d7e67c88b…``."""
+        if self.distribution:
+            where = f"{self.distribution} {self.distribution_version}"
+        else:
+            where = f"version {self.version}, no distribution"
+        tasks = self.task_set_hash[:19] + "…" if self.task_set_hash else "no task-set hash"
+        return f"{self.name} ({where}), tasks {tasks}"
 
 
 class ErrorInfo(BaseModel):

@@ -247,6 +247,11 @@ class EnvironmentInfo(BaseModel):
     :func:`envhub.describe_environments` describes every installed plugin with it, where a
     plugin that fails to import or build still gets a row: ``error`` says why, and the
     fields only a built environment knows (tools, tasks, splits, options) are empty.
+
+    ``distribution``, ``distribution_version`` and ``task_set_hash`` are the run's pins
+    (:class:`envhub.trajectory.EnvRef`): a server answers with those of the plugin
+    installed on it and of the task set it serves, so a remote rollout records what
+    produced its episodes, not what the client has installed.
     """
 
     name: str
@@ -265,6 +270,18 @@ class EnvironmentInfo(BaseModel):
         "the type and bounds; any other option is refused",
     )
     budgets: Budgets = Field(default_factory=Budgets)
+    distribution: str | None = Field(
+        None, description="the installed distribution that registers the environment "
+        "(envhub-rl-calc); None: a module:Class outside any plugin's entry points"
+    )
+    distribution_version: str | None = Field(
+        None, description="that distribution's version, as pip reports it: what "
+        "`envhub rollout NAME==VERSION` pins"
+    )
+    task_set_hash: str | None = Field(
+        None, description="sha256 of the task set with these options "
+        "(envhub.TaskSet.content_hash); None: the tasks are not loaded yet (a listing)"
+    )
     error: str | None = Field(
         None, description="why the environment could not be loaded; never set by a server"
     )

@@ -6,8 +6,10 @@ that ``envhub --help`` stays fast.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -39,7 +41,7 @@ from envhub.errors import EnvhubError, RolloutFailed
 if TYPE_CHECKING:
     import asyncio
     import signal
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from envhub.clients.remote import SessionTransport
     from envhub.policies.base import Policy
@@ -75,8 +77,26 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """Show the warnings raised while the block runs (a resumed file whose pins cannot
+    be checked: :class:`envhub.rollout.pins.PinWarning`) as ``warning: ...`` lines on
+    stderr, as the CLI's other warnings are, each time it is raised."""
+    from envhub.rollout.pins import PinWarning
+
+    def show(message: Warning | str, *_: object) -> None:
+        typer.echo(f"warning: {message}", err=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", PinWarning)
+        warnings.showwarning = show
+        yield
+
+
 def _summary_table(summary: RunSummary) -> Table:
     table = Table("metric", "value", title="rollout summary")
+    if summary.env is not None:
+        table.add_row("environment", summary.env.pins())
 
     def fmt(value: float | None, digits: int = 3) -> str:
         return "-" if value is None else f"{value:.{digits}f}"
@@ -113,7 +133,9 @@ def _summary_table(summary: RunSummary) -> Table:
 @app.command("rollout")
 def rollout_command(
     ctx: typer.Context,
-    env: Annotated[str, typer.Argument(help="environment plugin name (or module:Class)")],
+    env: Annotated[str, typer.Argument(
+        help="environment plugin name (or module:Class), optionally with a version pin on "
+        "its distribution: calc==0.2.0 (any PEP 440 specifier: calc>=0.2,<0.3)")],
     output: Annotated[Path, typer.Option("--output", "-o", help="trajectory JSONL file")],
     model: Annotated[str | None, typer.Option(help="model name sent to the server")] = None,
     base_url: Annotated[
@@ -252,6 +274,11 @@ def rollout_command(
     when the run stopped on a dead server or masked more than --max-masked-fraction, and
     2 before any episode when no --base-url answers.
 
+    Every trajectory and the summary record the environment's pins: its distribution, that
+    distribution's version and the hash of its task set (a server's own, with
+    --env-url). ENV==VERSION refuses to run (exit 2) another version than the pinned one,
+    and --resume refuses a file written from another task set.
+
     SIGINT (Ctrl-C) or SIGTERM stops the run as --time-limit does: the episodes in flight
     are cancelled, OUTPUT keeps whole lines, the summary is written and printed with the
     command that resumes the run (--resume), and the exit status is 130 (SIGINT) or 143
@@ -259,8 +286,13 @@ def rollout_command(
     at once.
     """
     from envhub.policies import SamplingParams, TitoOptions, make_policy
+    from envhub.rollout.pins import split_pin
     from envhub.rollout.runtime import run_async
 
+    try:
+        env, pin = split_pin(env)
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
     if env_transport not in ("ws", "http", None):
         raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
     try:
@@ -315,7 +347,8 @@ def rollout_command(
             from envhub.rollout.run import run
 
             return await run(
-                env_client, chosen, tasks, group_size=group_size, concurrency=concurrency,
+                env_client, chosen, tasks, pin=pin, group_size=group_size,
+                concurrency=concurrency,
                 output=output, resume=resume, time_limit_s=time_limit, stop=stop,
                 max_turns=max_turns,
                 max_env_attempts=max_env_attempts, policy_version=policy_version,
@@ -325,8 +358,8 @@ def rollout_command(
                 tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
             )  # fmt: skip
 
-        result, received = run_async(
-            _rollout(
+        with _warnings_on_stderr():
+            result, received = run_async(_rollout(
                 env,
                 chosen,
                 options=env_opts,
@@ -335,8 +368,7 @@ def rollout_command(
                 max_turns=max_turns,
                 progress_interval=progress_interval,
                 run_on=run_on,
-            )
-        )
+            ))
     except RolloutFailed as exc:
         console.print(_summary_table(cast("RolloutResult", exc.result).summary))
         raise _fail(str(exc), code=1) from None

@@ -8,6 +8,7 @@ engine, the trainer adapters and the gymnasium adapter work against either.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from envhub._util.sized_lru import SizedLRU, approx_bytes
 from envhub.budgets import Budgets
 from envhub.environment import Environment
-from envhub.errors import EnvironmentFailure, InvalidRequest
+from envhub.errors import EnvhubError, EnvironmentFailure, InvalidRequest
 from envhub.protocol import OpeningSession
 from envhub.registry import discover_environments, load_environment_class
 from envhub.runtime.client_options import client_option_schemas, validate_operator_options
@@ -99,6 +100,20 @@ class LocalEnvironment:
             return self.env_class.version
         return spec.version
 
+    @functools.cached_property
+    def distribution(self) -> tuple[str, str] | None:
+        """(name, version) of the installed distribution whose entry point registers this
+        environment class; ``None`` for a class no entry point names (``module:Class``,
+        a test's class), or one that only shares a plugin's name."""
+        spec = discover_environments().get(self.name)
+        if spec is None or spec.distribution is None or spec.version is None:
+            return None
+        try:
+            registered = spec.load()  # the plugin's module: imported already when it is ours
+        except EnvhubError:
+            return None
+        return (spec.distribution, spec.version) if registered is self.env_class else None
+
     @property
     def tools(self) -> list[dict[str, Any]]:
         """The tool schemas of these options' episodes, asked of the environment once
@@ -155,22 +170,24 @@ class LocalEnvironment:
         return (await self._task_set()).get(task_id)
 
     async def info(self) -> EnvironmentInfo:
-        """Name, version, tool schemas, task count, splits, options and budgets: what
+        """Name, version, tool schemas, task count, splits, options, budgets and the pins
+        (distribution, its version, the task set's hash): what
         ``GET /v1/environments/{env}`` answers for the same environment."""
-        await self._task_set()
-        if self._tools is None:  # off the event loop, like the tasks
+        tasks = await self._task_set()
+        await asyncio.to_thread(tasks.content_hash)  # off the event loop, like the loading
+        if self._tools is None:
             await asyncio.to_thread(lambda: self.tools)
         return self.describe()
 
     def describe(self) -> EnvironmentInfo:
         """:meth:`info` for blocking callers (``envhub info``, :mod:`envhub.clients.describe`).
         Until the task set is loaded, the counts the environment declares
-        (:meth:`Environment.task_counts`) stand for it; without them it is loaded in this
-        thread."""
+        (:meth:`Environment.task_counts`) stand for it and ``task_set_hash`` is ``None``;
+        without counts it is loaded in this thread."""
         counts = self._prototype.task_counts() if self._tasks is None else None
         if counts is None:
-            tasks = self.tasks
-            counts = Counter(task.split for task in tasks)
+            counts = Counter(task.split for task in self.tasks)
+        distribution = self.distribution
         return EnvironmentInfo(
             name=self.name,
             version=self.version,
@@ -180,6 +197,9 @@ class LocalEnvironment:
             options=self.options,
             client_options=client_option_schemas(self.env_class),
             budgets=self.budgets,
+            distribution=distribution[0] if distribution else None,
+            distribution_version=distribution[1] if distribution else None,
+            task_set_hash=self._tasks[0].content_hash() if self._tasks is not None else None,
         )
 
     def _instantiate(self) -> Environment:

@@ -237,11 +237,17 @@ class RemoteEnvironment:
         )
 
     async def info(self) -> EnvironmentInfo:
-        """Name, version, tool schemas, task count, splits, options and budgets."""
-        self._info = await self._requests.call(
-            "GET", f"/v1/environments/{self.name}", EnvironmentInfo
-        )
-        return self._info
+        """Name, version, tool schemas, task count, splits, options, budgets and the
+        server's pins (its plugin's distribution and version, its task set's hash).
+
+        The server describes its hosted option set; with client ``options`` the sessions
+        draw from another task set, whose hash the server does not report, so
+        ``task_set_hash`` is ``None`` then rather than the hosted set's."""
+        info = await self._requests.call("GET", f"/v1/environments/{self.name}", EnvironmentInfo)
+        if self.options:
+            info = info.model_copy(update={"task_set_hash": None})
+        self._info = info
+        return info
 
     async def health(self) -> Health:
         """The server's liveness and load (``GET /health``)."""

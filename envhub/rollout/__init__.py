@@ -10,6 +10,8 @@
   :func:`run_rollout` is the file-backed, resumable run behind ``envhub rollout``.
 - :func:`stream` hands completed groups to a trainer loop (back-pressure, staleness).
 - :func:`check_tasks` is ``envhub check``: reference scores 1, no-op scores 0.
+- :mod:`envhub.rollout.pins`: ``run(..., pin="==0.2.0")`` and the ``--resume`` checks
+  (:class:`PinWarning` for what a resume allows but cannot vouch for).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from envhub.rollout.episode import EpisodeSpec as EpisodeSpec
 from envhub.rollout.episode import ModelFailure as ModelFailure
 from envhub.rollout.episode import PolicyLoop as PolicyLoop
 from envhub.rollout.episode import TurnLoop as TurnLoop
+from envhub.rollout.pins import PinWarning as PinWarning
 from envhub.rollout.run import RolloutResult as RolloutResult
 from envhub.rollout.run import run as run
 from envhub.rollout.run import run_sync as run_sync
@@ -47,6 +50,7 @@ __all__ = [
     "EpisodeSpec",
     "Group",
     "ModelFailure",
+    "PinWarning",
     "PolicyLoop",
     "RolloutResult",
     "RolloutStream",

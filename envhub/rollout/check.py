@@ -19,7 +19,7 @@ from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import dispatch, plan_episodes
 from envhub.rollout.episode import EpisodeRunner
 from envhub.tools import schema_gaps
-from envhub.trajectory import Trajectory
+from envhub.trajectory import EnvRef, Trajectory
 
 __all__ = ["CheckFailure", "CheckReport", "check_tasks"]
 
@@ -74,7 +74,8 @@ async def check_tasks(
     ]
     for name, policy, expected_by_task in checks:
         runner = EpisodeRunner(
-            env, policy, env_version=info.version, max_env_attempts=1, tasks_from=tasks_from
+            env, policy, env_ref=EnvRef.of(env.name, info), max_env_attempts=1,
+            tasks_from=tasks_from,
         )
 
         def judge(

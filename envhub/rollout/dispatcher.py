@@ -22,8 +22,10 @@ from typing import Any
 from envhub.errors import InvalidRequest
 from envhub.rollout.breaker import CircuitBreaker
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+from envhub.rollout.pins import check_resume
 from envhub.rollout.summary import RunSummary, summarize
 from envhub.trajectory import (
+    EnvRef,
     Trajectory,
     TrajectoryWriter,
     compact_trajectories,
@@ -108,16 +110,25 @@ async def dispatch(
     return done
 
 
-def completed_pairs(path: str | Path, env_name: str) -> set[tuple[str, int]]:
+def completed_pairs(path: str | Path, env: EnvRef) -> set[tuple[str, int]]:
     """(task_id, sample_index) pairs whose latest record in a trajectory file is scored:
     the ones ``--resume`` skips (a masked record is not a result, so its episode runs
-    again)."""
+    again). A file of another environment, or written from another task set than
+    ``env``'s, is refused (:func:`envhub.rollout.pins.check_resume`)."""
     masked: dict[tuple[str, int], bool] = {}
+    hashes: set[str | None] = set()
+    versions: set[tuple[str, str]] = set()
     for record in read_records(path):
-        name = (record.get("env") or {}).get("name")
-        if name != env_name:
-            raise InvalidRequest(f"{path} holds trajectories of {name!r}, not {env_name!r}")
+        ref = record.get("env") or {}
+        if ref.get("name") != env.name:
+            raise InvalidRequest(
+                f"{path} holds trajectories of {ref.get('name')!r}, not {env.name!r}"
+            )
+        hashes.add(ref.get("task_set_hash"))
+        if ref.get("distribution") and ref.get("distribution_version"):
+            versions.add((str(ref["distribution"]), str(ref["distribution_version"])))
         masked[(record["task_id"], record["sample_index"])] = bool(record.get("masked"))
+    check_resume(path, env, hashes, versions)
     return {pair for pair, was_masked in masked.items() if not was_masked}
 
 
@@ -149,7 +160,9 @@ async def run_rollout(
     the summary covers this run, and ``on_result`` is the way to keep the trajectories.
     ``on_plan(total, already_done)`` is called once before dispatching, right before
     the clock of the summary's ``episodes_per_s`` starts. ``deadline``, ``breaker`` and
-    ``stop``: see :func:`dispatch`.
+    ``stop``: see :func:`dispatch`. The summary's ``env`` is the runner's environment and
+    pins (:attr:`EpisodeRunner.env_ref`); ``resume`` checks them against the file's
+    (:func:`completed_pairs`).
     """
     if output is None:
         if resume:
@@ -164,13 +177,15 @@ async def run_rollout(
         summary = summarize(
             kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
         )
+        summary = summary.model_copy(update={"env": runner.env_ref})
         return _with_plan(summary, kept_pairs, task_ids, group_size, breaker, deadline, stop)
     output = Path(output)
     exists = output.exists() and output.stat().st_size > 0
     if exists and not resume:
         raise InvalidRequest(f"{output} exists: pass --resume to continue it, or pick another file")
+    env = await runner.resolve_env_ref()
     with TrajectoryWriter(output) as writer:  # opened first: it repairs the file's end
-        skip = completed_pairs(output, runner.env.name) if exists else set()
+        skip = completed_pairs(output, env) if exists else set()
         ran, elapsed = await _run_planned(
             runner, task_ids, skip, writer.write, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
@@ -190,6 +205,7 @@ async def run_rollout(
         selected(), success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
     )
     summary = _with_plan(summary, pairs, task_ids, group_size, breaker, deadline, stop)
+    summary = summary.model_copy(update={"env": env})
     summary_path(output).write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return summary
 

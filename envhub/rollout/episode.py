@@ -150,8 +150,10 @@ class EpisodeRunner:
     environment's transport gives it (:meth:`EnvironmentClient.task`), else ``None``;
     ``tasks_from`` is another client to read tasks from (a local copy of the environment
     a server or fleet runs, whose transport publishes no tasks), and ``task_of`` replaces
-    the lookup altogether (a test's scripted task). ``env_version`` is recorded
-    on each trajectory; without it the environment's ``info()`` is asked once.
+    the lookup altogether (a test's scripted task). ``env_ref`` is recorded on each
+    trajectory (the environment and its pins, :meth:`EnvRef.of` the environment's
+    ``info()``); ``env_version`` instead records that version without pins (a test's or a
+    benchmark's shortcut); without either the environment's ``info()`` is asked once.
     ``metrics`` (optional) counts episodes and times environment steps.
     ``gate`` (set by a stream that updates weights) holds every model call while an
     update runs; an episode whose call an ``abort-and-drop`` update ended raises
@@ -165,6 +167,7 @@ class EpisodeRunner:
         env: EnvironmentClient,
         policy: Policy,
         *,
+        env_ref: EnvRef | None = None,
         env_version: str | None = None,
         sampling: dict[str, Any] | None = None,
         max_turns: int | None = None,
@@ -179,7 +182,9 @@ class EpisodeRunner:
         self.turn_loop.check(policy)
         self.env = env
         self.policy = policy
-        self.env_ref = None if env_version is None else EnvRef(name=env.name, version=env_version)
+        if env_ref is None and env_version is not None:
+            env_ref = EnvRef(name=env.name, version=env_version)
+        self.env_ref = env_ref
         self._env_ref_lock = asyncio.Lock()
         if sampling is None:  # record what the policy sends, when it says
             params = getattr(policy, "sampling", None)
@@ -210,7 +215,7 @@ class EpisodeRunner:
 
     async def _run(self, spec: EpisodeSpec) -> Trajectory:
         if self.env_ref is None:
-            await self._resolve_env_ref()
+            await self.resolve_env_ref()
         started = time.perf_counter()
         trajectory_id = uuid.uuid4().hex
         attempt = 0
@@ -236,15 +241,16 @@ class EpisodeRunner:
                 retried[kind] = retried.get(kind, 0) + 1
                 await asyncio.sleep(self.env_backoff.delay(attempt - 1))
 
-    async def _resolve_env_ref(self) -> None:
-        """Ask the environment for its version, once for all concurrent first episodes.
-        If the environment cannot answer, the episode records ``"unknown"`` (its own calls
-        will meet the same failure and be masked) and the next episode asks again."""
+    async def resolve_env_ref(self) -> EnvRef:
+        """:attr:`env_ref`, asking the environment for its version and pins the first
+        time, once for all concurrent first episodes. If the environment cannot answer,
+        this answers version ``"unknown"`` without pins (an episode's own calls will meet
+        the same failure and be masked) and the next call asks again."""
         async with self._env_ref_lock:
             if self.env_ref is None:
                 with contextlib.suppress(Exception):
-                    version = (await self.env.info()).version
-                    self.env_ref = EnvRef(name=self.env.name, version=version)
+                    self.env_ref = EnvRef.of(self.env.name, await self.env.info())
+        return self.env_ref or EnvRef(name=self.env.name, version="unknown")
 
     async def task(self, task_id: str) -> Task | None:
         """The whole task for the policy, where the transport gives it."""

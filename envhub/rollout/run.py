@@ -7,13 +7,13 @@
     result = envhub.rollout.run_sync(env, policy, tasks="0:8")   # blocking; kept in memory
     print(result.summary.mean_reward, len(result.trajectories))
 
-It selects the tasks (a ``--tasks`` spec or a list of ids), builds the episode runner for
-the environment (which records its version and gives the reference policy its tasks where
-the transport has them), runs the episodes with the collector tuned for throughput, and
-judges the outcome: a run stopped by its circuit breaker, or with more than
-``max_masked_fraction`` of its episodes masked, raises :class:`~envhub.errors.RolloutFailed`
-(carrying the result), so a dead server never passes for a finished run. The caller owns
-``env`` and ``policy`` and closes them.
+It checks the environment's version pin, selects the tasks (a ``--tasks`` spec or a list
+of ids), builds the episode runner for the environment (which records its version and
+pins, and gives the reference policy its tasks where the transport has them), runs the
+episodes with the collector tuned for throughput, and judges the outcome: a run stopped
+by its circuit breaker, or with more than ``max_masked_fraction`` of its episodes masked,
+raises :class:`~envhub.errors.RolloutFailed` (carrying the result), so a dead server never
+passes for a finished run. The caller owns ``env`` and ``policy`` and closes them.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from envhub.protocol import EnvironmentClient
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner, TurnLoop
+from envhub.rollout.pins import check_pin
 from envhub.rollout.summary import RunSummary
 from envhub.rollout.tasks import select_task_ids
-from envhub.trajectory import Trajectory
+from envhub.trajectory import EnvRef, Trajectory
 
 if TYPE_CHECKING:
     from envhub.rollout.metrics import RolloutMetrics
@@ -64,6 +65,7 @@ async def run(
     policy: Policy,
     tasks: str | Sequence[str] | None = None,
     *,
+    pin: str | None = None,
     group_size: int = 1,
     concurrency: int = 64,
     output: str | Path | None = None,
@@ -87,7 +89,11 @@ async def run(
     in flight.
 
     ``tasks``: a ``--tasks`` spec (``"test"``, ``"0:100"``, ``"train[0:100]"``,
-    ``"id1,id2"``; default: the test split) or a list of task ids. ``output``: the JSONL
+    ``"id1,id2"``; default: the test split) or a list of task ids. ``pin``: a version
+    specifier (``"==0.2.0"``) that the distribution version ``env`` reports (a server's:
+    its own) must satisfy, checked before any episode runs
+    (:func:`envhub.rollout.pins.check_pin`). Every trajectory and the summary record the
+    environment's pins (:class:`~envhub.trajectory.EnvRef`). ``output``: the JSONL
     file to append to (``resume`` continues one: see :func:`run_rollout`); without it
     the trajectories come back in the result. ``time_limit_s``: after that many seconds
     the episodes in flight are cancelled and the summary says ``stopped="deadline"``
@@ -120,6 +126,9 @@ async def run(
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
+    env_ref = EnvRef.of(env.name, await env.info())
+    if pin is not None:
+        check_pin(env_ref, pin)
     task_ids = await select_task_ids(env, tasks)
     metrics: RolloutMetrics | None = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
@@ -129,7 +138,7 @@ async def run(
     runner = EpisodeRunner(
         env,
         policy,
-        env_version=(await env.info()).version,
+        env_ref=env_ref,
         max_turns=max_turns,
         max_env_attempts=max_env_attempts,
         policy_version=lambda: policy_version,

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from envhub.trajectory import Trajectory
+from envhub.trajectory import EnvRef, Trajectory
 
 __all__ = [
     "ReplicaCounts",
@@ -74,6 +74,11 @@ class ReplicaCounts(BaseModel):
 
 
 class RunSummary(BaseModel):
+    """What :func:`summarize` counts, plus what the run itself knows: its plan, why it
+    stopped, and ``env``, the environment and its pins (distribution, version, task-set
+    hash) the run used (``None``: a summary of records alone, such as the viewer's)."""
+
+    env: EnvRef | None = None
     episodes: int
     scored: int
     masked: int

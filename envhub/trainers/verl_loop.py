@@ -24,6 +24,7 @@ from envhub.policies.token_policy import TokenPolicy
 from envhub.rollout import EpisodeRunner, EpisodeSpec
 from envhub.trainers.environments import resolve_environment
 from envhub.trainers.verl import agent_loop_output, verl_sampler
+from envhub.trajectory import EnvRef
 
 __all__ = ["EnvhubAgentLoop"]
 
@@ -44,7 +45,7 @@ class EnvhubAgentLoop(AgentLoopBase):
             env, env_name=env_name, options=dict(env_options or {}), token=token
         )
         self.max_turns = max_turns  # the episode runner's cap, on every transport
-        self._env_version: str | None = None  # asked once, not per episode
+        self._env_ref: EnvRef | None = None  # asked once, not per episode
         self.response_length = self.rollout_config.response_length
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -59,12 +60,12 @@ class EnvhubAgentLoop(AgentLoopBase):
             eos_token_ids={self.tokenizer.eos_token_id},
         )
         policy = TokenPolicy(sampler, self.tokenizer, name="verl", sampling=sampling_params)
-        if self._env_version is None:
-            self._env_version = (await self.environment.info()).version
+        if self._env_ref is None:
+            self._env_ref = EnvRef.of(self.environment.name, await self.environment.info())
         runner = EpisodeRunner(
             self.environment,
             policy,
-            env_version=self._env_version,
+            env_ref=self._env_ref,
             sampling=dict(sampling_params),
             max_turns=self.max_turns,
         )
