@@ -101,10 +101,18 @@ class EnvRef(BaseModel):
     with client options; a file written before envhub 0.2.0)."""
 
     name: str
-    version: str
-    distribution: str | None = None
-    distribution_version: str | None = None
-    task_set_hash: str | None = None
+    version: str = Field(description="the environment's own version (its class's, else "
+                         "its distribution's; \"unknown\" when it could not be asked)")
+    distribution: str | None = Field(
+        None, description="the distribution that registers the environment (envhub-rl-calc)"
+    )
+    distribution_version: str | None = Field(
+        None, description="its version: what `envhub rollout NAME==VERSION` pins"
+    )
+    task_set_hash: str | None = Field(
+        None, description="\"sha256:<hex>\" of the task set the run drew from: every task "
+        "with the run's options, whole and in order, as canonical JSON"
+    )
 
     @classmethod
     def of(cls, name: str, info: EnvironmentInfo) -> EnvRef:

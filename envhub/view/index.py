@@ -43,12 +43,13 @@ import orjson
 from envhub._util.sized_lru import SizedLRU
 from envhub.errors import InvalidRequest
 from envhub.runtime.cache import locked
+from envhub.trajectory import EnvRef
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
 from envhub.view.record import BadRecord, ViewedRecord, check_record
 
 __all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "ListPlace", "Problem", "RunIndex"]
 
-INDEX_FORMAT: Final = 3
+INDEX_FORMAT: Final = 4  # 4: the pins (env_distribution, task_set_hash)
 _HEAD_BYTES: Final = 4096  # how much of the file's start identifies it
 _BATCH: Final = 2000
 
@@ -57,7 +58,7 @@ _COLUMNS: Final = (
     "stop_reason", "error_kind", "error_kinds", "tools_used", "turns", "tool_calls",
     "tool_errors", "prompt_tokens", "completion_tokens", "llm_s", "env_s", "total_s",
     "policy_version", "served_by", "has_tokens", "model", "env_name", "env_version", "retried",
-    "llm_latencies",
+    "llm_latencies", "env_distribution", "task_set_hash",
 )  # fmt: skip
 
 _SCHEMA: Final = f"""
@@ -69,7 +70,8 @@ CREATE TABLE episodes (
     tool_calls INTEGER, tool_errors INTEGER, prompt_tokens INTEGER, completion_tokens INTEGER,
     llm_s REAL, env_s REAL, total_s REAL, policy_version INTEGER, served_by TEXT,
     has_tokens INTEGER NOT NULL, model TEXT, env_name TEXT, env_version TEXT, retried TEXT,
-    llm_latencies TEXT, superseded INTEGER NOT NULL DEFAULT 0
+    llm_latencies TEXT, env_distribution TEXT, task_set_hash TEXT,
+    superseded INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX episodes_pair ON episodes (task_id, sample_index);
 CREATE INDEX episodes_reward ON episodes (superseded, reward);
@@ -631,7 +633,15 @@ def _columns(viewed: ViewedRecord, offset: int, length: int, line: int) -> tuple
         viewed.env.name if viewed.env else None, viewed.env.version if viewed.env else None,
         orjson.dumps(metrics.retried_errors).decode() if metrics.retried_errors else None,
         orjson.dumps(latencies).decode() if latencies else None,
+        _distribution(viewed.env), viewed.env.task_set_hash if viewed.env else None,
     )  # fmt: skip
+
+
+def _distribution(env: EnvRef | None) -> str | None:
+    """``"envhub-rl-calc 0.2.0"``: the distribution pin of a record, where it has one."""
+    if env is None or env.distribution is None:
+        return None
+    return f"{env.distribution} {env.distribution_version or '?'}"
 
 
 def _bars(names: set[str]) -> str:

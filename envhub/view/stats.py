@@ -41,6 +41,8 @@ class RunStats:
     env_version: str | None
     model: str | None
     policy_versions: list[str]
+    distributions: list[str]  # the pins of the run's records ("envhub-rl-calc 0.2.0")
+    task_set_hashes: list[str]  # more than one only in a file from before --resume checked
     tasks: list[TaskStats]
     charts: dict[str, Markup] = field(default_factory=dict)
 
@@ -91,6 +93,8 @@ def run_stats(index: RunIndex, *, success_threshold: float = 1.0, detail: bool =
         env_version=first["env_version"],
         model=first["model"],
         policy_versions=index.distinct("policy_version"),
+        distributions=index.distinct("env_distribution"),
+        task_set_hashes=index.distinct("task_set_hash"),
         tasks=tasks,
         charts=drawn,
     )

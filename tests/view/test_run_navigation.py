@@ -110,6 +110,12 @@ def test_the_report_says_what_the_run_page_says(site: Site, tmp_path: Path) -> N
     assert "no token counts recorded" in _chart(pages[1], "tokens")
 
 
+def test_a_run_written_before_pins_says_they_are_not_recorded(site: Site) -> None:
+    page = site.get("/runs/1")
+    assert '<span id="pin-distribution">no distribution recorded</span>' in page
+    assert '<code id="pin-task-set">not recorded</code>' in page
+
+
 def test_compare_links_join_only_runs_of_one_environment(site: Site) -> None:
     runs_page = site.get("/")
     pairs = re.findall(r'href="/compare\?a=(\d+)&amp;b=(\d+)"', runs_page)
