@@ -23,7 +23,7 @@ def test_the_run_and_episode_pages_show_the_pins(viewer: Viewer) -> None:
 
     first = httpx.get(f"{viewer.url}/api/runs/1/episodes").json()["episodes"][0]["id"]
     episode = html.unescape(httpx.get(f"{viewer.url}/runs/1/episodes/{first}").text)
-    card = episode[episode.index('id="episode-pins"'):]
+    card = episode[episode.index('class="card pins"'):]
     card = card[:card.index("</div></div>")]
     assert f"calc {env['version']}" in card and pinned in card
     assert env["task_set_hash"] in card
