@@ -87,6 +87,10 @@ def _print_info(payload: dict[str, Any]) -> None:
         f"[bold]{escape(payload['name'])}[/bold] {escape(payload['version'])}: "
         f"{payload['tasks']} tasks" + (f" ({escape(splits)})" if splits else "")
     )
+    if payload["distribution"]:  # what `envhub rollout NAME==VERSION` pins
+        console.print(f"distribution: {escape(payload['distribution'])} "
+                      f"{escape(payload['distribution_version'] or '?')}")
+    console.print(f"task set: {payload['task_set_hash']}", soft_wrap=True)
     client_options = payload["client_options"]
     if payload["options"]:
         options = Table("option", "a server's clients may set it", title="options",

@@ -22,13 +22,18 @@ __all__ = ["describe_environment", "describe_environments"]
 
 def describe_environment(name: str, options: dict[str, Any] | None = None) -> EnvironmentInfo:
     """Import, build and summarise one environment (plugin name or ``module:Class``) with
-    ``options``; a failure is the row's ``error``, with the version its metadata gives."""
+    ``options``; a failure is the row's ``error``, with the distribution and version its
+    metadata gives."""
     try:
         return LocalEnvironment(name, options or {}).describe()
     except Exception as exc:  # a plugin's import or build may fail in any way
         spec = discover_environments().get(name)
         version = spec.version if spec is not None and spec.version else ""
-        return EnvironmentInfo(name=name, version=version, error=f"{type(exc).__name__}: {exc}")
+        return EnvironmentInfo(
+            name=name, version=version, error=f"{type(exc).__name__}: {exc}",
+            distribution=spec.distribution if spec is not None else None,
+            distribution_version=spec.version if spec is not None else None,
+        )
 
 
 def describe_environments() -> list[EnvironmentInfo]:

@@ -357,7 +357,9 @@ def stream(
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
     times, or forever), delivered in completion order. Use as ``async with``.
     ``env_version`` (recorded on each trajectory) defaults to the environment's
-    ``info()``. ``env`` may be any client, a pool or a Ray fleet included
+    ``info()``, which also gives the pins each trajectory records (distribution, its
+    version, the task set's hash: :class:`~envhub.trajectory.EnvRef`). ``env`` may be
+    any client, a pool or a Ray fleet included
     (:class:`envhub.fleet.FleetEnvironment`); ``tasks_from``: see
     :func:`envhub.rollout.run`. ``metrics_port``: Prometheus metrics on
     ``127.0.0.1:PORT/metrics`` from the first group until the stream is closed
