@@ -107,9 +107,11 @@ def test_export_loads_with_datasets(tmp_path: Path, fmt: str) -> None:
     import datasets
 
     path = tmp_path / "t.jsonl"
+    pinned = EnvRef(name="calc", version="0.1.0", distribution="envhub-rl-calc",
+                    distribution_version="0.2.0", task_set_hash="sha256:0a1b")
     with TrajectoryWriter(path) as writer:
-        writer.write(make_trajectory("a", 0))
-        writer.write(make_trajectory("a", 1, masked=True))
+        writer.write(make_trajectory("a", 0).model_copy(update={"env": pinned}))
+        writer.write(make_trajectory("a", 1, masked=True))  # no pins: written before them
     out = tmp_path / f"t.{fmt}"
     assert export_trajectories(path, out, fmt) == 2  # type: ignore[arg-type]
     builder = "parquet" if fmt == "parquet" else "json"
@@ -120,6 +122,8 @@ def test_export_loads_with_datasets(tmp_path: Path, fmt: str) -> None:
     assert first["turns"][0]["completion_logprobs"] == [-0.5]
     assert json.loads(first["messages"])[1]["tool_calls"][0]["function"]["name"] == "answer"
     assert data[1]["masked"] is True and data[1]["reward"] is None
+    assert first["env"] == pinned.model_dump()  # the pins are columns too
+    assert data[1]["env"]["task_set_hash"] is None
 
 
 def test_stop_reason_uses_the_one_stop_reason_vocabulary() -> None:
