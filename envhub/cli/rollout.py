@@ -11,7 +11,7 @@ import shlex
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
 
 import typer
 from rich.console import Console
@@ -84,7 +84,8 @@ def _warnings_on_stderr() -> Iterator[None]:
     stderr, as the CLI's other warnings are, each time it is raised."""
     from envhub.rollout.pins import PinWarning
 
-    def show(message: Warning | str, *_: object) -> None:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
         typer.echo(f"warning: {message}", err=True)
 
     with warnings.catch_warnings():
