@@ -85,9 +85,10 @@ def check_resume(
     written = sorted(h for h in hashes if h is not None)
     if ref.task_set_hash is not None and any(h != ref.task_set_hash for h in written):
         other = ", ".join(h for h in written if h != ref.task_set_hash)
+        runs = f" ({ref.distribution} {ref.distribution_version})" if ref.distribution else ""
         raise InvalidRequest(
-            f"{path} was written from task set {other}, but {ref.pins().partition(',')[0]} "
-            f"with these options has task set {ref.task_set_hash}: resuming would mix two "
+            f"{path} was written from task set {other}, but {ref.name}{runs} with these "
+            f"options has task set {ref.task_set_hash}: resuming would mix two "
             "task sets in one file; write to a new --output, or run the version, options "
             "and data that wrote it"
         )

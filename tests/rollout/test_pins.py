@@ -141,6 +141,15 @@ def test_resume_refuses_a_file_written_from_another_task_set(tmp_path: Path) -> 
                                                    f"{first_hash}, but file-tasks"), lines
     assert f"has task set {second_hash}: resuming would mix two task sets" in lines[0]
 
+    records = list(read_records(out))  # as if written before pins: resumed, with a warning
+    for record in records:
+        record["env"] = {"name": record["env"]["name"], "version": record["env"]["version"]}
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))
+    resumed = envhub_cli(*rollout, "--tasks", "0:3", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.startswith(f"warning: {out} has records without a task-set hash")
+    assert [r["env"].get("task_set_hash") for r in read_records(out)] == [None, *[second_hash] * 2]
+
 
 def test_a_file_without_pins_resumes_with_a_warning_and_new_records_carry_them(
     tmp_path: Path,
