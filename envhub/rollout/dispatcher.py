@@ -124,7 +124,8 @@ def completed_pairs(path: str | Path, env: EnvRef) -> set[tuple[str, int]]:
             raise InvalidRequest(
                 f"{path} holds trajectories of {ref.get('name')!r}, not {env.name!r}"
             )
-        hashes.add(ref.get("task_set_hash"))
+        written = ref.get("task_set_hash")  # any JSON in a damaged file: never equal
+        hashes.add(None if written is None else str(written))
         if ref.get("distribution") and ref.get("distribution_version"):
             versions.add((str(ref["distribution"]), str(ref["distribution_version"])))
         masked[(record["task_id"], record["sample_index"])] = bool(record.get("masked"))
