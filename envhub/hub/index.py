@@ -35,28 +35,18 @@ from packaging.utils import (
 from packaging.version import Version
 
 from envhub.errors import CardError, InvalidRequest, PackageIndexError
+from envhub.hub import DEFAULT_INDEX_URL, INDEX_URL_ENV, PLUGIN_PREFIX
 from envhub.hub.card import Card, read_card
 from envhub.registry import CORE_DISTRIBUTION
 
 __all__ = [
-    "DEFAULT_INDEX_URL",
-    "INDEX_URL_ENV",
     "MAX_WHEEL_BYTES",
-    "PLUGIN_PREFIX",
     "IndexFile",
     "PackageIndex",
     "plugin_project",
     "redact",
     "resolve_index_url",
 ]
-
-INDEX_URL_ENV = "ENVHUB_INDEX_URL"
-"""The one setting: the simple API URL envhub publish, search, install and info use."""
-
-DEFAULT_INDEX_URL = "https://pypi.org/simple/"
-
-PLUGIN_PREFIX = f"{CORE_DISTRIBUTION}-"
-"""Plugin distributions are named ``envhub-rl-<name>``."""
 
 MAX_WHEEL_BYTES = 256 << 20
 """The largest wheel downloaded to read its card (256 MiB)."""

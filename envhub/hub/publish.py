@@ -17,6 +17,7 @@ prompt nobody sees.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -121,6 +122,10 @@ def publish(
     (nothing uploaded) when it does not build, its check fails or twine fails."""
     if not (path / "pyproject.toml").is_file():
         raise InvalidRequest(f"{path} is not a plugin project: it has no pyproject.toml")
+    if not all(importlib.util.find_spec(tool) for tool in ("build", "twine")):
+        raise InvalidRequest(
+            "envhub publish needs build and twine: pip install 'envhub-rl[publish]'"
+        )
     with tempfile.TemporaryDirectory(prefix="envhub-publish-") as folder:
         work = Path(folder)
         step(f"building {path}")
