@@ -121,17 +121,16 @@ def search_command(
 ) -> None:
     """List the envhub plugins on a package index, read from their cards (nothing is
     installed): name, latest version, environments, tools and task counts."""
-    from envhub.hub.card import Card
     from envhub.hub.index import PackageIndex, resolve_index_url
 
     cards: list[Card] = []
     try:
         with PackageIndex(resolve_index_url(index)) as hub:
             for project, found in hub.plugin_cards(query):
-                if isinstance(found, Card):
-                    cards.append(found)
-                else:
+                if isinstance(found, EnvhubError):
                     typer.echo(f"warning: {project} skipped: {found}", err=True)
+                else:
+                    cards.append(found)
     except EnvhubError as exc:
         raise fail(exc) from None
     if as_json:

@@ -276,18 +276,19 @@ class PackageIndex:
             raise CardError(f"{file.filename}: its card is {card.distribution}'s, not {project}'s")
         return card, file
 
-    def plugin_cards(self, query: str = "") -> Iterator[tuple[str, Card | CardError]]:
-        """Each plugin project whose name contains ``query`` (case-insensitive) with its
-        latest card, or the :class:`CardError` that says why it has none; a project that
-        is not an envhub plugin is skipped. A query also matches environment names,
-        summaries and tool names of the cards read."""
+    def plugin_cards(self, query: str = "") -> Iterator[tuple[str, Card | PackageIndexError]]:
+        """Each plugin project matching ``query`` (case-insensitive: its name, or its card's
+        summary, environment or tool names) with its latest card, or the error that says
+        why its card could not be read (no card, a bad one, a download that failed its
+        hash); a project that is not an envhub plugin is left out. One bad project does
+        not hide the others; an index that cannot list its projects raises."""
         wanted = query.lower()
         for project in self.projects():
             if not project.startswith(PLUGIN_PREFIX):
                 continue
             try:
                 card, _ = self.card(project)
-            except CardError as exc:
+            except PackageIndexError as exc:
                 if wanted in project:
                     yield project, exc
                 continue
