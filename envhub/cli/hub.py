@@ -196,7 +196,7 @@ def install_command(
     card = plan.card
     for change in plan.changes:
         old = f"{change.old} -> " if change.old else ""
-        stderr.print(f"  {change.kind} {change.name} {old}{change.new}", soft_wrap=True)
+        stderr.print(f"pip would {change.kind} {change.name} {old}{change.new}", soft_wrap=True)
     if plan.touches_installed and not yes:
         touched = ", ".join(f"{c.name} {c.old} -> {c.new}" for c in plan.touches_installed)
         if not sys.stdin.isatty():
@@ -205,11 +205,14 @@ def install_command(
             raise typer.Exit(2)
         if not typer.confirm(f"change installed packages ({touched})?", err=True):
             raise typer.Exit(1)
-    try:
-        run_install(plan)
-    except EnvhubError as exc:
-        raise fail(exc) from None
     envs = ", ".join(env.name for env in card.environments)
-    console.print(f"installed {card.distribution} {card.version} ({envs})")
+    if not plan.changes:
+        console.print(f"{card.distribution} {card.version} ({envs}) is already installed")
+    else:
+        try:
+            run_install(plan)
+        except EnvhubError as exc:
+            raise fail(exc) from None
+        console.print(f"installed {card.distribution} {card.version} ({envs})")
     if check_limit:
         _post_install_check(card, check_limit)
