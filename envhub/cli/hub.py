@@ -37,7 +37,7 @@ IndexOption = Annotated[
         metavar="URL",
         envvar=INDEX_URL_ENV,
         show_envvar=True,
-        help="the package index's simple API URL (default: PyPI)",
+        help="the index's simple API URL (default: PyPI)",
     ),
 ]
 
@@ -167,8 +167,7 @@ def _post_install_check(card: Card, limit: int) -> None:
 @app.command("install")
 def install_command(
     requirement: Annotated[
-        str,
-        typer.Argument(metavar="NAME[==VERSION]", help="the plugin's distribution: envhub-rl-..."),
+        str, typer.Argument(help="envhub-rl-NAME, or envhub-rl-NAME==VERSION")
     ],
     index: IndexOption = None,
     yes: Annotated[

@@ -151,7 +151,7 @@ class PackageIndex:
         except httpx.HTTPError as exc:
             raise PackageIndexError(
                 f"cannot reach the package index at {redact(self.url)}: "
-                f"{type(exc).__name__}: {exc or 'no answer'}"
+                f"{type(exc).__name__}: {str(exc) or 'no answer'}"
             ) from None
         if response.status_code >= 400 and response.status_code != 404:
             raise PackageIndexError(
