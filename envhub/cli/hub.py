@@ -166,9 +166,7 @@ def _post_install_check(card: Card, limit: int) -> None:
 
 @app.command("install")
 def install_command(
-    requirement: Annotated[
-        str, typer.Argument(help="envhub-rl-NAME, or envhub-rl-NAME==VERSION")
-    ],
+    requirement: Annotated[str, typer.Argument(help="envhub-rl-NAME, or envhub-rl-NAME==VERSION")],
     index: IndexOption = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="allow changes to packages already installed")

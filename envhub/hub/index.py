@@ -160,9 +160,7 @@ class PackageIndex:
             )
         return response
 
-    def _page(
-        self, url: str, missing: str
-    ) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
+    def _page(self, url: str, missing: str) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
         """A simple API page: the JSON document (PEP 691) or the HTML anchors (PEP 503);
         a 404 is :class:`PackageIndexError` with the ``missing`` message."""
         response = self._get(url, accept=_ACCEPT)

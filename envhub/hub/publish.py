@@ -49,9 +49,7 @@ def upload_url_for(index_url: str) -> str:
     for suffix in ("/+simple/", "/simple/"):
         if index_url.endswith(suffix):
             return index_url.removesuffix(suffix) + "/"
-    raise InvalidRequest(
-        f"cannot tell where {redact(index_url)} takes uploads: pass --upload-url"
-    )
+    raise InvalidRequest(f"cannot tell where {redact(index_url)} takes uploads: pass --upload-url")
 
 
 @dataclass(frozen=True)
