@@ -64,9 +64,11 @@ class Published:
 Step = Callable[[str], None]
 
 
-def _run(command: list[str], what: str, env: dict[str, str] | None = None) -> str:
+def _run(
+    command: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> str:
     """Run ``command``; its output, or :class:`PublishRefused` with its last lines."""
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)
     if proc.returncode != 0:
         lines = (proc.stdout + proc.stderr).strip().splitlines()
         tail = " | ".join(line.strip() for line in lines[-3:] if line.strip())
@@ -102,8 +104,10 @@ def _card_of(wheel: Path, work: Path) -> Card:
         [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
     )}  # fmt: skip
     env.pop("ENVHUB_BLOCK_PLUGINS", None)
+    # in ``work``: ``python -m`` puts the working directory first on sys.path, and the
+    # user's may hold the plugin's source package, which would shadow the built one
     _run([sys.executable, "-m", "envhub.hub.card", str(dist_info), str(out)],
-         f"checking {wheel.name}", env)  # fmt: skip
+         f"checking {wheel.name}", env, cwd=work)  # fmt: skip
     return Card.model_validate_json(out.read_text())
 
 

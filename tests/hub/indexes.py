@@ -76,12 +76,14 @@ def write_wheel(
     return wheel
 
 
-def start_envhub(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def start_envhub(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = REPO
+) -> subprocess.Popen[str]:
     """``envhub ARGS`` started in a child process (``-m envhub.cli``, the checkout's
     envhub), stdin not a terminal, output captured."""
     return subprocess.Popen(
         [sys.executable, "-m", "envhub.cli", *args], stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=REPO,
+        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, cwd=cwd,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
     )  # fmt: skip
 

@@ -116,10 +116,15 @@ def published(
         assert made.returncode == 0, made.stderr
     tasks = work / "hubbroken" / "envhub_hubbroken" / "tasks.jsonl"
     tasks.write_text(tasks.read_text().replace('"answer": "8"', '"answer": "9"', 1))
-    paths = {"calc": REPO / "environments" / "calc", "hubdemo": work / "hubdemo",
-             "hubbroken": work / "hubbroken"}  # fmt: skip
-    started = {name: start_envhub("publish", str(path), "--index", index, env=CREDENTIALS)
-               for name, path in paths.items()}  # fmt: skip
+    started = {
+        name: start_envhub("publish", str(path), "--index", index, env=CREDENTIALS)
+        for name, path in [("calc", REPO / "environments" / "calc"),
+                           ("hubbroken", work / "hubbroken")]
+    }  # fmt: skip
+    # the default PATH, ".": the plugin's own folder, whose source package must not
+    # shadow the built wheel in the check
+    started["hubdemo"] = start_envhub("publish", "--index", index, env=CREDENTIALS,
+                                      cwd=work / "hubdemo")  # fmt: skip
     return {name: finish(proc) for name, proc in started.items()}
 
 
