@@ -26,6 +26,9 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── RolloutFailed            a rollout stopped early or masked too many episodes
     ├── StreamTimeout            next_batch ran out of time                (stream_timeout)
     ├── WeightUpdateFailed       model servers did not take new weights    (weight_update_failed)
+    ├── PackageIndexError        a package index is unreachable, failed or answered nonsense
+    │   └── CardError            a plugin's card is missing, malformed or too new
+    ├── PublishRefused           envhub publish stopped before uploading (build or check failed)
     └── Unauthorized             missing or wrong bearer token             (unauthorized)
 
 ``code`` is the machine-readable error code of the HTTP API (docs/architecture.md). A client turns
@@ -40,13 +43,16 @@ from collections import deque
 
 __all__ = [
     "CapacityError",
+    "CardError",
     "ContextLengthExceeded",
     "EnvhubError",
     "EnvironmentFailure",
     "FileOperationError",
     "FleetError",
     "InvalidRequest",
+    "PackageIndexError",
     "PolicyError",
+    "PublishRefused",
     "RegistryError",
     "RemoteError",
     "ReplicaLost",
@@ -201,6 +207,29 @@ class WeightUpdateFailed(EnvhubError):
     and ``policy_version`` is unchanged."""
 
     code = "weight_update_failed"
+
+
+class PackageIndexError(EnvhubError):
+    """A package index (``envhub search``, ``install``, ``info --index``) could not be
+    reached, answered an error status, or answered something that is not a simple API
+    page; or it lacks the project or version asked for. The index is untrusted: whatever
+    it sends ends here, never as a traceback."""
+
+    code = "package_index"
+
+
+class CardError(PackageIndexError):
+    """A plugin distribution's card (:mod:`envhub.hub.card`) is missing (it was not
+    published with ``envhub publish``), malformed, too large, or of a newer schema."""
+
+    code = "bad_card"
+
+
+class PublishRefused(EnvhubError):
+    """``envhub publish`` stopped before uploading anything: the plugin did not build, its
+    check failed, or the upload was refused."""
+
+    code = "publish_refused"
 
 
 class EnvironmentFailure(EnvhubError):

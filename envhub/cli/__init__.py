@@ -1,5 +1,5 @@
-"""Command-line interface: ``envhub list|info|init|serve|rollout|check|export``, ``sandbox``,
-``image``, ``llm`` and ``fleet``.
+"""Command-line interface: ``envhub list|info|init|serve|rollout|check|export``,
+``publish|search|install``, ``sandbox``, ``image``, ``llm`` and ``fleet``.
 
 Each command family lives in its own module and registers itself on ``app`` when
 imported; heavy dependencies are imported inside the command bodies.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from envhub.cli import (
     _registry_commands,  # noqa: F401  (registers list/info/init)
     fleet,  # noqa: F401  (registers fleet up/status/down)
+    hub,  # noqa: F401  (registers publish/search/install)
     image,  # noqa: F401  (registers image build/list/rm/run)
     llm,  # noqa: F401  (registers llm serve)
     mcp,  # noqa: F401  (registers mcp)

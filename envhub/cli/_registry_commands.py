@@ -14,6 +14,7 @@ from rich.table import Table
 from envhub.cli._app import app
 from envhub.cli.options import EnvArgOption, parse_env_args, warn_tool_gaps
 from envhub.errors import EnvhubError
+from envhub.hub import INDEX_URL_ENV, PLUGIN_PREFIX
 
 console = Console()
 
@@ -44,15 +45,29 @@ def list_command(
 
 @app.command("info")
 def info_command(
-    env: Annotated[str, typer.Argument(help="plugin name or module:Class")],
+    env: Annotated[
+        str, typer.Argument(help="plugin name or module:Class; envhub-rl-NAME[==VERSION]: a card")
+    ],
     env_arg: EnvArgOption = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="print JSON (whole tool schemas and task) instead")
     ] = False,
+    index: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help=f"show the card of plugin distribution ENV on this index (a plugin "
+            f"distribution's name alone reads ${INDEX_URL_ENV}'s, else PyPI's)",
+        ),
+    ] = None,
 ) -> None:
     """Show an environment's options (all, and those a server's clients may set, with their
     bounds), budgets, tools with their parameters, and a sample task; warn on stderr about
-    what the tool schemas leave the model to guess."""
+    what the tool schemas leave the model to guess. For a plugin distribution on a package
+    index (envhub-rl-NAME, or --index), show its card without installing it."""
+    if index is not None or env.startswith(PLUGIN_PREFIX):
+        _index_info(env, index, as_json)
+        return
     from envhub.clients.local import LocalEnvironment
     from envhub.environment import option_names
     from envhub.tools import schema_gaps
@@ -76,6 +91,25 @@ def info_command(
     else:
         _print_info(payload)
     warn_tool_gaps(schema_gaps(info.tools))
+
+
+def _index_info(requirement: str, index: str | None, as_json: bool) -> None:
+    """``envhub info`` of a plugin distribution on a package index: its card, read from
+    the wheel without installing it."""
+    from envhub.cli.hub import fail, print_card
+    from envhub.hub.index import PackageIndex, resolve_index_url
+    from envhub.hub.install import parse_requirement
+
+    try:
+        name, version = parse_requirement(requirement)
+        with PackageIndex(resolve_index_url(index)) as hub:
+            card, _ = hub.card(name, version)
+    except EnvhubError as exc:
+        raise fail(exc) from None
+    if as_json:
+        typer.echo(card.model_dump_json(indent=2))
+    else:
+        print_card(card)
 
 
 def _print_info(payload: dict[str, Any]) -> None:
@@ -103,26 +137,32 @@ def _print_info(payload: dict[str, Any]) -> None:
         console.print("options: none")
     budgets = ", ".join(f"{key} {value}" for key, value in payload["budgets"].items())
     console.print(f"budgets: {escape(budgets)}")
-    tools = Table("tool", "parameters", "description", title="tools", title_justify="left")
-    for entry in payload["tools"]:
-        function = entry["function"]
-        parameters = function.get("parameters", {})
-        required = set(parameters.get("required", []))
-        tools.add_row(
-            function["name"],
-            "\n".join(
-                f"{param}{'' if param in required else '?'}: {_schema_text(schema)}"
-                for param, schema in parameters.get("properties", {}).items()
-            ),
-            escape(function.get("description", "")),
-        )
-    console.print(tools)
+    console.print(tools_table(payload["tools"]))
     sample = payload["sample_task"]
     if sample is not None:
         console.print(f"sample task [bold]{escape(sample['id'])}[/bold]:")
         for message in sample["prompt"]:
             console.print(f"  {message['role']}: {escape(str(message.get('content')))}")
         console.print(f"  answer: {escape(str(sample.get('answer')))}")
+
+
+def tools_table(tools: list[dict[str, Any]]) -> Table:
+    """Tool schemas as a table: each parameter with its schema in a few words, ``?`` after
+    one the model may leave out (``envhub info``, and a card from an index)."""
+    table = Table("tool", "parameters", "description", title="tools", title_justify="left")
+    for entry in tools:
+        function = entry.get("function", {})
+        parameters = function.get("parameters", {})
+        required = set(parameters.get("required", []))
+        table.add_row(
+            escape(str(function.get("name", "?"))),
+            "\n".join(
+                f"{escape(param)}{'' if param in required else '?'}: {_schema_text(schema)}"
+                for param, schema in parameters.get("properties", {}).items()
+            ),
+            escape(str(function.get("description", ""))),
+        )
+    return table
 
 
 def _schema_text(schema: dict[str, Any]) -> str:

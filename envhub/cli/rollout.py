@@ -489,6 +489,10 @@ def check_command(
             help="SPLIT, [SPLIT]START:END, or ID,ID,... (default: every task of every split)"
         ),
     ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="check only the first N selected tasks (a quick smoke check)"),
+    ] = None,
     env_arg: EnvArgOption = None,
     concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 32,
     sandbox: SandboxBackendOption = None,
@@ -510,7 +514,7 @@ def check_command(
         target = EnvTarget(env_url or [], env_fleet, fleet_namespace, token=env_token)
         if sandbox is not None and target.remote:
             raise _fail("--sandbox sets the backend of an in-process environment; drop it")
-        report, elapsed = run_async(_check(env, options, tasks, concurrency, target))
+        report, elapsed = run_async(_check(env, options, tasks, limit, concurrency, target))
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
     warn_tool_gaps(report.tool_gaps)
@@ -537,7 +541,12 @@ def check_command(
 
 
 async def _check(
-    env: str, options: dict[str, Any], tasks: str | None, concurrency: int, target: EnvTarget
+    env: str,
+    options: dict[str, Any],
+    tasks: str | None,
+    limit: int | None,
+    concurrency: int,
+    target: EnvTarget,
 ) -> Any:
     from envhub.cli._progress import make_progress
     from envhub.rollout.check import check_tasks
@@ -549,6 +558,7 @@ async def _check(
         if target.remote:
             tasks_from = await local_task_source(env, options, client)
         ids = await client.task_ids() if tasks is None else await select_task_ids(client, tasks)
+        ids = ids[:limit]
         started = time.perf_counter()
         with make_progress(console) as progress:
             bar = progress.add_task(f"check {env}", total=2 * len(ids), stats="")

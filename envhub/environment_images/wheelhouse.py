@@ -26,15 +26,13 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from envhub._util.clean_copy import clean_copy
 from envhub.errors import EnvhubError, RegistryError
 from envhub.registry import CORE_DISTRIBUTION, ENTRY_POINT_GROUP
 from envhub.runtime.cache import cache_root
 
 __all__ = ["Source", "build_wheels", "envhub_source", "plugin_source"]
 
-_IGNORED = shutil.ignore_patterns(
-    "__pycache__", "*.pyc", "build", "dist", "*.egg-info", ".git", ".venv", "tests", ".*cache"
-)
 _REPRODUCIBLE = {"SOURCE_DATE_EPOCH": "315532800"}  # fixed zip timestamps in our wheels
 
 
@@ -55,7 +53,7 @@ class Source:
         for rel in self.paths:
             src = self.root / rel
             if src.is_dir():
-                shutil.copytree(src, dest / rel, ignore=_IGNORED)
+                clean_copy(src, dest / rel)
             elif src.is_file():
                 shutil.copy2(src, dest / rel)
         return dest

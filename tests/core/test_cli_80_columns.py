@@ -23,7 +23,7 @@ def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     )
 
 
-@pytest.mark.parametrize("command", ["rollout", "serve", "list"])
+@pytest.mark.parametrize("command", ["rollout", "serve", "list", "publish", "search", "install"])
 def test_help_shows_flags_and_env_var_names_whole(command: str) -> None:
     shown = _run(command, "--help")
     assert shown.returncode == 0, shown.stderr
@@ -31,7 +31,8 @@ def test_help_shows_flags_and_env_var_names_whole(command: str) -> None:
     assert "<bool>" not in text and "…" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
     names = {"rollout": ["OPENAI_API_KEY", "ENVHUB_TOKEN"], "serve": ["ENVHUB_MAX_SESSIONS",
-             "ENVHUB_MAX_OUTPUT_CHARS"], "list": []}[command]  # fmt: skip
+             "ENVHUB_MAX_OUTPUT_CHARS"], "list": [], "publish": ["ENVHUB_INDEX_URL"],
+             "search": ["ENVHUB_INDEX_URL"], "install": ["ENVHUB_INDEX_URL"]}[command]  # fmt: skip
     for name in names:
         assert re.search(rf"\[env var:\s+{name}[;\]]", text), name
 

