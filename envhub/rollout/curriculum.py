@@ -85,9 +85,7 @@ class DrawnPlan:
     def wants_more(self) -> bool:
         """Whether a dispatch round has anything to run: unqueued pending groups, or room
         for another draw."""
-        unqueued = any(
-            s == "pending" and gid not in self._queued for gid, s in self.status.items()
-        )
+        unqueued = any(s == "pending" and gid not in self._queued for gid, s in self.status.items())
         return unqueued or self._may_draw()
 
     def _may_draw(self) -> bool:
