@@ -183,8 +183,9 @@ async def run_rollout(
         )  # fmt: skip
         kept_pairs = {(t.task_id, t.sample_index) for t in kept}
         summary = summarize(
-            kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
-        )
+            kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran,
+            max_k=None if plan is None else group_size,
+        )  # fmt: skip
         summary = summary.model_copy(update={"env": runner.env_ref})
         return _with_plan(summary, kept_pairs, task_ids, group_size, breaker, deadline, stop,
                           plan)  # fmt: skip
@@ -221,8 +222,9 @@ async def run_rollout(
                 yield record
 
     summary = summarize(
-        selected(), success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
-    )
+        selected(), success_threshold=success_threshold, elapsed_s=elapsed,
+        episodes_this_run=ran, max_k=None if plan is None else group_size,
+    )  # fmt: skip
     summary = _with_plan(summary, pairs, task_ids, group_size, breaker, deadline, stop, plan)
     summary = summary.model_copy(update={"env": env})
     summary_path(output).write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")

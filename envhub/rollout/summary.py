@@ -126,11 +126,13 @@ def summarize(
     success_threshold: float = 1.0,
     elapsed_s: float | None = None,
     episodes_this_run: int | None = None,
+    max_k: int | None = None,
 ) -> RunSummary:
     """Summarize trajectories, or raw records as read from a trajectory file (one per
     (task, sample): see :func:`envhub.trajectory.latest_records`).
 
-    A sample succeeds when its reward is at least ``success_threshold``.
+    A sample succeeds when its reward is at least ``success_threshold``. ``max_k``: the
+    largest k of pass@k (a sampled run's group size; default: the most samples of a task).
     """
     episodes = masked = prompt_tokens = completion_tokens = tool_errors = turns = 0
     rewards: list[float] = []
@@ -165,6 +167,7 @@ def summarize(
         rewards.append(reward)
         by_task[record["task_id"]].append(reward >= success_threshold)
     group = max((len(v) for v in by_task.values()), default=0)
+    group = group if max_k is None else min(group, max_k)
     passes: dict[str, float] = {}
     for k in k_values(group) if group else []:
         eligible = [v for v in by_task.values() if len(v) >= k]
