@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 import envhub
@@ -27,7 +28,10 @@ from envhub.rollout import run, run_sync, stream
 from envhub.rollout.curriculum import sampler_path
 from envhub.rollout.sampling import AdaptiveSampler, UniformRewardGate
 from envhub.trajectory import Trajectory, read_records
+from envhub.view.app import create_app
+from envhub.view.catalog import Catalog
 from tests.rollout.curriculum_env import ENV_ID
+from tests.rollout.scripted_server import ThreadedUvicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 WRONG_P = 0.1
@@ -108,6 +112,15 @@ async def test_groups_whose_rewards_all_agree_are_dropped_and_replaced(
     assert all(len(rewards[gid]) == 1 for gid in dropped)
     assert all(len(rewards[gid]) > 1 for gid, s in status.items() if s == "kept")
     assert result.summary.stopped is None and result.summary.missing == 0
+    catalog = Catalog([output], tmp_path / "cache")  # envhub view shows the counts
+    try:
+        with ThreadedUvicorn(create_app(catalog)) as viewer:
+            async with httpx.AsyncClient() as client:
+                page = (await client.get(f"{viewer.url}/runs/0")).text
+    finally:
+        catalog.close()
+    assert f'<div class="v" id="groups">8 / {len(dropped)}</div>' in page
+    assert '<table id="tasks-table">' in page  # and the pass rate of each task
 
     never = await run(env, policy(), "impossible-0,impossible-1", group_size=2, concurrency=1,
                       groups=2, gates=[UniformRewardGate()])  # fmt: skip
