@@ -118,9 +118,9 @@ class DrawnPlan:
         for gid, status in list(self.status.items()):
             if status == "pending" and gid not in self._queued:
                 self._queued.add(gid)
-                task_id, round_index = gid.rsplit("#", 1)
+                task_id, round_text = gid.rsplit("#", 1)
                 done = self._results.setdefault(gid, {})
-                for i in self._indices(int(round_index)):
+                for i in self._indices(int(round_text)):
                     if done.get(i) is None:
                         yield EpisodeSpec(task_id, i, gid)
         while self._may_draw():
