@@ -9,9 +9,10 @@ sample) pairs, as ``--resume`` and the file's compaction need). A group is *obse
 once all its samples are scored: the sampler learns its rewards and the gates keep or
 drop it; a dropped group frees its place for another draw, up to ``max_draws`` in all.
 
-Its state (the sampler's :meth:`~envhub.rollout.sampling.Sampler.state_dict`, every
-group drawn and whether it is kept, dropped or still pending) is ``OUTPUT.sampler.json``,
-replaced atomically at every draw and every observed group, so ``--resume`` continues
+Its state (the sampler's :meth:`~envhub.rollout.sampling.Sampler.state_dict`, how many
+groups of each task were drawn, which are still pending, how many were kept and dropped:
+O(tasks) bytes) is ``OUTPUT.sampler.json``, replaced atomically at every draw and every
+observed group, so ``--resume`` continues
 the curriculum even after ``kill -9``: groups still pending run their missing samples
 (masked ones again), and a pending group whose samples the file already holds (killed
 after the last write, before the state's) is observed from the file.
@@ -71,66 +72,65 @@ class DrawnPlan:
         self.gates = list(gates)
         self.max_draws = max_draws if max_draws is not None else 4 * groups
         self.state_path = state_path  # set by run_rollout for a run with an output file
-        self.drawn: list[tuple[str, int]] = []
-        self.status: dict[str, str] = {}  # group id -> pending | kept | dropped
-        self._rounds: Counter[str] = Counter()
-        self._results: dict[str, dict[int, float | None]] = {}  # pending: index -> reward
+        self.rounds: Counter[str] = Counter()  # groups drawn per task: TASK#0 .. TASK#n-1
+        self.pending: dict[str, dict[int, float | None]] = {}  # group -> index -> reward
+        self.kept = 0
+        self.dropped = 0
         self._queued: set[str] = set()  # pending groups whose samples this run dispatched
 
     # -- counts ------------------------------------------------------------------------
 
-    def count(self, status: str) -> int:
-        return sum(1 for s in self.status.values() if s == status)
+    @property
+    def draws(self) -> int:
+        return self.rounds.total()
 
     def wants_more(self) -> bool:
         """Whether a dispatch round has anything to run: unqueued pending groups, or room
         for another draw."""
-        unqueued = any(s == "pending" and gid not in self._queued for gid, s in self.status.items())
-        return unqueued or self._may_draw()
+        return any(gid not in self._queued for gid in self.pending) or self._may_draw()
 
     def _may_draw(self) -> bool:
-        open_ = self.count("kept") + self.count("pending")
-        return open_ < self.groups and len(self.drawn) < self.max_draws
+        return self.kept + len(self.pending) < self.groups and self.draws < self.max_draws
 
     def exhausted(self) -> bool:
         """Fewer than ``groups`` kept or running, and ``max_draws`` reached."""
-        open_ = self.count("kept") + self.count("pending")
-        return open_ < self.groups and len(self.drawn) >= self.max_draws
+        return self.kept + len(self.pending) < self.groups and self.draws >= self.max_draws
 
     def planned_pairs(self) -> set[tuple[str, int]]:
         """The (task, sample) pairs of every group drawn."""
         return {
-            (task_id, r * self.group_size + i)
-            for task_id, r in self.drawn
-            for i in range(self.group_size)
+            (task_id, i)
+            for task_id, rounds in self.rounds.items()
+            for i in range(rounds * self.group_size)
         }
 
     def undrawn(self) -> int:
         """Groups still to draw to reach ``groups`` kept, within ``max_draws``."""
-        want = self.groups - self.count("kept") - self.count("pending")
-        return max(0, min(want, self.max_draws - len(self.drawn)))
+        want = self.groups - self.kept - len(self.pending)
+        return max(0, min(want, self.max_draws - self.draws))
+
+    def expected_episodes(self) -> int:
+        """The run's episodes if no more groups are dropped (for the progress bar)."""
+        return (self.groups + self.dropped) * self.group_size
 
     # -- the run -----------------------------------------------------------------------
 
     def specs(self) -> Iterator[EpisodeSpec]:
         """The next episodes, drawn lazily (each ``next`` may draw a group): first the
         missing samples of pending groups this run has not run, then new draws."""
-        for gid, status in list(self.status.items()):
-            if status == "pending" and gid not in self._queued:
+        for gid, done in list(self.pending.items()):
+            if gid not in self._queued:
                 self._queued.add(gid)
                 task_id, round_text = gid.rsplit("#", 1)
-                done = self._results.setdefault(gid, {})
                 for i in self._indices(int(round_text)):
                     if done.get(i) is None:
                         yield EpisodeSpec(task_id, i, gid)
         while self._may_draw():
             task_id = self.sampler.draw()
-            round_index = self._rounds[task_id]
-            self._rounds[task_id] += 1
+            round_index = self.rounds[task_id]
+            self.rounds[task_id] += 1
             gid = _group_id(task_id, round_index)
-            self.drawn.append((task_id, round_index))
-            self.status[gid] = "pending"
-            self._results[gid] = {}
+            self.pending[gid] = {}
             self._queued.add(gid)
             self.save()  # before any of its episodes can finish
             for i in self._indices(round_index):
@@ -145,30 +145,34 @@ class DrawnPlan:
                    None if trajectory.masked else trajectory.reward)  # fmt: skip
 
     def _note(self, gid: str, index: int, reward: float | None) -> None:
-        if self.status.get(gid) != "pending":
+        results = self.pending.get(gid)
+        if results is None:
             return
-        results = self._results.setdefault(gid, {})
         results[index] = reward
         if len(results) < self.group_size or any(r is None for r in results.values()):
             return
         task_id = gid.rsplit("#", 1)[0]
         rewards = [r for _, r in sorted(results.items()) if r is not None]
         self.sampler.observe(task_id, rewards)
-        kept = all(gate.admit(task_id, rewards) for gate in self.gates)
-        self.status[gid] = "kept" if kept else "dropped"
-        del self._results[gid]
+        if all(gate.admit(task_id, rewards) for gate in self.gates):
+            self.kept += 1
+        else:
+            self.dropped += 1
+        del self.pending[gid]
         self.save()
 
     # -- state -------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """O(tasks + pending groups): the groups drawn are ``rounds``, TASK#0 .. TASK#n-1."""
         return {
             "version": STATE_VERSION,
             "group_size": self.group_size,
             "sampler": self.sampler.state_dict(),
-            "drawn": [
-                [task_id, r, self.status[_group_id(task_id, r)]] for task_id, r in self.drawn
-            ],
+            "rounds": dict(self.rounds),
+            "pending": sorted(self.pending),
+            "kept": self.kept,
+            "dropped": self.dropped,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -180,10 +184,9 @@ class DrawnPlan:
                 f"{self.group_size}: resume with the same group size"
             )
         self.sampler.load_state_dict(state["sampler"])
-        for task_id, round_index, status in state["drawn"]:
-            self.drawn.append((str(task_id), int(round_index)))
-            self.status[_group_id(task_id, round_index)] = str(status)
-            self._rounds[task_id] = max(self._rounds[task_id], int(round_index) + 1)
+        self.rounds = Counter({str(k): int(v) for k, v in state["rounds"].items()})
+        self.pending = {str(gid): {} for gid in state["pending"]}
+        self.kept, self.dropped = int(state["kept"]), int(state["dropped"])
 
     def save(self) -> None:
         """Replace the state file atomically (a crash keeps the old or the new one)."""
@@ -210,12 +213,11 @@ class DrawnPlan:
             self.load_state_dict(state)
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidRequest(f"{self.state_path} is malformed: {exc!r}") from None
-        pending = {gid for gid, s in self.status.items() if s == "pending"}
+        found: dict[str, dict[int, float | None]] = {}
         for record in read_records(output):  # the latest record of a pair wins
-            if record.get("group_id") in pending:
+            if record.get("group_id") in self.pending:
                 reward = None if record.get("masked") else record.get("reward")
-                self._results.setdefault(record["group_id"], {})[record["sample_index"]] = reward
-        for gid in pending:
-            results = self._results.pop(gid, {})
+                found.setdefault(record["group_id"], {})[record["sample_index"]] = reward
+        for gid, results in found.items():
             for index, reward in results.items():
                 self._note(gid, index, reward)

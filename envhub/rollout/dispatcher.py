@@ -212,7 +212,7 @@ async def run_rollout(
             on_result=on_result, on_plan=on_plan, plan=plan,
         )  # fmt: skip
     compact_trajectories(output)  # from here on, one record per pair: the latest
-    wanted = set(task_ids) if plan is None else {task_id for task_id, _ in plan.drawn}
+    wanted = set(task_ids) if plan is None else set(plan.rounds)
     pairs: set[tuple[str, int]] = set()
 
     def selected() -> Iterator[dict[str, Any]]:  # streamed: records can be large
@@ -256,7 +256,7 @@ async def _run_planned(
         specs = []  # drawn in the loop below
         done = len(skip & plan.planned_pairs())
         if on_plan is not None:
-            on_plan(done + (plan.groups - plan.count("kept")) * group_size, done)
+            on_plan(max(done, plan.expected_episodes()), done)
 
     def recorded(trajectory: Trajectory) -> None:
         record(trajectory)
@@ -320,12 +320,12 @@ def _with_plan(
         stopped, detail = "deadline", f"{missing} of {total} episodes did not run"
     elif plan is not None and plan.exhausted():
         stopped = "max_draws"
-        detail = (f"{plan.count('kept')} of {plan.groups} groups kept in "
-                  f"{len(plan.drawn)} draws ({plan.count('dropped')} dropped)")  # fmt: skip
+        detail = (f"{plan.kept} of {plan.groups} groups kept in {plan.draws} draws "
+                  f"({plan.dropped} dropped)")  # fmt: skip
     else:
         stopped = detail = None
     update: dict[str, Any] = {"planned": total, "missing": missing, "stopped": stopped,
                               "stop_detail": detail}  # fmt: skip
     if plan is not None:
-        update |= {"groups_kept": plan.count("kept"), "groups_dropped": plan.count("dropped")}
+        update |= {"groups_kept": plan.kept, "groups_dropped": plan.dropped}
     return summary.model_copy(update=update)

@@ -92,6 +92,14 @@ async def test_uniform_is_the_plain_plan_and_the_default_writes_no_state(
     assert plain.summary.pass_rate_by_task == sampled.summary.pass_rate_by_task
     with pytest.raises(InvalidRequest, match="sampled run"):  # a sampled file needs --sampler
         await run(env, policy(), group_size=3, output=tmp_path / "b.jsonl", resume=True)
+    with pytest.raises(InvalidRequest, match="not 'adaptive'"):
+        await run(env, policy(), group_size=3, output=tmp_path / "b.jsonl", resume=True,
+                  sampler="adaptive")  # fmt: skip
+    for damage, error in [("{not json", "unreadable"), ('{"version": 1}', "malformed")]:
+        sampler_path(tmp_path / "b.jsonl").write_text(damage)
+        with pytest.raises(InvalidRequest, match=error):
+            await run(env, policy(), group_size=3, output=tmp_path / "b.jsonl", resume=True,
+                      sampler="uniform")  # fmt: skip
 
 
 async def test_groups_whose_rewards_all_agree_are_dropped_and_replaced(
@@ -102,15 +110,13 @@ async def test_groups_whose_rewards_all_agree_are_dropped_and_replaced(
                        groups=8, gates=[UniformRewardGate()], output=output)  # fmt: skip
     state = json.loads(sampler_path(output).read_text())
     rewards: dict[str, set[float]] = {}
-    for record in read_records(output):
+    for record in read_records(output):  # every group drawn is in the file, dropped ones too
         rewards.setdefault(record["group_id"], set()).add(record["reward"])
-    status = {f"{task}#{r}": s for task, r, s in state["drawn"]}
-    assert set(status) == set(rewards)
-    assert sum(s == "kept" for s in status.values()) == result.summary.groups_kept == 8
-    dropped = [gid for gid, s in status.items() if s == "dropped"]
-    assert len(dropped) == result.summary.groups_dropped > 0
-    assert all(len(rewards[gid]) == 1 for gid in dropped)
-    assert all(len(rewards[gid]) > 1 for gid, s in status.items() if s == "kept")
+    assert set(rewards) == {f"{t}#{r}" for t, n in state["rounds"].items() for r in range(n)}
+    dropped = [gid for gid, agree in rewards.items() if len(agree) == 1]
+    assert state["kept"] == result.summary.groups_kept == len(rewards) - len(dropped) == 8
+    assert state["dropped"] == result.summary.groups_dropped == len(dropped) > 0
+    assert state["pending"] == []
     assert result.summary.stopped is None and result.summary.missing == 0
     catalog = Catalog([output], tmp_path / "cache")  # envhub view shows the counts
     try:
@@ -170,14 +176,14 @@ def test_a_killed_run_resumes_its_curriculum_exactly(env: LocalEnvironment, tmp_
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if state.exists() and len(json.loads(state.read_text())["drawn"]) >= 6:
+            if state.exists() and sum(json.loads(state.read_text())["rounds"].values()) >= 6:
                 break
             time.sleep(0.02)
         os.kill(child.pid, signal.SIGKILL)
     finally:
         child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
-    killed_at = len(json.loads(state.read_text())["drawn"])
+    killed_at = json.loads(state.read_text())
     resumed = subprocess.run([*cli, *common, "--resume"], cwd=ROOT, capture_output=True,
                              text=True, timeout=120)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
@@ -186,8 +192,9 @@ def test_a_killed_run_resumes_its_curriculum_exactly(env: LocalEnvironment, tmp_
     run_sync(env, policy(), group_size=4, concurrency=1, sampler="adaptive", groups=16,
              gates=[UniformRewardGate()], output=reference)  # fmt: skip
     mine, theirs = json.loads(state.read_text()), json.loads(sampler_path(reference).read_text())
-    assert len(mine["drawn"]) > killed_at
-    assert mine["drawn"] == theirs["drawn"] and mine["sampler"] == theirs["sampler"]
+    assert 6 <= sum(killed_at["rounds"].values()) < sum(mine["rounds"].values())
+    assert killed_at["kept"] < mine["kept"] == 16 and mine["pending"] == []
+    assert mine == theirs  # the same draws, outcomes and sampler state
 
     def outcomes(path: Path) -> list[tuple[Any, ...]]:
         return sorted((r["group_id"], r["sample_index"], r["reward"]) for r in read_records(path))
