@@ -93,6 +93,10 @@ class LiveProgress:
     def record(self, trajectory: Trajectory) -> None:
         """The run's ``on_result``."""
         self.done += 1
+        if self.total is not None and self.before + self.done > self.total:
+            self.total += 1  # a sampled run drew a group in place of a dropped one
+            if self.on_terminal:
+                self.bar.update(self.bar_task, total=self.total)
         if trajectory.masked:
             self.masked += 1
         else:

@@ -126,6 +126,13 @@ def _summary_table(summary: RunSummary) -> Table:
         "tokens (prompt / completion)", f"{summary.prompt_tokens} / {summary.completion_tokens}"
     )
     table.add_row("episodes/s (this run)", fmt(summary.episodes_per_s, 1))
+    if summary.groups_kept is not None:
+        table.add_row("groups (kept / dropped)",
+                      f"{summary.groups_kept} / {summary.groups_dropped}")  # fmt: skip
+        rates = summary.pass_rate_by_task.values()
+        never, always = sum(r == 0 for r in rates), sum(r == 1 for r in rates)
+        table.add_row("tasks by pass rate", f"0: {never}, between: "
+                      f"{len(rates) - never - always}, 1: {always}")  # fmt: skip
     if summary.missing:
         table.add_row("not run", f"{summary.missing} of {summary.planned} ({summary.stopped})")
     return table
@@ -151,6 +158,20 @@ def rollout_command(
         typer.Option(help="SPLIT, [SPLIT]START:END, or ID,ID,... (default: the test split)"),
     ] = None,
     group_size: Annotated[int, typer.Option(help="samples per task (a GRPO group)")] = 1,
+    sampler: Annotated[
+        str | None, typer.Option(help="which task each group samples: uniform (the tasks "
+                                 "in order, cycling) | adaptive (favours tasks of moderate "
+                                 "pass rate); its state: OUTPUT.sampler.json")
+    ] = None,
+    groups: Annotated[
+        int | None, typer.Option(help="groups to keep, drawn by --sampler (default: one "
+                                 "per task)")
+    ] = None,
+    drop_uniform_groups: Annotated[
+        bool, typer.Option(help="drop a group whose rewards all agree (no GRPO signal; "
+                           "DAPO) and draw another in its place, up to 4 x --groups draws")
+    ] = False,
+    sampler_seed: Annotated[int, typer.Option(help="seed of --sampler adaptive")] = 0,
     concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 64,
     max_turns: Annotated[int | None, typer.Option(help="assistant turns per episode")] = None,
     temperature: Annotated[
@@ -280,6 +301,11 @@ def rollout_command(
     --env-url). ENV==VERSION refuses to run (exit 2) another version than the pinned one,
     and --resume refuses a file written from another task set.
 
+    Curricula: with --sampler, --groups or --drop-uniform-groups, each group's task is
+    drawn when a worker frees up, from the pass rates seen so far (--sampler adaptive),
+    and the summary counts the groups kept and dropped; --resume continues the saved
+    OUTPUT.sampler.json.
+
     SIGINT (Ctrl-C) or SIGTERM stops the run as --time-limit does: the episodes in flight
     are cancelled, OUTPUT keeps whole lines, the summary is written and printed with the
     command that resumes the run (--resume), and the exit status is 130 (SIGINT) or 143
@@ -289,11 +315,14 @@ def rollout_command(
     from envhub.policies import SamplingParams, TitoOptions, make_policy
     from envhub.rollout.pins import split_pin
     from envhub.rollout.runtime import run_async
+    from envhub.rollout.sampling import SAMPLERS, UniformRewardGate
 
     try:
         env, pin = split_pin(env)
     except EnvhubError as exc:
         raise _fail(str(exc)) from None
+    if sampler not in (*SAMPLERS, None):
+        raise _fail(f"--sampler must be {' or '.join(SAMPLERS)}, not {sampler!r}")
     if env_transport not in ("ws", "http", None):
         raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
     try:
@@ -357,6 +386,8 @@ def rollout_command(
                 max_consecutive_masked=max_consecutive_masked or None,
                 gc_threshold=gc_threshold, on_result=on_result, on_plan=on_plan,
                 tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
+                sampler=sampler, sampler_seed=sampler_seed, groups=groups,
+                gates=[UniformRewardGate()] if drop_uniform_groups else [],
             )  # fmt: skip
 
         with _warnings_on_stderr():

@@ -9,6 +9,10 @@
 - :func:`dispatch` keeps ``concurrency`` episodes in flight with no batch barrier;
   :func:`run_rollout` is the file-backed, resumable run behind ``envhub rollout``.
 - :func:`stream` hands completed groups to a trainer loop (back-pressure, staleness).
+- :class:`Sampler` decides which task each group samples (:class:`UniformSampler`, the
+  default; :class:`AdaptiveSampler`, difficulty-adaptive), a :class:`Gate` whether a
+  finished group is kept (:class:`UniformRewardGate`: DAPO's dynamic sampling); both
+  serve :func:`run` and :func:`stream` (:mod:`envhub.rollout.sampling`).
 - :func:`check_tasks` is ``envhub check``: reference scores 1, no-op scores 0.
 - :mod:`envhub.rollout.pins`: ``run(..., pin="==0.2.0")`` and the ``--resume`` checks
   (:class:`PinWarning` for what a resume allows but cannot vouch for).
@@ -33,6 +37,11 @@ from envhub.rollout.pins import PinWarning as PinWarning
 from envhub.rollout.run import RolloutResult as RolloutResult
 from envhub.rollout.run import run as run
 from envhub.rollout.run import run_sync as run_sync
+from envhub.rollout.sampling import AdaptiveSampler as AdaptiveSampler
+from envhub.rollout.sampling import Gate as Gate
+from envhub.rollout.sampling import Sampler as Sampler
+from envhub.rollout.sampling import UniformRewardGate as UniformRewardGate
+from envhub.rollout.sampling import UniformSampler as UniformSampler
 from envhub.rollout.stream import Group as Group
 from envhub.rollout.stream import RolloutStream as RolloutStream
 from envhub.rollout.stream import stream as stream
@@ -42,12 +51,14 @@ from envhub.rollout.summary import summarize as summarize
 from envhub.rollout.tasks import select_task_ids as select_task_ids
 
 __all__ = [
+    "AdaptiveSampler",
     "CheckFailure",
     "CheckReport",
     "CircuitBreaker",
     "EpisodeRecord",
     "EpisodeRunner",
     "EpisodeSpec",
+    "Gate",
     "Group",
     "ModelFailure",
     "PinWarning",
@@ -55,7 +66,10 @@ __all__ = [
     "RolloutResult",
     "RolloutStream",
     "RunSummary",
+    "Sampler",
     "TurnLoop",
+    "UniformRewardGate",
+    "UniformSampler",
     "check_tasks",
     "dispatch",
     "pass_at_k",

@@ -8,7 +8,9 @@ sample_index) pairs the file does not hold a scored record of: masked records ar
 results, so their episodes run again, and the file is compacted at the end to the latest
 record of each pair. A ``deadline`` or a ``stop`` event stops the run (episodes in flight
 are cancelled and their sessions aborted; ``--resume`` runs them later), and a
-:class:`CircuitBreaker` stops it when episodes keep failing.
+:class:`CircuitBreaker` stops it when episodes keep failing. With a ``plan``
+(:class:`~envhub.rollout.curriculum.DrawnPlan`), a sampler draws the groups as workers
+free up instead, and ``resume`` continues its saved state (``OUTPUT.sampler.json``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from envhub.errors import InvalidRequest
 from envhub.rollout.breaker import CircuitBreaker
+from envhub.rollout.curriculum import DrawnPlan, sampler_path
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.rollout.pins import check_resume
 from envhub.rollout.summary import RunSummary, summarize
@@ -151,6 +154,7 @@ async def run_rollout(
     stop: asyncio.Event | None = None,
     on_result: Callable[[Trajectory], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
+    plan: DrawnPlan | None = None,
 ) -> RunSummary:
     """Roll out ``group_size`` samples of each task and summarize them.
 
@@ -163,7 +167,10 @@ async def run_rollout(
     the clock of the summary's ``episodes_per_s`` starts. ``deadline``, ``breaker`` and
     ``stop``: see :func:`dispatch`. The summary's ``env`` is the runner's environment and
     pins (:attr:`EpisodeRunner.env_ref`); ``resume`` checks them against the file's
-    (:func:`completed_pairs`).
+    (:func:`completed_pairs`). ``plan``: the groups are drawn by its sampler (of the
+    same ``group_size``; ``task_ids`` then only selects the summary's records), its
+    state saved beside ``output`` and continued by ``resume``; a file written with a
+    plan resumes only with one.
     """
     if output is None:
         if resume:
@@ -172,28 +179,40 @@ async def run_rollout(
         ran, elapsed = await _run_planned(
             runner, task_ids, set(), kept.append, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
-            on_result=on_result, on_plan=on_plan,
+            on_result=on_result, on_plan=on_plan, plan=plan,
         )  # fmt: skip
         kept_pairs = {(t.task_id, t.sample_index) for t in kept}
         summary = summarize(
-            kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
-        )
+            kept, success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran,
+            max_k=None if plan is None else group_size,
+        )  # fmt: skip
         summary = summary.model_copy(update={"env": runner.env_ref})
-        return _with_plan(summary, kept_pairs, task_ids, group_size, breaker, deadline, stop)
+        return _with_plan(summary, kept_pairs, task_ids, group_size, breaker, deadline, stop,
+                          plan)  # fmt: skip
     output = Path(output)
     exists = output.exists() and output.stat().st_size > 0
     if exists and not resume:
         raise InvalidRequest(f"{output} exists: pass --resume to continue it, or pick another file")
+    saved = sampler_path(output)
+    if exists and plan is None and saved.exists():
+        raise InvalidRequest(
+            f"{output} was written by a sampled run ({saved.name}): resume it with the "
+            "same --sampler, --groups and --drop-uniform-groups"
+        )
     env = await runner.resolve_env_ref()
     with TrajectoryWriter(output) as writer:  # opened first: it repairs the file's end
         skip = completed_pairs(output, env) if exists else set()
+        if plan is not None:
+            plan.state_path = saved
+            if exists:
+                plan.resume(output)
         ran, elapsed = await _run_planned(
             runner, task_ids, skip, writer.write, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
-            on_result=on_result, on_plan=on_plan,
+            on_result=on_result, on_plan=on_plan, plan=plan,
         )  # fmt: skip
     compact_trajectories(output)  # from here on, one record per pair: the latest
-    wanted = set(task_ids)
+    wanted = set(task_ids) if plan is None else set(plan.rounds)
     pairs: set[tuple[str, int]] = set()
 
     def selected() -> Iterator[dict[str, Any]]:  # streamed: records can be large
@@ -203,9 +222,10 @@ async def run_rollout(
                 yield record
 
     summary = summarize(
-        selected(), success_threshold=success_threshold, elapsed_s=elapsed, episodes_this_run=ran
-    )
-    summary = _with_plan(summary, pairs, task_ids, group_size, breaker, deadline, stop)
+        selected(), success_threshold=success_threshold, elapsed_s=elapsed,
+        episodes_this_run=ran, max_k=None if plan is None else group_size,
+    )  # fmt: skip
+    summary = _with_plan(summary, pairs, task_ids, group_size, breaker, deadline, stop, plan)
     summary = summary.model_copy(update={"env": env})
     summary_path(output).write_text(summary.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return summary
@@ -224,23 +244,49 @@ async def _run_planned(
     stop: asyncio.Event | None,
     on_result: Callable[[Trajectory], None] | None,
     on_plan: Callable[[int, int], None] | None,
+    plan: DrawnPlan | None = None,
 ) -> tuple[int, float]:
-    """Dispatch the episodes not in ``skip``; (how many ran, seconds it took)."""
-    specs = plan_episodes(task_ids, group_size, skip=skip)
-    if on_plan is not None:
-        on_plan(len(task_ids) * group_size, len(task_ids) * group_size - len(specs))
+    """Dispatch the episodes not in ``skip`` (with a ``plan``: the ones it draws, in
+    rounds while dropped groups leave room for more); (how many ran, seconds it took)."""
+    if plan is None:
+        specs = plan_episodes(task_ids, group_size, skip=skip)
+        if on_plan is not None:
+            on_plan(len(task_ids) * group_size, len(task_ids) * group_size - len(specs))
+    else:
+        specs = []  # drawn in the loop below
+        done = len(skip & plan.planned_pairs())
+        if on_plan is not None:
+            on_plan(max(done, plan.expected_episodes()), done)
 
     def recorded(trajectory: Trajectory) -> None:
         record(trajectory)
+        if plan is not None:
+            plan.record(trajectory)
         if on_result is not None:
             on_result(trajectory)
 
     started = time.perf_counter()
-    ran = await dispatch(
-        runner, specs, concurrency=concurrency, on_result=recorded, deadline=deadline,
-        breaker=breaker, stop=stop,
-    )  # fmt: skip
-    return ran, time.perf_counter() - started
+    ran = 0
+    while True:
+        ran_now = await dispatch(
+            runner, specs if plan is None else plan.specs(), concurrency=concurrency,
+            on_result=recorded, deadline=deadline, breaker=breaker, stop=stop,
+        )  # fmt: skip
+        ran += ran_now
+        if plan is None or not ran_now or not plan.wants_more() or _halted(
+            breaker, deadline, stop
+        ):
+            return ran, time.perf_counter() - started
+
+
+def _halted(
+    breaker: CircuitBreaker | None, deadline: float | None, stop: asyncio.Event | None
+) -> bool:
+    return (
+        (breaker is not None and breaker.open)
+        or (stop is not None and stop.is_set())
+        or (deadline is not None and time.monotonic() >= deadline)
+    )
 
 
 def _with_plan(
@@ -251,21 +297,35 @@ def _with_plan(
     breaker: CircuitBreaker | None,
     deadline: float | None,
     stop: asyncio.Event | None,
+    plan: DrawnPlan | None = None,
 ) -> RunSummary:
-    """``summary`` plus what was planned, what has no record, and why the run stopped."""
-    planned = {(task_id, index) for task_id in task_ids for index in range(group_size)}
-    missing = len(planned - pairs)
+    """``summary`` plus what was planned, what has no record, and why the run stopped
+    (with a ``plan``: its groups drawn and those still to draw, and how many it kept
+    and dropped)."""
+    if plan is None:
+        planned = {(task_id, index) for task_id in task_ids for index in range(group_size)}
+        missing = len(planned - pairs)
+        total = len(planned)
+    else:
+        planned = plan.planned_pairs()
+        missing = len(planned - pairs) + plan.undrawn() * group_size
+        total = len(planned) + plan.undrawn() * group_size
     stopped: str | None
     detail: str | None
     if breaker is not None and breaker.open:
         stopped, detail = "circuit_breaker", breaker.reason
     elif missing and stop is not None and stop.is_set():
-        stopped, detail = "interrupted", f"{missing} of {len(planned)} episodes did not run"
+        stopped, detail = "interrupted", f"{missing} of {total} episodes did not run"
     elif missing and deadline is not None and time.monotonic() >= deadline:
-        stopped, detail = "deadline", f"{missing} of {len(planned)} episodes did not run"
+        stopped, detail = "deadline", f"{missing} of {total} episodes did not run"
+    elif plan is not None and plan.exhausted():
+        stopped = "max_draws"
+        detail = (f"{plan.kept} of {plan.groups} groups kept in {plan.draws} draws "
+                  f"({plan.dropped} dropped)")  # fmt: skip
     else:
         stopped = detail = None
-    return summary.model_copy(
-        update={"planned": len(planned), "missing": missing, "stopped": stopped,
-                "stop_detail": detail}
-    )  # fmt: skip
+    update: dict[str, Any] = {"planned": total, "missing": missing, "stopped": stopped,
+                              "stop_detail": detail}  # fmt: skip
+    if plan is not None:
+        update |= {"groups_kept": plan.kept, "groups_dropped": plan.dropped}
+    return summary.model_copy(update=update)

@@ -32,9 +32,11 @@ from envhub.errors import InvalidRequest, RolloutFailed
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
+from envhub.rollout.curriculum import DrawnPlan
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner, TurnLoop
 from envhub.rollout.pins import check_pin
+from envhub.rollout.sampling import Gate, Sampler, make_sampler
 from envhub.rollout.summary import RunSummary
 from envhub.rollout.tasks import select_task_ids
 from envhub.trajectory import EnvRef, Trajectory
@@ -84,6 +86,11 @@ async def run(
     tasks_from: EnvironmentClient | None = None,
     turn_loop: TurnLoop | None = None,
     metrics_port: int | None = None,
+    sampler: str | Sampler | None = None,
+    sampler_seed: int = 0,
+    groups: int | None = None,
+    gates: Sequence[Gate] = (),
+    max_draws: int | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -122,6 +129,14 @@ async def run(
     ``metrics_port``: serve the run's Prometheus metrics on ``127.0.0.1:PORT/metrics``
     while it runs (:mod:`envhub.rollout.metrics`); the exposition stops when the call
     returns.
+
+    Curricula (:mod:`envhub.rollout.sampling`): with ``sampler`` (``"uniform"``,
+    ``"adaptive"`` seeded by ``sampler_seed``, or a :class:`Sampler` over the selected
+    tasks), ``groups`` (default: one per task) or ``gates``, the run keeps ``groups``
+    groups drawn one at a time by the sampler, each gate able to drop a finished group
+    (then another is drawn, ``max_draws`` in all; default four times ``groups``); see
+    :mod:`envhub.rollout.curriculum`. Without any of them every selected task gets one
+    group, in order, as always.
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
@@ -130,6 +145,13 @@ async def run(
     if pin is not None:
         check_pin(env_ref, pin)
     task_ids = await select_task_ids(env, tasks)
+    plan: DrawnPlan | None = None
+    if sampler is not None or groups is not None or gates:
+        if sampler is None or isinstance(sampler, str):
+            sampler = make_sampler(sampler or "uniform", task_ids, seed=sampler_seed,
+                                   success_threshold=success_threshold)  # fmt: skip
+        plan = DrawnPlan(sampler, group_size=group_size, groups=groups or len(task_ids),
+                         gates=gates, max_draws=max_draws)  # fmt: skip
     metrics: RolloutMetrics | None = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
         from envhub.rollout.metrics import RolloutMetrics
@@ -175,6 +197,7 @@ async def run(
             stop=stop,
             on_result=record,
             on_plan=planned,
+            plan=plan,
         )
     result = RolloutResult(summary, kept, None if output is None else Path(output))
     failure = _failure(summary, max_masked_fraction)

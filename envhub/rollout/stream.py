@@ -34,15 +34,27 @@ sets ``policy_version`` and lets generation go on. The stream's
 :class:`~envhub.policies.gate.GenerationGate` reaches each request of a policy that
 supports it (:class:`~envhub.policies.gate.GateAware`: the openai and tito policies,
 which resume partial completions) and each whole call of any other policy.
+
+Curricula (:mod:`envhub.rollout.sampling`): the stream's ``sampler`` draws each group's
+task when the group may start (default :class:`UniformSampler`: ``task_ids`` in order,
+cycling, as a stream without one always did) and observes each finished group's scored
+rewards; ``epochs`` bounds the draws to ``epochs * len(task_ids)``. A group a ``gate``
+refuses (:class:`UniformRewardGate`: all rewards agree, DAPO) is dropped: not handed over,
+not counted against the staleness bound, and the stream draws on, so an endless stream
+fills every batch with groups that carry signal. :meth:`RolloutStream.state_dict` (the
+sampler's state and the draws so far) goes into a trainer's checkpoint;
+:meth:`RolloutStream.load_state_dict`, before the first group, continues the curriculum
+(groups in flight when it was saved are not drawn again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from envhub.errors import InvalidRequest, StreamTimeout
 from envhub.policies.base import Policy
@@ -51,6 +63,7 @@ from envhub.policies.weight_sync import NoopSync, WeightSync
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import group_id
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+from envhub.rollout.sampling import Gate, Sampler, UniformSampler, make_sampler
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate, apply_update
 from envhub.trajectory import Trajectory
 
@@ -88,11 +101,15 @@ class RolloutStream:
         queue_size: int | None,
         policy_version: int,
         epochs: int | None,
+        sampler: Sampler | None = None,
+        gates: Sequence[Gate] = (),
     ) -> None:
         if not task_ids:
             raise InvalidRequest("stream needs at least one task")
         if group_size < 1 or batch_size < 1 or concurrency < 1:
             raise InvalidRequest("group_size, batch_size and concurrency must be >= 1")
+        if gates and group_size < 2:
+            raise InvalidRequest("dropping groups whose rewards agree needs a group size >= 2")
         self.runner = runner
         runner.policy_version = lambda: self.policy_version
         self.group_size = group_size
@@ -110,7 +127,11 @@ class RolloutStream:
         self._episodes = asyncio.Semaphore(concurrency)
         self._queue: asyncio.Queue[Group | None] = asyncio.Queue(queue_size or 2 * batch_size)
         self._changed = asyncio.Condition()
-        self._rounds = self._plan(task_ids, epochs)
+        self.sampler = sampler or UniformSampler(task_ids)
+        self.gates = list(gates)
+        self._max_draws = None if epochs is None else epochs * len(task_ids)
+        self._rounds: Counter[str] = Counter()  # groups drawn per task
+        self.groups_dropped = 0  # refused by a gate
         self._groups: set[asyncio.Task[None]] = set()
         self._producer: asyncio.Task[None] | None = None
         self._finished = False
@@ -228,19 +249,28 @@ class RolloutStream:
                 raise self._error
         return group
 
-    # -- production ------------------------------------------------------------------
+    # -- the curriculum's state --------------------------------------------------------
 
-    @staticmethod
-    def _plan(task_ids: list[str], epochs: int | None) -> Iterator[tuple[int, str]]:
-        rounds: Iterable[int] = range(epochs) if epochs is not None else itertools.count()
-        return ((r, t) for r in rounds for t in task_ids)
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's state and the groups drawn so far (JSON-safe), for a checkpoint."""
+        return {"sampler": self.sampler.state_dict(), "rounds": dict(self._rounds)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue the curriculum of :meth:`state_dict`; only before the first group."""
+        if self._producer is not None:
+            raise InvalidRequest("load the stream's state before its first group")
+        self.sampler.load_state_dict(state["sampler"])
+        self._rounds = Counter({str(k): int(v) for k, v in state["rounds"].items()})
+
+    # -- production ------------------------------------------------------------------
 
     def _may_start(self) -> bool:
         if self.groups_in_flight >= self._max_groups_in_flight:
             return False
         if self.max_staleness is None:
             return True
-        return self.groups_started < self._steps_done_groups + self._ahead()
+        started = self.groups_started - self.groups_dropped  # dropped ones never count
+        return started < self._steps_done_groups + self._ahead()
 
     def _ahead(self) -> int:
         """How many groups past the finished trainer steps may start."""
@@ -267,9 +297,12 @@ class RolloutStream:
 
     async def _produce(self) -> None:
         try:
-            for round_index, task_id in self._rounds:
+            while self._max_draws is None or self._rounds.total() < self._max_draws:
                 async with self._changed:
                     await self._changed.wait_for(self._may_start)
+                task_id = self.sampler.draw()  # now: it sees every group finished so far
+                round_index = self._rounds[task_id]
+                self._rounds[task_id] += 1
                 self.groups_started += 1
                 self.groups_in_flight += 1
                 task = asyncio.get_running_loop().create_task(self._run_group(round_index, task_id))
@@ -305,8 +338,16 @@ class RolloutStream:
                     except GenerationDropped:  # an abort-and-drop update: run it again
                         self.episodes_dropped += 1
 
-        trajectories = await asyncio.gather(*(one(i) for i in range(self.group_size)))
-        await self._queue.put(Group(gid, task_id, round_index, start_version, list(trajectories)))
+        group = Group(
+            gid, task_id, round_index, start_version,
+            list(await asyncio.gather(*(one(i) for i in range(self.group_size)))),
+        )  # fmt: skip
+        rewards = [t.reward for t in group.scored if t.reward is not None]
+        self.sampler.observe(task_id, rewards)
+        if all(gate.admit(task_id, rewards) for gate in self.gates):
+            await self._queue.put(group)
+        else:
+            self.groups_dropped += 1
         self.groups_in_flight -= 1
         async with self._changed:
             self._changed.notify_all()
@@ -348,6 +389,9 @@ def stream(
     queue_size: int | None = None,
     policy_version: int = 0,
     epochs: int | None = None,
+    sampler: str | Sampler | None = None,
+    sampler_seed: int = 0,
+    gates: Sequence[Gate] = (),
     max_turns: int | None = None,
     max_env_attempts: int = 3,
     sampling: dict[str, object] | None = None,
@@ -364,7 +408,9 @@ def stream(
     :func:`envhub.rollout.run`. ``metrics_port``: Prometheus metrics on
     ``127.0.0.1:PORT/metrics`` from the first group until the stream is closed
     (:mod:`envhub.rollout.metrics`; ``group_staleness`` is measured when the trainer
-    takes a group off the completed queue)."""
+    takes a group off the completed queue). ``sampler`` (``"uniform"``, ``"adaptive"``
+    seeded by ``sampler_seed``, or a :class:`~envhub.rollout.sampling.Sampler`) and
+    ``gates``: the curriculum (module docstring)."""
     metrics = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
         from envhub.rollout.metrics import RolloutMetrics
@@ -391,4 +437,8 @@ def stream(
         queue_size=queue_size,
         policy_version=policy_version,
         epochs=epochs,
+        sampler=make_sampler(sampler, task_ids, seed=sampler_seed)
+        if isinstance(sampler, str)
+        else sampler,
+        gates=gates,
     )

@@ -15,6 +15,11 @@ limit; ``"interrupted"``: the run's ``stop`` event, which ``envhub rollout`` set
 SIGINT or SIGTERM; ``"circuit_breaker"``: too many episodes in a row were masked,
 ``stop_detail`` says which failure).
 
+Per task: ``pass_rate_by_task`` is each task's share of scored samples that passed, over
+every sample of it (a sampled run draws a task several times); a sampled run
+(``--sampler``) also counts the groups it kept and dropped (``groups_kept``,
+``groups_dropped``).
+
 Throughput: :func:`episodes_per_s` is the one rate, shown live by ``envhub rollout``'s
 progress and recorded as the summary's ``episodes_per_s``.
 """
@@ -85,6 +90,7 @@ class RunSummary(BaseModel):
     tasks: int
     mean_reward: float | None
     pass_at_k: dict[str, float] = Field(default_factory=dict)
+    pass_rate_by_task: dict[str, float] = Field(default_factory=dict)
     success_threshold: float
     stop_reasons: dict[str, int] = Field(default_factory=dict)
     errors: dict[str, int] = Field(default_factory=dict)
@@ -101,6 +107,8 @@ class RunSummary(BaseModel):
     missing: int | None = None
     stopped: str | None = None
     stop_detail: str | None = None
+    groups_kept: int | None = None
+    groups_dropped: int | None = None
 
     @property
     def masked_fraction(self) -> float:
@@ -118,11 +126,13 @@ def summarize(
     success_threshold: float = 1.0,
     elapsed_s: float | None = None,
     episodes_this_run: int | None = None,
+    max_k: int | None = None,
 ) -> RunSummary:
     """Summarize trajectories, or raw records as read from a trajectory file (one per
     (task, sample): see :func:`envhub.trajectory.latest_records`).
 
-    A sample succeeds when its reward is at least ``success_threshold``.
+    A sample succeeds when its reward is at least ``success_threshold``. ``max_k``: the
+    largest k of pass@k (a sampled run's group size; default: the most samples of a task).
     """
     episodes = masked = prompt_tokens = completion_tokens = tool_errors = turns = 0
     rewards: list[float] = []
@@ -157,6 +167,7 @@ def summarize(
         rewards.append(reward)
         by_task[record["task_id"]].append(reward >= success_threshold)
     group = max((len(v) for v in by_task.values()), default=0)
+    group = group if max_k is None else min(group, max_k)
     passes: dict[str, float] = {}
     for k in k_values(group) if group else []:
         eligible = [v for v in by_task.values() if len(v) >= k]
@@ -171,6 +182,7 @@ def summarize(
         tasks=len(by_task),
         mean_reward=sum(rewards) / len(rewards) if rewards else None,
         pass_at_k=passes,
+        pass_rate_by_task={t: sum(v) / len(v) for t, v in sorted(by_task.items()) if v},
         success_threshold=success_threshold,
         stop_reasons=dict(stops),
         errors=dict(errors),
