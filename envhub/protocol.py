@@ -71,7 +71,9 @@ class SessionHandle(Protocol):
 
     async def info(self) -> SessionInfo: ...
 
-    async def fork(self, n: int = 1, *, fork_id: str | None = None) -> list[SessionHandle]:
+    async def fork(
+        self, n: int = 1, *, fork_id: str | None = None
+    ) -> Sequence[SessionHandle]:
         """``n`` children of the episode as it stands, each a session of its own: the
         environment's state, the tools in force, the turns, budgets used and metrics so
         far, on the same server (or replica) as this one; then each goes its own way, and
