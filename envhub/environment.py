@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -219,21 +219,25 @@ class Environment:
         raise NotImplementedError(f"{type(self).__name__}.snapshot() returned a state "
                                   "but restore() is not implemented")
 
-    def copied_state(self, *names: str) -> dict[str, Any]:
-        """A snapshot made of plain data: the base class's episode fields (``task``,
-        shared, since tasks are never changed; ``final_answer``,
-        ``requested_stop_reason``) and deep copies of the attributes ``names``. Pair it
-        with :meth:`restore_copied`."""
-        state = {name: copy.deepcopy(getattr(self, name)) for name in names}
-        state.update(task=self.task, final_answer=self.final_answer,
-                     requested_stop_reason=self.requested_stop_reason)
-        return state
+    def copied_state(self, *names: str, shared: Sequence[str] = ()) -> dict[str, Any]:
+        """A snapshot made of plain data: deep copies of the attributes ``names``, and by
+        reference the attributes ``shared`` (data no episode changes: a task, a
+        read-only database) and the task; the base class's ``final_answer`` and
+        ``requested_stop_reason`` are copied too. Pair it with :meth:`restore_copied`."""
+        copied = ("final_answer", "requested_stop_reason", *names)
+        return {
+            "copied": {name: copy.deepcopy(getattr(self, name)) for name in copied},
+            "shared": {name: getattr(self, name) for name in ("task", *shared)},
+        }
 
-    def restore_copied(self, state: Mapping[str, Any]) -> None:
-        """:meth:`restore` of a :meth:`copied_state`: every value is copied again, so
-        the children of one fork share nothing mutable."""
-        for name, value in state.items():
-            setattr(self, name, value if name == "task" else copy.deepcopy(value))
+    def restore_copied(self, state: object) -> None:
+        """:meth:`restore` of a :meth:`copied_state`: the copied values are copied again,
+        so the children of one fork share nothing mutable."""
+        assert isinstance(state, dict), "a state that copied_state() returned"
+        for name, value in state["shared"].items():
+            setattr(self, name, value)
+        for name, value in state["copied"].items():
+            setattr(self, name, copy.deepcopy(value))
 
     @classmethod
     async def aclose_shared(cls) -> None:

@@ -114,8 +114,11 @@ async def test_client_conforms(
         monkeypatch.setattr(envhub.clients.remote, "_TASK_PAGE", 100)  # listings span several pages
         client = RemoteEnvironment(request.getfixturevalue("server_url"), case.env,
                                    transport=transport)  # fmt: skip
+    task_ids = case.task_ids()
+    gold = await case.local().task(task_ids[0] if task_ids else (await client.task_ids())[0])
     try:
-        report = await check_client_conformance(client, task_ids=case.task_ids())
+        report = await check_client_conformance(client, task_ids=task_ids,
+                                                fork_prefix=gold.gold_actions)
         if transport != "local":
             await _answers_as_in_process(client, case)
     finally:
