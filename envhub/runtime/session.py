@@ -276,8 +276,8 @@ class Session(ClosingOnExit):
             ids = [f"{fork_id}-{i}" if fork_id else uuid.uuid4().hex for i in range(request.n)]
             made = await asyncio.gather(*(self._child(sid, state) for sid in ids),
                                         return_exceptions=True)
-            children = [c for c in made if isinstance(c, Session)]
             failed = [c for c in made if isinstance(c, BaseException)]
+            children = [c for c in made if not isinstance(c, BaseException)]
             if failed:
                 await asyncio.gather(*(c.abort() for c in children), return_exceptions=True)
                 raise failed[0]
