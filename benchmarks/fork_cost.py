@@ -39,15 +39,24 @@ PREFIXES = (2, 8, 32)
 def _calls(env: str, k: int) -> list[ToolCall]:
     """k state-free but real tool calls of ``env`` (each one turn)."""
     if env == "calc":
-        return [ToolCall(id=f"c{i}", name="calculate", arguments={"expression": f"{i} * 7 + 1"})
-                for i in range(k)]
+        return [
+            ToolCall(id=f"c{i}", name="calculate", arguments={"expression": f"{i} * 7 + 1"})
+            for i in range(k)
+        ]
     if env == "sql":
-        return [ToolCall(id=f"c{i}", name="run_sql",
-                         arguments={"query": f"SELECT COUNT(*) + {i} FROM artist"})
-                for i in range(k)]
+        return [
+            ToolCall(
+                id=f"c{i}",
+                name="run_sql",
+                arguments={"query": f"SELECT COUNT(*) + {i} FROM artist"},
+            )
+            for i in range(k)
+        ]
     if env == "search":
-        return [ToolCall(id=f"c{i}", name="search", arguments={"query": f"capital {i}"})
-                for i in range(k)]
+        return [
+            ToolCall(id=f"c{i}", name="search", arguments={"query": f"capital {i}"})
+            for i in range(k)
+        ]
     raise SystemExit(f"no prefix for {env}; choose calc, sql or search")
 
 
@@ -69,9 +78,11 @@ async def _p50(action: Callable[[], Awaitable[Any]], repeat: int) -> float:
     return statistics.median(times)
 
 
-async def _measure(env: envhub.LocalEnvironment, task_id: str, calls: list[ToolCall],
-                   repeat: int) -> tuple[float, float, int]:
+async def _measure(
+    env: envhub.LocalEnvironment, task_id: str, calls: list[ToolCall], repeat: int
+) -> tuple[float, float, int]:
     """p50 of fork(1), p50 of reset+replay, and the peak bytes of one fork."""
+
     async def drive(session: SessionHandle) -> None:
         for call in calls:
             await session.step([call])
@@ -101,19 +112,23 @@ async def _measure(env: envhub.LocalEnvironment, task_id: str, calls: list[ToolC
 
 
 async def main(envs: list[str], repeat: int) -> None:
-    print(f"{'env':8} {'k':>3} {'way':14} {'fork ms':>9} {'reset+replay ms':>16} "
-          f"{'ratio':>7} {'peak KiB':>9}")
+    print(
+        f"{'env':8} {'k':>3} {'way':14} {'fork ms':>9} {'reset+replay ms':>16} "
+        f"{'ratio':>7} {'peak KiB':>9}"
+    )
     for name in envs:
         for way, env in (
             ("fork", envhub.make(name, max_turns=64)),
-            ("fork (replay)", envhub.make(_replaying(envhub.make(name).env_class),
-                                          max_turns=64)),
+            ("fork (replay)", envhub.make(_replaying(envhub.make(name).env_class), max_turns=64)),
         ):
             task_id = (await env.task_ids())[0]
             for k in PREFIXES:
                 forked, replayed, peak = await _measure(env, task_id, _calls(name, k), repeat)
-                print(f"{name:8} {k:>3} {way:14} {forked * 1e3:>9.2f} {replayed * 1e3:>16.2f} "
-                      f"{forked / replayed:>7.3f} {peak / 1024:>9.0f}", flush=True)
+                print(
+                    f"{name:8} {k:>3} {way:14} {forked * 1e3:>9.2f} {replayed * 1e3:>16.2f} "
+                    f"{forked / replayed:>7.3f} {peak / 1024:>9.0f}",
+                    flush=True,
+                )
             await env.aclose()
 
 

@@ -24,16 +24,16 @@ from envhub.model_text import bounded_arguments
 
 __all__ = [
     "ENV_STOP_PREFIX",
+    "FORK_ID_PATTERN",
+    "MAX_FORK",
     "MAX_REQUEST_ID",
     "SESSION_ID_PATTERN",
     "CloseResult",
     "CreateSession",
     "EnvironmentInfo",
     "EpisodeMetrics",
-    "FORK_ID_PATTERN",
     "ForkRequest",
     "ForkResult",
-    "MAX_FORK",
     "Health",
     "Message",
     "Observation",

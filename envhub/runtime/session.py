@@ -365,8 +365,8 @@ class Session(ClosingOnExit):
             self._history.append(turn)
 
     def _diverged(self, where: str, recorded: str, replayed: str) -> None:
-        at = next((i for i, (a, b) in enumerate(zip(recorded, replayed)) if a != b),
-                  min(len(recorded), len(replayed)))
+        pairs = enumerate(zip(recorded, replayed, strict=False))  # where they part
+        at = next((i for i, (a, b) in pairs if a != b), min(len(recorded), len(replayed)))
         lo = max(0, at - _SHOWN // 3)
         raise NotDeterministic(
             f"{self.env_name} is not deterministic: replaying {where} in a fresh instance "

@@ -11,9 +11,9 @@ The checks need nothing of the environment beyond its tool schemas: every step t
 is a malformed or unknown tool call (which every environment must answer with an error
 observation) or a final answer, so they work on any environment and leave its state
 alone; the fork check alone steps real calls, a short prefix of the task's gold
-solution (``fork_prefix``), since a fork must carry the state they leave. Every session a check opens is aborted when the check ends, passed or not. Each
-check has its own time limit, so a transport that hangs fails that check instead of the
-run.
+solution (``fork_prefix``), since a fork must carry the state they leave. Every session
+a check opens is aborted when the check ends, passed or not. Each check has its own time
+limit, so a transport that hangs fails that check instead of the run.
 """
 
 from __future__ import annotations

@@ -52,8 +52,9 @@ def _call(name: str, **arguments: str) -> ToolCall:
 def server_urls() -> Iterator[list[str]]:
     """Two servers hosting dice and calc, of three sessions each."""
     with (
-        serve_in_thread(create_app({"dice": envhub.make(DiceEnv), "calc": envhub.make("calc")},
-                                   max_sessions=3)) as first,
+        serve_in_thread(
+            create_app({"dice": envhub.make(DiceEnv), "calc": envhub.make("calc")}, max_sessions=3)
+        ) as first,
         serve_in_thread(create_app({"calc": envhub.make("calc")}, max_sessions=3)) as second,
     ):
         yield [first, second]
@@ -80,8 +81,9 @@ async def test_a_random_tool_fails_the_fork_with_the_typed_error(
                 await session.fork(2)
             if transport != "local":
                 assert getattr(refused.value, "status", None) == 409
-            assert (await session.step([_call("echo", text="after")])).observations[0].content \
-                == "after"  # the parent is untouched
+            assert (await session.step([_call("echo", text="after")])).observations[
+                0
+            ].content == "after"  # the parent is untouched
             assert (await session.info()).metrics.turns == 3
     finally:
         await client.aclose()
