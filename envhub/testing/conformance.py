@@ -620,29 +620,43 @@ def _answer(result: StepResult) -> tuple[object, ...]:
 
 async def _check_fork(ctx: _Context) -> None:
     """fork(3) after a short prefix: each child answers the next call as a fresh episode
-    driven through the same prefix does; children go their own ways; closing the parent
-    leaves them usable; a repeated fork_id gives the same children; a closed session and
-    n past MAX_FORK are refused. An environment may refuse to fork with
-    NotDeterministic (MiniWoB's pages follow the clock): then the parent must answer
-    the next call as the fresh episode does, untouched by the refusal."""
+    driven through the same prefix does; children go their own ways; ending the parent
+    (an abort: no reward to wait for) leaves them usable; a repeated fork_id gives the
+    same children; an ended session and n past MAX_FORK are refused. An environment may
+    refuse to fork with
+    NotDeterministic (MiniWoB's pages follow the clock): then the parent must be where
+    it was and go on answering."""
     task_id = await ctx.task_id()
     prefix, probe = await _fork_turns(ctx, task_id)
-    async with ctx.session(task_id) as oracle:
-        for call in prefix:
-            await oracle.step([call])
-        expected = _answer(await oracle.step([probe]))
+
+    async def oracle() -> tuple[object, ...]:
+        async with ctx.session(task_id) as fresh:
+            for call in prefix:
+                await fresh.step([call])
+            return _answer(await fresh.step([probe]))
+
     async with ctx.session(task_id) as parent:
         for call in prefix:
             await parent.step([call])
         fork_id = f"conformance-{uuid.uuid4().hex[:12]}"
+        fresh = asyncio.ensure_future(oracle())  # beside the fork: sandboxes, browsers wait
         try:
             children = await parent.fork(3, fork_id=fork_id)
-        except NotDeterministic:
-            assert _answer(await parent.step([probe]))[0] == expected[0], (
-                "a refused fork changed the parent"
+        except BaseException as exc:
+            fresh.cancel()
+            with contextlib.suppress(BaseException):
+                await fresh
+            if not isinstance(exc, NotDeterministic):
+                raise
+            turns = (await parent.info()).metrics.turns
+            assert turns == len(prefix), f"a refused fork left the parent at turn {turns}"
+            answered = await parent.step([probe])
+            assert [o.tool_call_id for o in answered.observations] == [probe.id], (
+                "after a refused fork the parent does not answer"
             )
             return
         try:
+            expected = await fresh
             ids = [child.session_id for child in children]
             assert len(set(ids)) == 3 and parent.session_id not in ids, f"children ids {ids}"
             for child in children:
@@ -662,12 +676,12 @@ async def _check_fork(ctx: _Context) -> None:
             assert [c.session_id for c in same] == ids, "a repeated fork_id gave other children"
             await _expect_error(children[2].fork(MAX_FORK + 1), InvalidRequest,
                                 f"fork({MAX_FORK + 1})")
-            await parent.close()
+            await parent.abort()  # no reward to wait for: the parent ends all the same
             for child in children[1:]:
                 assert _answer(await child.step([probe]))[0] == expected[0], (
                     "after the parent closed, a child answered the next call otherwise"
                 )
-            await _expect_error(parent.fork(1), SessionClosed, "fork of a closed session")
+            await _expect_error(parent.fork(1), SessionClosed, "fork of an ended session")
         finally:
             for child in children:
                 with contextlib.suppress(Exception):
