@@ -39,12 +39,13 @@ def _swe_ci_task() -> list[str]:
 
 
 def _swe_fork_prefix(task: Task) -> list[GoldCall]:
-    """A file appended to inside ``.git`` (state the working tree carries, outside the
-    diff), then read as the probe. The gold edit would make every session the check ends
-    (over HTTP and WebSocket an abort is a close) run the repository's tests."""
-    marker = ".git/envhub-fork-probe"
-    return [GoldCall(name="bash", arguments={"command": f"echo forked >> {marker}"}),
-            GoldCall(name="bash", arguments={"command": f"cat {marker}"})]
+    """A new file appended to, then read as the probe: the working tree a fork carries.
+    Its name is a test file's, which grading leaves out, so the sessions the check ends
+    (over HTTP and WebSocket an abort is a close) score an empty change at once; the gold
+    edit would make each of them run the repository's tests."""
+    probe = "test_envhub_fork_probe.py"
+    return [GoldCall(name="bash", arguments={"command": f"echo '# forked' >> {probe}"}),
+            GoldCall(name="bash", arguments={"command": f"cat {probe}"})]
 
 
 def _chromium_problem() -> str | None:
