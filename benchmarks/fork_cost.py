@@ -15,7 +15,7 @@ The ratio column is ``fork / reset+replay`` (target for native forks: <= 0.1 at 
 flat in k). ``peak KiB`` is tracemalloc's peak over one fork (Python allocations only: a
 worker process or a sandbox is not counted). Not run in CI::
 
-    python benchmarks/fork_cost.py --envs calc sql --repeat 20
+    python benchmarks/fork_cost.py --envs calc sql search swe --repeat 20
 """
 
 from __future__ import annotations
@@ -52,12 +52,30 @@ def _calls(env: str, k: int) -> list[ToolCall]:
             )
             for i in range(k)
         ]
+    if env == "swe":
+        return [
+            ToolCall(id=f"c{i}", name="bash", arguments={"command": f"echo {i} >> bench.txt"})
+            for i in range(k)
+        ]
     if env == "search":
         return [
             ToolCall(id=f"c{i}", name="search", arguments={"query": f"capital {i}"})
             for i in range(k)
         ]
-    raise SystemExit(f"no prefix for {env}; choose calc, sql or search")
+    raise SystemExit(f"no prefix for {env}; choose calc, sql, search or swe")
+
+
+def _options(env: str) -> dict[str, Any]:
+    """swe runs on the local backend (no Docker needed), as CI's fastest repository."""
+    return {"sandbox": "local"} if env == "swe" else {}
+
+
+async def _task_id(env: envhub.LocalEnvironment) -> str:
+    if env.name == "swe":
+        from envhub_swe.instances import load_instances
+
+        return next(t.id for t in load_instances() if t.metadata["repo"] == "pypi/inflection")
+    return (await env.task_ids())[0]
 
 
 def _replaying(cls: type[Environment]) -> type[Environment]:
@@ -118,10 +136,15 @@ async def main(envs: list[str], repeat: int) -> None:
     )
     for name in envs:
         for way, env in (
-            ("fork", envhub.make(name, max_turns=64)),
-            ("fork (replay)", envhub.make(_replaying(envhub.make(name).env_class), max_turns=64)),
+            ("fork", envhub.make(name, max_turns=64, **_options(name))),
+            (
+                "fork (replay)",
+                envhub.make(
+                    _replaying(envhub.make(name).env_class), max_turns=64, **_options(name)
+                ),
+            ),
         ):
-            task_id = (await env.task_ids())[0]
+            task_id = await _task_id(env)
             for k in PREFIXES:
                 forked, replayed, peak = await _measure(env, task_id, _calls(name, k), repeat)
                 print(
