@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 
@@ -60,7 +61,10 @@ def server_urls() -> Iterator[list[str]]:
         yield [first, second]
 
 
-def _client(transport: str, urls: list[str], env: str) -> EnvironmentClient:
+Transport = Literal["local", "http", "ws"]
+
+
+def _client(transport: Transport, urls: list[str], env: str) -> EnvironmentClient:
     if transport == "local":
         return envhub.make(DiceEnv) if env == "dice" else envhub.make(env)
     return RemoteEnvironment(urls[0], env, transport=transport)
@@ -68,7 +72,7 @@ def _client(transport: str, urls: list[str], env: str) -> EnvironmentClient:
 
 @pytest.mark.parametrize("transport", ["local", "http", "ws"])
 async def test_a_random_tool_fails_the_fork_with_the_typed_error(
-    transport: str, server_urls: list[str]
+    transport: Transport, server_urls: list[str]
 ) -> None:
     client = _client(transport, server_urls, "dice")
     try:
@@ -91,7 +95,7 @@ async def test_a_random_tool_fails_the_fork_with_the_typed_error(
 
 @pytest.mark.parametrize("transport", ["http", "ws"])
 async def test_a_fork_past_the_servers_capacity_is_refused(
-    transport: str, server_urls: list[str]
+    transport: Transport, server_urls: list[str]
 ) -> None:
     client = _client(transport, server_urls, "calc")
     try:
