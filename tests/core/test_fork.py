@@ -141,3 +141,19 @@ async def test_a_child_inherits_the_turns_and_deadline_its_parent_used() -> None
         assert result.done and result.stop_reason == "max_turns"
         assert (await child.close()).metrics.turns == 3
         assert not (await session.info()).done  # the parent's own budget is its own
+
+
+async def test_a_logged_sessions_children_log_on_from_its_log() -> None:
+    from envhub.agents.session_log import LoggedSession
+
+    env = envhub.make("calc")
+    async with env.open((await env.task_ids())[0]) as inner:
+        logged = LoggedSession(inner, lambda: 0)
+        await logged.step([_call("calculate", expression="1+1")])
+        first, second = await logged.fork(2)
+        await first.step([_call("calculate", expression="2+2")])
+        assert [c.observation.content for c in first.calls] == ["2", "4"]
+        assert [c.observation.content for c in second.calls] == ["2"]
+        assert [c.observation.content for c in logged.calls] == ["2"]
+        for child in (first, second):
+            await child.abort()
