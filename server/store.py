@@ -277,8 +277,9 @@ class SessionStore:
             raise InvalidRequest(f"session id {taken!r} is in use; choose another fork_id")
         if self.open_sessions + request.n > self.max_sessions:
             raise CapacityError(
-                f"forking {request.n} children would pass the server's maximum of "
-                f"{self.max_sessions} sessions ({self.open_sessions} open); retry later"
+                f"forking {request.n} {'child' if request.n == 1 else 'children'} would pass "
+                f"the server's maximum of {self.max_sessions} sessions "
+                f"({self.open_sessions} open); retry later"
             )
         # Its own task, like a create: a client that leaves mid-fork leaves no half-made
         # children, and its retry with the same fork_id gets the finished ones.
