@@ -8,7 +8,7 @@ from envhub.testing import call_tool
 
 
 async def test_children_are_scored_on_their_own_answers() -> None:
-    env = envhub.make("reasoning_gym", datasets="basic_arithmetic", size=1)
+    env = envhub.make("reasoning_gym", datasets="basic_arithmetic", size=1, score_workers=1)
     try:
         task = await env.task((await env.task_ids())[0])
         async with env.open(task.id) as parent:
