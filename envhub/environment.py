@@ -13,8 +13,9 @@ clients may set only the options the class declares in ``client_options``
 
 from __future__ import annotations
 
+import copy
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -186,6 +187,57 @@ class Environment:
 
     async def close(self) -> None:
         """Free per-episode resources (sandboxes, browser contexts)."""
+
+    # -- forking ---------------------------------------------------------------------------
+    #
+    # Two hooks rather than one ``fork()``: the session takes one snapshot for all the
+    # children of a fork and restores it into each (so a fork of n costs one snapshot plus
+    # n restores), every child is built by the same factory as any episode (the options a
+    # server's client chose included), and a snapshot is a value a caller may keep to
+    # restore later (a gold prefix replayed once, restarted from many times).
+
+    async def snapshot(self) -> object | None:
+        """This episode's state, for :meth:`restore` into a fresh instance: what a fork
+        of the session copies natively. ``None`` (the default) says the environment has
+        no native snapshot: the session then forks by replaying the episode's tool calls
+        in a fresh instance and checks that every observation comes out as recorded
+        (:class:`~envhub.errors.NotDeterministic` when one does not).
+
+        Called between turns (the session holds its lock), after :meth:`reset`. The
+        value must not share anything mutable with ``self`` (the parent goes on changing),
+        nor anything a later :meth:`close` of the parent frees (a connection, a sandbox):
+        copy data, and give each child its own resources in :meth:`restore`. An
+        environment that knows it cannot be reproduced (a server with side effects)
+        raises :class:`~envhub.errors.NotDeterministic` here instead of returning.
+        """
+        return None
+
+    async def restore(self, state: object) -> None:
+        """Become the episode :meth:`snapshot` returned ``state`` for. Called on a fresh
+        instance built with the same options and never reset; ``state`` may be restored
+        into several instances (the children of one fork), so copy what you keep."""
+        raise NotImplementedError(f"{type(self).__name__}.snapshot() returned a state "
+                                  "but restore() is not implemented")
+
+    def copied_state(self, *names: str, shared: Sequence[str] = ()) -> dict[str, Any]:
+        """A snapshot made of plain data: deep copies of the attributes ``names``, and by
+        reference the attributes ``shared`` (data no episode changes: a task, a
+        read-only database) and the task; the base class's ``final_answer`` and
+        ``requested_stop_reason`` are copied too. Pair it with :meth:`restore_copied`."""
+        copied = ("final_answer", "requested_stop_reason", *names)
+        return {
+            "copied": {name: copy.deepcopy(getattr(self, name)) for name in copied},
+            "shared": {name: getattr(self, name) for name in ("task", *shared)},
+        }
+
+    def restore_copied(self, state: object) -> None:
+        """:meth:`restore` of a :meth:`copied_state`: the copied values are copied again,
+        so the children of one fork share nothing mutable."""
+        assert isinstance(state, dict), "a state that copied_state() returned"
+        for name, value in state["shared"].items():
+            setattr(self, name, value)
+        for name, value in state["copied"].items():
+            setattr(self, name, copy.deepcopy(value))
 
     @classmethod
     async def aclose_shared(cls) -> None:

@@ -14,6 +14,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     ├── SessionError             session lifecycle problems
     │   ├── SessionNotFound      unknown or reaped session id              (session_not_found)
     │   ├── SessionClosed        stepping a closed/finished session        (session_closed)
+    │   ├── NotDeterministic     a fork's replay diverged from the episode (not_deterministic)
     │   └── CapacityError        too many sessions                         (capacity)
     ├── SandboxError             a sandbox cannot start or run commands    (sandbox_error)
     ├── EnvironmentFailure       reset/reward/close of an environment raised  (internal)
@@ -50,6 +51,7 @@ __all__ = [
     "FileOperationError",
     "FleetError",
     "InvalidRequest",
+    "NotDeterministic",
     "PackageIndexError",
     "PolicyError",
     "PublishRefused",
@@ -129,6 +131,15 @@ class SessionNotFound(SessionError):
 
 class SessionClosed(SessionError):
     code = "session_closed"
+
+
+class NotDeterministic(SessionError):
+    """A fork could not reproduce the episode: replaying its tool calls in a fresh
+    instance gave other observations than the episode recorded, or the environment
+    refuses to fork because it knows it cannot reproduce its state (an MCP server with
+    side effects). The parent session is untouched; no child was created."""
+
+    code = "not_deterministic"
 
 
 class CapacityError(SessionError):

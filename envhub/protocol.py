@@ -71,6 +71,25 @@ class SessionHandle(Protocol):
 
     async def info(self) -> SessionInfo: ...
 
+    async def fork(
+        self, n: int = 1, *, fork_id: str | None = None
+    ) -> Sequence[SessionHandle]:
+        """``n`` children of the episode as it stands, each a session of its own: the
+        environment's state, the tools in force, the turns, budgets used and metrics so
+        far, on the same server (or replica) as this one; then each goes its own way, and
+        closing any of them (this one included) leaves the others as they are.
+
+        A closed, aborted or ended session raises :class:`envhub.errors.SessionClosed`;
+        an environment whose fork by replay does not reproduce the episode raises
+        :class:`envhub.errors.NotDeterministic`; a server that cannot hold ``n`` more
+        sessions raises :class:`envhub.errors.CapacityError`. ``n`` outside
+        ``1..``:data:`~envhub.types.MAX_FORK` or a malformed ``fork_id`` is an
+        :class:`envhub.errors.InvalidRequest`. Repeating a ``fork_id`` returns the same
+        children (remote transports send one of their own when none is given, so a
+        retried fork never doubles them).
+        """
+        ...
+
     async def __aenter__(self) -> SessionHandle: ...
 
     async def __aexit__(self, *exc: object) -> None: ...

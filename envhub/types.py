@@ -24,12 +24,16 @@ from envhub.model_text import bounded_arguments
 
 __all__ = [
     "ENV_STOP_PREFIX",
+    "FORK_ID_PATTERN",
+    "MAX_FORK",
     "MAX_REQUEST_ID",
     "SESSION_ID_PATTERN",
     "CloseResult",
     "CreateSession",
     "EnvironmentInfo",
     "EpisodeMetrics",
+    "ForkRequest",
+    "ForkResult",
     "Health",
     "Message",
     "Observation",
@@ -344,3 +348,30 @@ class StepRequest(BaseModel):
         max_length=MAX_REQUEST_ID,
         description="repeat it to get the stored reply instead of a rerun",
     )
+
+
+MAX_FORK = 64
+"""The most children one fork may ask for (each is a session counted against capacity)."""
+
+FORK_ID_PATTERN = r"^[A-Za-z0-9._~-]{1,120}$"
+"""A client-chosen fork id: the children's session ids are ``{fork_id}-{i}``, so it is a
+session id with room for the suffix."""
+
+
+class ForkRequest(BaseModel):
+    """``POST /v1/sessions/{id}/fork``: ``n`` children of the session as it stands; with
+    ``fork_id`` set, repeating the call returns the same children instead of new ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(1, ge=1, le=MAX_FORK, description="how many children")
+    fork_id: str | None = Field(
+        None, pattern=FORK_ID_PATTERN,
+        description="client-chosen idempotency id; the children are {fork_id}-0 ... -{n-1}",
+    )
+
+
+class ForkResult(BaseModel):
+    """The children of a fork, each a session of its own (step, close, fork it)."""
+
+    session_ids: list[str]

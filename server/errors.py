@@ -49,6 +49,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "not_found": 404,
     "method_not_allowed": 405,
     "session_closed": 409,
+    "not_deterministic": 409,
     "payload_too_large": 413,
     "capacity": 429,
     "internal": 500,

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.mcp.http import McpEndpoints
 from envhub.protocol import ClosingOnExit, OpeningSession
-from envhub.runtime.validation import check_session_id, invalid_request
+from envhub.runtime.validation import check_session_id, fork_request, invalid_request
 from envhub.server.errors import STATUS_BY_CODE
 from envhub.server.metrics import ServerMetrics
 from envhub.server.store import SessionStore
@@ -68,6 +68,15 @@ class StoreSession(ClosingOnExit):
         except ValidationError as exc:
             raise invalid_request(exc) from None
         return await self.store.step(self.session_id, request)
+
+    async def fork(self, n: int = 1, *, fork_id: str | None = None) -> list[StoreSession]:
+        """Children in the store, as ``POST /v1/sessions/{id}/fork`` makes them (the MCP
+        door itself offers no fork: an MCP client drives one episode)."""
+        if self._aborted:
+            raise SessionClosed(f"session {self.session_id} was aborted")
+        forked = await self.store.fork(self.session_id, fork_request(n, fork_id))
+        return [StoreSession(self.store, self.start.model_copy(update={"session_id": sid}))
+                for sid in forked.session_ids]
 
     async def close(self) -> CloseResult:
         if self._aborted:

@@ -1,7 +1,7 @@
 """Hosted environments and the sessions opened on them.
 
 The store owns every server-side session and has one method per verb (``create``,
-``step``, ``close``, ``info``) taking the request's wire model: the FastAPI routes, the
+``step``, ``fork``, ``close``, ``info``) taking the request's wire model: the FastAPI routes, the
 session fast path and the WebSocket handler all call these, so a verb behaves the same
 whichever door it came through. Each call goes straight to the in-process
 :class:`~envhub.runtime.session.Session` (no second dispatch path); the store only adds what
@@ -37,6 +37,8 @@ from envhub.types import (
     CreateSession,
     EnvironmentInfo,
     EpisodeMetrics,
+    ForkRequest,
+    ForkResult,
     SessionInfo,
     SessionStart,
     StepRequest,
@@ -131,6 +133,7 @@ class _Entry:
     env: str
     last_seen: float = field(default_factory=time.monotonic)
     busy: int = 0  # requests in flight; the reaper never aborts a busy session
+    parent: str | None = None  # the session it was forked from
     forgotten: asyncio.Event = field(default_factory=asyncio.Event)  # set once let go of
 
 
@@ -154,11 +157,13 @@ class SessionStore:
         # same result; oldest first, bounded like the open ones.
         self._closed: OrderedDict[str, _Entry] = OrderedDict()
         self._creating: dict[str, asyncio.Future[SessionStart]] = {}
+        self._forking = 0  # children of forks in flight
 
     @property
     def open_sessions(self) -> int:
-        """Sessions open or being created: what counts against ``max_sessions``."""
-        return len(self._open) + len(self._creating)
+        """Sessions open or being created (forks' children included): what counts
+        against ``max_sessions``."""
+        return len(self._open) + len(self._creating) + self._forking
 
     # -- environments --------------------------------------------------------------------
 
@@ -254,6 +259,48 @@ class SessionStore:
             entry.last_seen = time.monotonic()
         self._record_step(entry, time.perf_counter() - started, before)
         return result
+
+    async def fork(self, session_id: str, request: ForkRequest) -> ForkResult:
+        """Fork a session into ``request.n`` children held here like any session (each
+        counted against ``max_sessions``: :class:`~envhub.errors.CapacityError` when they
+        would not fit). The children are ``{fork_id}-{i}`` (a ``fork_id`` is drawn when
+        the request has none); repeating a ``fork_id`` returns the same children."""
+        entry = self._entry(session_id)
+        fork_id = request.fork_id or uuid.uuid4().hex
+        ids = [f"{fork_id}-{i}" for i in range(request.n)]
+        known = [self._open.get(i) or self._closed.get(i) for i in ids]
+        if all(k is not None and k.parent == session_id for k in known):
+            return ForkResult(session_ids=ids)  # a retry of a fork that is done
+        taken = next((i for i, k in zip(ids, known, strict=True)
+                      if k is not None and k.parent != session_id), None)
+        if taken is not None:
+            raise InvalidRequest(f"session id {taken!r} is in use; choose another fork_id")
+        if self.open_sessions + request.n > self.max_sessions:
+            raise CapacityError(
+                f"forking {request.n} {'child' if request.n == 1 else 'children'} would pass "
+                f"the server's maximum of {self.max_sessions} sessions "
+                f"({self.open_sessions} open); retry later"
+            )
+        # Its own task, like a create: a client that leaves mid-fork leaves no half-made
+        # children, and its retry with the same fork_id gets the finished ones.
+        forking = asyncio.ensure_future(self._fork(entry, session_id, request.n, fork_id))
+        return await asyncio.shield(forking)
+
+    async def _fork(self, entry: _Entry, parent: str, n: int, fork_id: str) -> ForkResult:
+        self._forking += n
+        entry.busy += 1
+        try:
+            children = await entry.session.fork(n, fork_id=fork_id)
+        finally:
+            self._forking -= n
+            entry.busy -= 1
+            entry.last_seen = time.monotonic()
+        for child in children:
+            if child.session_id not in self._open and child.session_id not in self._closed:
+                self._open[child.session_id] = _Entry(child, entry.env, parent=parent)
+                self.metrics.sessions_created.labels(entry.env).inc()
+                self.metrics.sessions_open.labels(entry.env).inc()
+        return ForkResult(session_ids=[child.session_id for child in children])
 
     def _record_step(self, entry: _Entry, seconds: float, before: EpisodeMetrics) -> None:
         m, after = self.metrics.step_metrics(entry.env), entry.session.metrics

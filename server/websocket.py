@@ -14,8 +14,10 @@ WebSocket for the same reason). Two endpoints, one handler:
 
 Messages are JSON: ``{"op": "create", "env": ..., "task_id": ..., "session_id": ...}``,
 ``{"op": "step", "session_id": ..., "tool_calls": [...], "content": ..., "request_id": ...}``,
+``{"op": "fork", "session_id": ..., "n": ..., "fork_id": ...}``,
 ``{"op": "close", "session_id": ...}`` or ``{"op": "info", "session_id": ...}``; each gets
-one reply in order: the HTTP body (SessionStart, StepResult, CloseResult, SessionInfo) or
+one reply in order: the HTTP body (SessionStart, StepResult, ForkResult, CloseResult,
+SessionInfo) or
 ``{"error": {"code", "message"}, "status": n}`` with the code and status HTTP would answer.
 A bad message gets an error reply and the socket stays open.
 
@@ -52,7 +54,7 @@ from envhub.server.errors import (
 from envhub.server.limits import SizeLimit
 from envhub.server.metrics import ServerMetrics
 from envhub.server.store import SessionStore
-from envhub.types import SESSION_ID_PATTERN, CreateSession, StepRequest
+from envhub.types import SESSION_ID_PATTERN, CreateSession, ForkRequest, StepRequest
 
 __all__ = ["SessionWebSocket"]
 
@@ -60,7 +62,7 @@ CONNECTION_PATH = "/v1/ws"
 _PREFIX = "/v1/sessions/"
 _SUFFIX = "/ws"
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
-_OPS = ("create", "step", "close", "info")
+_OPS = ("create", "step", "fork", "close", "info")
 
 
 def _decode(data: str | bytes) -> Any:
@@ -160,6 +162,8 @@ class SessionWebSocket:
         assert session_id is not None  # _answer refused the message without one
         if op == "step":
             return await self.store.step(session_id, StepRequest.model_validate(fields))
+        if op == "fork":
+            return await self.store.fork(session_id, ForkRequest.model_validate(fields))
         if op == "close":
             return await self.store.close(session_id)
         return self.store.info(session_id)

@@ -72,6 +72,15 @@ class LoggedSession(ClosingOnExit):
         )
         return result
 
+    async def fork(self, n: int = 1, *, fork_id: str | None = None) -> list[LoggedSession]:
+        """Children of the inner session, each logging on from a copy of this log."""
+        children = []
+        for inner in await self._inner.fork(n, fork_id=fork_id):
+            child = LoggedSession(inner, self._replies_sent)
+            child.calls = list(self.calls)
+            children.append(child)
+        return children
+
     async def close(self) -> CloseResult:
         return await self._inner.close()
 

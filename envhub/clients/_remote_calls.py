@@ -32,7 +32,15 @@ from envhub.clients._http_transports import (
     WebSocketRefused,
 )
 from envhub.errors import EnvhubError, RemoteError, SandboxError, error_class
-from envhub.types import CloseResult, SessionInfo, SessionStart, StepRequest, StepResult
+from envhub.types import (
+    CloseResult,
+    ForkRequest,
+    ForkResult,
+    SessionInfo,
+    SessionStart,
+    StepRequest,
+    StepResult,
+)
 
 __all__ = [
     "HttpSessionCalls",
@@ -120,6 +128,11 @@ class SessionCalls(Protocol):
 
     async def step(self, request: StepRequest) -> StepResult: ...
 
+    async def fork(self, request: ForkRequest) -> list[tuple[str, SessionCalls]]:
+        """Fork the session on the server: each child's id and the calls that reach it
+        (on the same server)."""
+        ...
+
     async def close(self) -> CloseResult: ...
 
     async def info(self) -> SessionInfo: ...
@@ -167,6 +180,11 @@ class HttpSessionCalls:
             "POST", self._step_path, request.model_dump(), None, self._session_id
         )
         return StepResult.model_validate_json(answer)
+
+    async def fork(self, request: ForkRequest) -> list[tuple[str, SessionCalls]]:
+        result = await self._requests.call("POST", f"{self._path}/fork", ForkResult,
+                                           request.model_dump(), affinity=self._session_id)
+        return [(sid, HttpSessionCalls(self._requests, sid)) for sid in result.session_ids]
 
     async def close(self) -> CloseResult:
         return await self._requests.call(
@@ -247,6 +265,15 @@ class WebSocketSessionCalls:
             if self.socket is not None:
                 return await self._sessions.exchange(self.socket, StepResult, body)
         return await self._on_borrowed(StepResult, body)
+
+    async def fork(self, request: ForkRequest) -> list[tuple[str, SessionCalls]]:
+        """Each child gets a socket of its own from the pool (its calls then run beside
+        its siblings'), to the server this environment's sockets reach."""
+        result = await self._send(ForkResult, {"op": "fork", "session_id": self._session_id,
+                                               **request.model_dump()})
+        pool = self._sessions.pool
+        return [(sid, WebSocketSessionCalls(self._sessions, pool.lease(), sid))
+                for sid in result.session_ids]
 
     async def close(self) -> CloseResult:
         try:

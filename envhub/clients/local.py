@@ -228,6 +228,7 @@ class LocalEnvironment:
             task,
             env_name=self.name,
             budgets=self.budgets,
+            new_env=self._instantiate,
             session_id=session_id,
         )
 

@@ -143,6 +143,14 @@ class PinnedSession(ClosingOnExit):
     ) -> StepResult:
         return await self._guarded(self._inner.step(tool_calls, content, request_id))
 
+    async def fork(self, n: int = 1, *, fork_id: str | None = None) -> list[PinnedSession]:
+        """The children live on this session's replica (they hold its state), counted in
+        its load; a full replica refuses them with :class:`~envhub.errors.CapacityError`."""
+        children = await self._guarded(self._inner.fork(n, fork_id=fork_id))
+        self._replica.open += len(children)
+        self._replica.opened += len(children)
+        return [PinnedSession(child, self._replica, self._pool) for child in children]
+
     async def close(self) -> CloseResult:
         try:
             return await self._guarded(self._inner.close())

@@ -36,7 +36,7 @@ from envhub.clients._remote_calls import (
 from envhub.errors import EnvhubError, SessionClosed
 from envhub.protocol import ClosingOnExit, OpeningSession
 from envhub.runtime.cleanup import record_cleanup_failure
-from envhub.runtime.validation import step_request
+from envhub.runtime.validation import fork_request, step_request
 from envhub.task import Task
 from envhub.types import (
     CloseResult,
@@ -98,6 +98,19 @@ class RemoteSession(ClosingOnExit):
         if result.tools is not None:  # a user turn changed them
             self.tools = result.tools
         return result
+
+    async def fork(self, n: int = 1, *, fork_id: str | None = None) -> list[RemoteSession]:
+        """``n`` children on the server holding this session (``POST .../fork``, or
+        ``fork`` over the socket); safe to retry, since it always carries a ``fork_id``.
+        Each child knows this session's start and the tools in force, as this one does."""
+        request = fork_request(n, fork_id or uuid.uuid4().hex)
+        children = []
+        for session_id, calls in await self._calls.fork(request):
+            start = self.start.model_copy(update={"session_id": session_id})
+            child = RemoteSession(start, calls, self.served_by or "")  # always the URL
+            child.tools = self.tools
+            children.append(child)
+        return children
 
     async def close(self) -> CloseResult:
         """Score the episode on the server; closing again returns the same result. After

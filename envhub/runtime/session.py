@@ -17,7 +17,8 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from envhub.budgets import Budgets
@@ -25,6 +26,8 @@ from envhub.environment import Environment, UserTurn
 from envhub.errors import (
     EnvhubError,
     EnvironmentFailure,
+    InvalidRequest,
+    NotDeterministic,
     SandboxError,
     SessionClosed,
     ToolArgumentError,
@@ -33,7 +36,7 @@ from envhub.errors import (
 from envhub.model_text import valid_text
 from envhub.protocol import ClosingOnExit
 from envhub.runtime.cleanup import record_cleanup_failure
-from envhub.runtime.validation import check_session_id, step_calls
+from envhub.runtime.validation import check_session_id, fork_request, step_calls
 from envhub.task import Task
 from envhub.tools import ToolSpec, parse_arguments
 from envhub.types import (
@@ -52,6 +55,18 @@ __all__ = ["Session", "truncate_output"]
 
 _REPLAY_CACHE = 8  # step replies kept per session for request_id idempotency
 _MAX_ECHOED_NAME = 256  # longest tool name an error observation repeats back
+_FORK_CACHE = 8  # forks kept per session for fork_id idempotency
+_SHOWN = 300  # characters of a diverging observation a NotDeterministic error quotes
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One step as it ran: what a fork by replay runs again, and the answer (the
+    :class:`StepResult` as JSON, which the caller cannot change) it must get again."""
+
+    calls: tuple[ToolCall, ...]
+    content: str | None
+    result: bytes
 
 
 def truncate_output(text: str, limit: int) -> str:
@@ -109,8 +124,11 @@ class Session(ClosingOnExit):
         *,
         env_name: str,
         budgets: Budgets,
+        new_env: Callable[[], Environment],
         session_id: str | None = None,
     ) -> None:
+        """``new_env`` builds another instance with ``env``'s options: a fork's children
+        are built with it (called in a worker thread, as a constructor may block)."""
         if session_id is not None:
             check_session_id(session_id)  # the id the HTTP API would take, on every transport
         self.env = env
@@ -133,6 +151,9 @@ class Session(ClosingOnExit):
         self._replies: OrderedDict[str, StepResult] = OrderedDict()
         self._lock = asyncio.Lock()
         self._specs: Mapping[str, ToolSpec] = type(env).tool_specs()
+        self._new_env = new_env
+        self._history: list[_Turn] = []  # every step that ran, for forks by replay
+        self._forks: OrderedDict[str, list[Session]] = OrderedDict()
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -176,6 +197,9 @@ class Session(ClosingOnExit):
             if request_id is not None and request_id in self._replies:
                 return self._replies[request_id]
             result = await self._step(calls, content)
+            self._history.append(
+                _Turn(tuple(calls), content, result.__pydantic_serializer__.to_json(result))
+            )
             if request_id is not None:
                 self._replies[request_id] = result
                 while len(self._replies) > _REPLAY_CACHE:
@@ -218,6 +242,51 @@ class Session(ClosingOnExit):
             except Exception as exc:
                 record_cleanup_failure(f"Session.abort of {self.env_name}", exc)
 
+    async def fork(self, n: int = 1, *, fork_id: str | None = None) -> list[Session]:
+        """``n`` children of the episode as it stands (:meth:`SessionHandle.fork
+        <envhub.protocol.SessionHandle.fork>`): each a session of its own with this one's
+        environment state, tools in force, turns and metrics so far and episode deadline.
+
+        The environment's :meth:`~envhub.Environment.snapshot` is restored into a fresh
+        instance per child; an environment without one is replayed: a fresh instance is
+        reset and given this episode's steps again, and every answer must come out as
+        recorded, else :class:`~envhub.errors.NotDeterministic` (no child is left).
+        A repeated ``fork_id`` returns the children of the first call with it. A closed,
+        aborted or ended session raises :class:`~envhub.errors.SessionClosed`.
+        """
+        request = fork_request(n, fork_id)
+        async with self._lock:
+            if fork_id is not None and fork_id in self._forks:
+                children = self._forks[fork_id]
+                if len(children) != n:
+                    raise InvalidRequest(
+                        f"fork id {fork_id!r} already forked {len(children)} children, not {n}"
+                    )
+                return list(children)
+            if self.closed:
+                raise SessionClosed(f"session {self.session_id} is closed")
+            if self.done:
+                raise SessionClosed(
+                    f"session {self.session_id} has ended (stop_reason={self.stop_reason}); "
+                    "there is nothing left to fork"
+                )
+            if self._start is None:
+                await self.reset()
+            state = await self._snapshot()
+            ids = [f"{fork_id}-{i}" if fork_id else uuid.uuid4().hex for i in range(request.n)]
+            made = await asyncio.gather(*(self._child(sid, state) for sid in ids),
+                                        return_exceptions=True)
+            failed = [c for c in made if isinstance(c, BaseException)]
+            children = [c for c in made if not isinstance(c, BaseException)]
+            if failed:
+                await asyncio.gather(*(c.abort() for c in children), return_exceptions=True)
+                raise failed[0]
+            if fork_id is not None:
+                self._forks[fork_id] = children
+                while len(self._forks) > _FORK_CACHE:
+                    self._forks.popitem(last=False)
+            return list(children)
+
     async def info(self) -> SessionInfo:
         """The state summary (:class:`~envhub.protocol.SessionHandle`'s ``info``)."""
         return self.summary()
@@ -242,6 +311,69 @@ class Session(ClosingOnExit):
         return self
 
     # -- internals -----------------------------------------------------------------------
+
+    async def _snapshot(self) -> object | None:
+        try:
+            return await self.env.snapshot()
+        except EnvhubError:
+            raise
+        except Exception as exc:
+            raise EnvironmentFailure(f"snapshot failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _child(self, session_id: str, state: object | None) -> Session:
+        """One child, built by the factory of every episode, then restored or replayed."""
+        env = await asyncio.to_thread(self._new_env)
+        child = Session(env, self.task, env_name=self.env_name, budgets=self.budgets,
+                        new_env=self._new_env, session_id=session_id)
+        try:
+            if state is None:
+                await child._replay(self)
+            else:
+                try:
+                    await env.restore(state)
+                except EnvhubError:
+                    raise
+                except Exception as exc:
+                    raise EnvironmentFailure(
+                        f"restore failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+                assert self._start is not None  # fork resets first
+                child._start = self._start.model_copy(update={"session_id": session_id})
+                child._history = list(self._history)
+        except BaseException:
+            await child.abort()
+            raise
+        child._specs = dict(self._specs)
+        child.metrics = self.metrics.model_copy(deep=True)
+        child.created_at, child._deadline = self.created_at, self._deadline
+        return child
+
+    async def _replay(self, parent: Session) -> None:
+        """Reset and step this fresh session through ``parent``'s episode, checking that
+        the start and every step's answer come out as ``parent`` recorded them."""
+        assert parent._start is not None  # fork resets first
+        start = await self.reset()
+        expected = parent._start.model_copy(update={"session_id": self.session_id})
+        if start != expected:
+            self._diverged("its reset", expected.model_dump_json(), start.model_dump_json())
+        for number, turn in enumerate(parent._history, 1):
+            result = await self._step(list(turn.calls), turn.content)
+            replayed = result.__pydantic_serializer__.to_json(result)
+            if replayed != turn.result:
+                self._diverged(f"turn {number} of {len(parent._history)}",
+                               turn.result.decode(), replayed.decode())
+            self._history.append(turn)
+
+    def _diverged(self, where: str, recorded: str, replayed: str) -> None:
+        pairs = enumerate(zip(recorded, replayed, strict=False))  # where they part
+        at = next((i for i, (a, b) in pairs if a != b), min(len(recorded), len(replayed)))
+        lo = max(0, at - _SHOWN // 3)
+        raise NotDeterministic(
+            f"{self.env_name} is not deterministic: replaying {where} in a fresh instance "
+            f"gave {replayed[lo:lo + _SHOWN]!r} where the episode had "
+            f"{recorded[lo:lo + _SHOWN]!r}; forking it needs a native "
+            "snapshot() (docs: Forking)"
+        )
 
     async def _step(self, calls: list[ToolCall], content: str | None) -> StepResult:
         if self.closed:

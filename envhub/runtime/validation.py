@@ -15,10 +15,17 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter, ValidationError
 
 from envhub.errors import InvalidRequest
-from envhub.types import MAX_REQUEST_ID, SESSION_ID_PATTERN, StepRequest, ToolCall
+from envhub.types import (
+    MAX_REQUEST_ID,
+    SESSION_ID_PATTERN,
+    ForkRequest,
+    StepRequest,
+    ToolCall,
+)
 
 __all__ = [
     "check_session_id",
+    "fork_request",
     "invalid_request",
     "malformed_json",
     "step_calls",
@@ -105,3 +112,14 @@ def step_request(
     :func:`step_calls` (so it is built without validating twice)."""
     calls = step_calls(tool_calls, content, request_id)
     return StepRequest.model_construct(tool_calls=calls, content=content, request_id=request_id)
+
+
+def fork_request(n: int, fork_id: str | None) -> ForkRequest:
+    """A fork's arguments checked by the server's wire model
+    (:class:`~envhub.types.ForkRequest`: ``n`` children within
+    :data:`~envhub.types.MAX_FORK`, a ``fork_id`` that can name them) and refused as the
+    server refuses them, on every transport."""
+    try:
+        return ForkRequest.model_validate({"n": n, "fork_id": fork_id})
+    except ValidationError as exc:
+        raise invalid_request(exc) from None

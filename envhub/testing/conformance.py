@@ -10,9 +10,10 @@ authors of a new transport run it over the shipped environments.
 The checks need nothing of the environment beyond its tool schemas: every step they take
 is a malformed or unknown tool call (which every environment must answer with an error
 observation) or a final answer, so they work on any environment and leave its state
-alone. Every session a check opens is aborted when the check ends, passed or not. Each
-check has its own time limit, so a transport that hangs fails that check instead of the
-run.
+alone; the fork check alone steps real calls, a short prefix of the task's gold
+solution (``fork_prefix``), since a fork must carry the state they leave. Every session
+a check opens is aborted when the check ends, passed or not. Each check has its own time
+limit, so a transport that hangs fails that check instead of the run.
 """
 
 from __future__ import annotations
@@ -25,13 +26,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from dataclasses import dataclass, field
 from typing import Any
 
-from envhub.errors import InvalidRequest, SessionClosed, SessionError, TaskNotFound
+from envhub.errors import (
+    InvalidRequest,
+    NotDeterministic,
+    SessionClosed,
+    SessionError,
+    TaskNotFound,
+)
 from envhub.policies.reference import ReferencePolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.task import GoldCall, Task
 from envhub.testing.hostile import deeply_nested_json
-from envhub.types import CloseResult, EnvironmentInfo, SessionInfo, StepResult, ToolCall
+from envhub.types import (
+    MAX_FORK,
+    CloseResult,
+    EnvironmentInfo,
+    SessionInfo,
+    StepResult,
+    ToolCall,
+)
 
 __all__ = [
     "CHECKS",
@@ -85,11 +99,13 @@ class _Context:
     answers (fetched once, lazily, so a broken ``info`` fails the checks that need it)."""
 
     def __init__(
-        self, client: EnvironmentClient, task_ids: Sequence[str] | None, malformed_tool: str | None
+        self, client: EnvironmentClient, task_ids: Sequence[str] | None, malformed_tool: str | None,
+        fork_prefix: Sequence[GoldCall] | None = None,
     ) -> None:
         self.client = client
         self._task_ids = list(task_ids) if task_ids is not None else None
         self.malformed_tool = malformed_tool
+        self.fork_prefix = fork_prefix
         self._info: EnvironmentInfo | None = None
 
     async def info(self) -> EnvironmentInfo:
@@ -572,6 +588,106 @@ async def _check_sessions_independent(ctx: _Context) -> None:
         assert not (await second.info()).closed, "closing one session closed the other"
 
 
+_FORK_PREFIX = 2  # gold calls the fork check steps before forking, at most
+
+
+async def _fork_turns(ctx: _Context, task_id: str) -> tuple[list[ToolCall], ToolCall]:
+    """The fork check's prefix (one call per turn) and the probe after it: the caller's
+    ``fork_prefix``, else the task's gold calls but the last, up to two, where the client
+    gives the task; the probe is the next gold call (an unknown tool when there is none)."""
+    gold = list(ctx.fork_prefix) if ctx.fork_prefix is not None else None
+    if gold is None:
+        try:
+            gold = (await ctx.client.task(task_id)).gold_actions
+        except NotImplementedError:
+            gold = []
+    prefix = gold[: min(_FORK_PREFIX, max(len(gold) - 1, 0))]
+    calls = [ToolCall(id=f"prefix-{i}", name=g.name, arguments=g.arguments)
+             for i, g in enumerate(prefix)]
+    rest = gold[len(prefix):]
+    probe = (ToolCall(id="probe", name=rest[0].name, arguments=rest[0].arguments) if rest
+             else ToolCall(id="probe", name="no_such_tool_probe"))
+    return calls, probe
+
+
+def _answer(result: StepResult) -> tuple[object, ...]:
+    """What a step's answer says about the episode (no timings, no ids)."""
+    return (
+        [(o.name, o.content, o.is_error, o.truncated) for o in result.observations],
+        result.done, result.stop_reason, result.reward, result.user_messages,
+    )
+
+
+async def _check_fork(ctx: _Context) -> None:
+    """fork(3) after a short prefix: each child answers the next call as a fresh episode
+    driven through the same prefix does; children go their own ways; ending the parent
+    (an abort: no reward to wait for) leaves them usable; a repeated fork_id gives the
+    same children; an ended session and n past MAX_FORK are refused. An environment may
+    refuse to fork with
+    NotDeterministic (MiniWoB's pages follow the clock): then the parent must be where
+    it was and go on answering."""
+    task_id = await ctx.task_id()
+    prefix, probe = await _fork_turns(ctx, task_id)
+
+    async def oracle() -> tuple[object, ...]:
+        async with ctx.session(task_id) as fresh:
+            for call in prefix:
+                await fresh.step([call])
+            return _answer(await fresh.step([probe]))
+
+    async with ctx.session(task_id) as parent:
+        for call in prefix:
+            await parent.step([call])
+        fork_id = f"conformance-{uuid.uuid4().hex[:12]}"
+        fresh = asyncio.ensure_future(oracle())  # beside the fork: sandboxes, browsers wait
+        try:
+            children = await parent.fork(3, fork_id=fork_id)
+        except BaseException as exc:
+            fresh.cancel()
+            with contextlib.suppress(BaseException):
+                await fresh
+            if not isinstance(exc, NotDeterministic):
+                raise
+            turns = (await parent.info()).metrics.turns
+            assert turns == len(prefix), f"a refused fork left the parent at turn {turns}"
+            answered = await parent.step([probe])
+            assert [o.tool_call_id for o in answered.observations] == [probe.id], (
+                "after a refused fork the parent does not answer"
+            )
+            return
+        try:
+            expected = await fresh
+            ids = [child.session_id for child in children]
+            assert len(set(ids)) == 3 and parent.session_id not in ids, f"children ids {ids}"
+            for child in children:
+                status = await child.info()
+                assert status.metrics.turns == len(prefix) and not status.closed, (
+                    f"a child starts at turn {status.metrics.turns} (closed={status.closed}), "
+                    f"not the parent's {len(prefix)}"
+                )
+            assert _answer(await children[0].step([probe])) == expected, (
+                "a child answered the next call otherwise than a fresh episode driven "
+                "through the same prefix"
+            )
+            await children[1].step([_unknown_call()])
+            turns = (await children[2].info()).metrics.turns
+            assert turns == len(prefix), f"a sibling's steps counted {turns} turns in another"
+            same = await parent.fork(3, fork_id=fork_id)
+            assert [c.session_id for c in same] == ids, "a repeated fork_id gave other children"
+            await _expect_error(children[2].fork(MAX_FORK + 1), InvalidRequest,
+                                f"fork({MAX_FORK + 1})")
+            await parent.abort()  # no reward to wait for: the parent ends all the same
+            for child in children[1:]:
+                assert _answer(await child.step([probe]))[0] == expected[0], (
+                    "after the parent closed, a child answered the next call otherwise"
+                )
+            await _expect_error(parent.fork(1), SessionClosed, "fork of an ended session")
+        finally:
+            for child in children:
+                with contextlib.suppress(Exception):
+                    await child.abort()
+
+
 Check = Callable[[_Context], Awaitable[None]]
 
 #: every check by name, in the order they run (``skip`` takes these names)
@@ -596,6 +712,7 @@ CHECKS: dict[str, Check] = {
     "context_manager": _check_context_manager,
     "seeded_open": _check_seeded_open,
     "sessions_independent": _check_sessions_independent,
+    "fork": _check_fork,
 }
 
 
@@ -604,6 +721,7 @@ async def run_conformance(
     *,
     task_ids: Sequence[str] | None = None,
     malformed_tool: str | None = None,
+    fork_prefix: Sequence[GoldCall] | None = None,
     skip: Collection[str] = (),
     check_timeout_s: float = 300.0,
 ) -> ConformanceReport:
@@ -611,13 +729,16 @@ async def run_conformance(
 
     ``task_ids``: the tasks sessions are opened on (the lifecycle check runs on each;
     default: the first listed task). ``malformed_tool``: the tool the malformed calls
-    name (default: the first). A check failing or raising, or running past
+    name (default: the first). ``fork_prefix``: the gold calls whose first ones (up to
+    two, but the last) the fork check steps before forking, and whose next one probes
+    the children (default: the task's own, where the client gives tasks; a remote
+    client's caller passes them). A check failing or raising, or running past
     ``check_timeout_s``, is recorded and the next one runs.
     """
     unknown = set(skip) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown check(s) {sorted(unknown)}; checks: {', '.join(CHECKS)}")
-    ctx = _Context(client, task_ids, malformed_tool)
+    ctx = _Context(client, task_ids, malformed_tool, fork_prefix)
     report = ConformanceReport(env=str(getattr(client, "name", type(client).__name__)))
     for name, check in CHECKS.items():
         if name in skip:
@@ -640,12 +761,14 @@ async def check_client_conformance(
     *,
     task_ids: Sequence[str] | None = None,
     malformed_tool: str | None = None,
+    fork_prefix: Sequence[GoldCall] | None = None,
     skip: Collection[str] = (),
     check_timeout_s: float = 300.0,
 ) -> ConformanceReport:
     """:func:`run_conformance`, raising ``AssertionError`` that lists every failed check."""
     report = await run_conformance(
-        client, task_ids=task_ids, malformed_tool=malformed_tool, skip=skip,
+        client, task_ids=task_ids, malformed_tool=malformed_tool, fork_prefix=fork_prefix,
+        skip=skip,
         check_timeout_s=check_timeout_s,
     )
     if not report.ok:

@@ -82,6 +82,12 @@ class _BrokenSession:
     async def info(self) -> SessionInfo:
         return await self._inner.info()
 
+    async def fork(self, n: int = 1, *, fork_id: str | None = None) -> list[SessionHandle]:
+        children = await self._inner.fork(n, fork_id=fork_id)
+        if self._fault == "fork_shares_state":  # every child is the parent itself
+            return [self] * n
+        return [_BrokenSession(child, self._fault, self._tools) for child in children]
+
     async def __aenter__(self) -> SessionHandle:
         return self
 
@@ -144,10 +150,11 @@ FAULTS = {
     "any_session_id": {"client_session_id", "bad_session_id"},
     "untyped_step_errors": {"malformed_step"},
     "abort_scores": {"close_after_abort"},
+    "fork_shares_state": {"fork"},
     "malformed_raises": {
         "lifecycle", "final_answer", "malformed_calls", "hostile_arguments", "call_forms",
         "request_id_replay", "abort", "malformed_step", "session_info", "context_manager",
-        "sessions_independent",
+        "sessions_independent", "fork",
     },
 }  # fmt: skip
 

@@ -23,6 +23,7 @@ import envhub.clients.remote
 from envhub.clients.remote import RemoteEnvironment
 from envhub.protocol import EnvironmentClient
 from envhub.server import create_app
+from envhub.task import GoldCall, Task
 from envhub.testing import serve_in_thread
 from envhub.testing.conformance import CHECKS, check_client_conformance
 from tests.images.conftest import docker_problem
@@ -35,6 +36,16 @@ def _swe_ci_task() -> list[str]:
     from envhub_swe.instances import load_instances
 
     return [next(t.id for t in load_instances() if t.metadata["repo"] == "pypi/inflection")]
+
+
+def _swe_fork_prefix(task: Task) -> list[GoldCall]:
+    """A new file appended to, then read as the probe: the working tree a fork carries.
+    Its name is a test file's, which grading leaves out, so the sessions the check ends
+    (over HTTP and WebSocket an abort is a close) score an empty change at once; the gold
+    edit would make each of them run the repository's tests."""
+    probe = "test_envhub_fork_probe.py"
+    return [GoldCall(name="bash", arguments={"command": f"echo '# forked' >> {probe}"}),
+            GoldCall(name="bash", arguments={"command": f"cat {probe}"})]
 
 
 def _chromium_problem() -> str | None:
@@ -55,6 +66,7 @@ class Case:
     options: dict[str, Any] = field(default_factory=dict)
     task_ids: Callable[[], list[str] | None] = lambda: None
     problem: Callable[[], str | None] = lambda: None  # why it cannot run here, if so
+    fork_prefix: Callable[[Task], list[GoldCall]] = lambda task: task.gold_actions
 
     def local(self) -> envhub.LocalEnvironment:
         return envhub.make(self.env, **self.options)
@@ -64,9 +76,10 @@ CASES = {
     "calc": Case("calc"),
     "sql": Case("sql"),
     "search": Case("search"),
-    "swe-local": Case("swe", {"sandbox": "local"}, task_ids=_swe_ci_task),
+    "swe-local": Case("swe", {"sandbox": "local"}, task_ids=_swe_ci_task,
+                      fork_prefix=_swe_fork_prefix),
     "swe-docker": Case("swe", {"sandbox": "docker"}, task_ids=_swe_ci_task,
-                       problem=docker_problem),
+                       problem=docker_problem, fork_prefix=_swe_fork_prefix),
     "web-text": Case("web", {"mode": "text"}),
     "web-browser": Case("web", {"mode": "browser"}, problem=_chromium_problem),
     "miniwob": Case("miniwob", problem=_chromium_problem),
@@ -114,8 +127,11 @@ async def test_client_conforms(
         monkeypatch.setattr(envhub.clients.remote, "_TASK_PAGE", 100)  # listings span several pages
         client = RemoteEnvironment(request.getfixturevalue("server_url"), case.env,
                                    transport=transport)  # fmt: skip
+    task_ids = case.task_ids()
+    gold = await case.local().task(task_ids[0] if task_ids else (await client.task_ids())[0])
     try:
-        report = await check_client_conformance(client, task_ids=case.task_ids())
+        report = await check_client_conformance(client, task_ids=task_ids,
+                                                fork_prefix=case.fork_prefix(gold))
         if transport != "local":
             await _answers_as_in_process(client, case)
     finally:

@@ -251,6 +251,20 @@ class BfclEnv(Environment):
             worker.kill()
         return Verdict(**json.loads(reply))
 
+    async def snapshot(self) -> dict[str, Any]:
+        """What BFCL scores (the recorded calls), the user turn reached and the tools in
+        force, copied. A multi-turn episode's backends live in a worker process: a child
+        gets a worker of its own that replays the calls the backends ran (the restart a
+        killed worker gets, :meth:`_live_backends`), which runs BFCL's classes only, with
+        no session, observation check or tool timeout per call."""
+        return self.copied_state("_tools", "_turn", "_history", "calls", "turns",
+                                 shared=("_entry",))
+
+    async def restore(self, state: object) -> None:
+        self.restore_copied(state)
+        if kind_of(self.category) == "multi_turn":
+            self._backends = await Worker.start(LiveBackends, self._entry, tuple(self._history))
+
     async def close(self) -> None:
         """Stop the episode's backends (their worker exits with its socket anyway), and
         a replacement still starting."""

@@ -56,6 +56,14 @@ class CalcEnv(Environment):
         self.submitted = str(value)
         return "answer recorded"
 
+    async def snapshot(self) -> dict[str, Any]:
+        """The episode is the task and the submitted answer: a fork copies them (O(1) in
+        the episode's length, where a replay would rerun every calculation)."""
+        return self.copied_state("submitted")
+
+    async def restore(self, state: object) -> None:
+        self.restore_copied(state)
+
     def reward(self) -> Reward:
         answered = self.submitted is not None
         correct = (

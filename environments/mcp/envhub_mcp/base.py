@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import mcp_types
 
 from envhub import Budgets, Environment, Reward, Task, ToolSpec, tool
-from envhub.errors import EnvironmentFailure
+from envhub.errors import EnvironmentFailure, NotDeterministic
 from envhub.types import Message
 from envhub_mcp.connection import ServerConnection, ServerToolError, mcp_loop
 from envhub_mcp.scoring import CallRecord, Scorer
@@ -201,6 +201,21 @@ class MCPEnvironment(Environment):
         """
         self.submitted = value
         return "answer recorded"
+
+    async def snapshot(self) -> object | None:
+        """``None``: a fork replays the episode's calls against a fresh server (its own
+        process and working directory) or a shared one (declared stateless), and the
+        session checks every answer, so a server that answers otherwise (a clock, a
+        random id) fails the fork with :class:`~envhub.errors.NotDeterministic`. Refused
+        at once for a server reached by URL that is not declared stateless: it keeps its
+        own state, and a replay would run the episode's calls on it a second time."""
+        if isinstance(self.server(), HttpServer) and not self.shared_server:
+            raise NotDeterministic(
+                f"{self.name} cannot fork: its MCP server is reached by URL and keeps its "
+                "own state, so replaying this episode would run its calls on it again "
+                "(declare a stateless server with shared_server=True to fork by replay)"
+            )
+        return None
 
     def reward(self) -> Reward:
         return self.scorer.score(self.task, self.transcript, self.submitted)

@@ -21,7 +21,7 @@ import pytest
 
 import envhub
 from envhub import ToolCall
-from envhub.errors import SandboxError
+from envhub.errors import NotDeterministic, SandboxError
 from envhub.policies.base import Completion, GenerateRequest
 from envhub.policies.reference import ReferencePolicy
 from envhub.testing import call_tool, check_environment, serve_in_thread
@@ -222,3 +222,26 @@ async def test_streamable_http_server(http_server: str, tasks_file: Path) -> Non
             assert (await session.close()).reward == 1.0
     finally:
         await env.aclose()
+
+
+async def test_a_stateful_server_at_a_url_refuses_to_fork(
+    http_server: str, tasks_file: Path
+) -> None:
+    """A server reached by URL keeps its own state: a replay would run the calls on it
+    again, so the fork is refused up front; declared stateless, it forks by replay."""
+    for shared, forks in ((False, False), (True, True)):
+        env = envhub.make("mcp", url=http_server, tasks=str(tasks_file), shared_server=shared)
+        try:
+            async with env.open("count-1") as session:
+                await call_tool(session, "word_count", text="one two three")
+                if not forks:
+                    with pytest.raises(NotDeterministic, match="reached by URL"):
+                        await session.fork(1)
+                    continue
+                (child,) = await session.fork(1)
+                counted = await call_tool(child, "word_count", text="a b")
+                assert counted.observations[0].content == "2"
+                assert (await child.info()).metrics.turns == 2
+                await child.close()
+        finally:
+            await env.aclose()

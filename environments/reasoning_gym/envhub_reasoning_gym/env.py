@@ -229,6 +229,17 @@ class ReasoningGymEnv(Environment):
             info["score_error"] = outcome.error
         return self.rubric.score({"score": outcome.score or 0.0, "answered": 1.0}, **info)
 
+    async def snapshot(self) -> dict[str, Any] | None:
+        """The generated entry and the submitted answer, copied; ``None`` (a fork by
+        replay) once the ``python`` tool has started a sandbox, whose files a program may
+        have left for the next one."""
+        if self.sandbox is not None:
+            return None
+        return self.copied_state("submitted", shared=("entry",))
+
+    async def restore(self, state: object) -> None:
+        self.restore_copied(state)
+
     async def close(self) -> None:
         if self.sandbox is not None:
             sandbox, self.sandbox = self.sandbox, None

@@ -129,6 +129,14 @@ class SearchEnv(Environment):
         self.submitted = text
         return "answer recorded"
 
+    async def snapshot(self) -> dict[str, Any]:
+        """The passages seen and the answer, copied; the index is shared by every episode
+        of these options (read-only), so a fork is O(1) in the episode's length."""
+        return self.copied_state("submitted", "seen")
+
+    async def restore(self, state: object) -> None:
+        self.restore_copied(state)
+
     def reward(self) -> Reward:
         prediction = self.submitted if self.submitted is not None else (self.final_answer or "")
         golds = self.task.answer if isinstance(self.task.answer, list) else [str(self.task.answer)]

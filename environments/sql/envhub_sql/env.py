@@ -188,6 +188,22 @@ class SqlEnv(Environment):
             return f"Submission recorded but invalid: {submission.error}"
         return f"Submission recorded ({len(submission.rows)} rows)."
 
+    # -- forking ----------------------------------------------------------------------------
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The database, by reference, and the submission. Nothing an episode does can
+        change its database (opened read-only, ``query_only``, and an authorizer that
+        allows only reads: :mod:`envhub_sql.connection`), so a child shares the file
+        instead of taking a copy with sqlite's backup API, which would cost a pass over
+        the database and give the same bytes; the fork is O(1) in the episode's length
+        and in the database's size. Each child opens its own connection and executor."""
+        return self.copied_state("submission", shared=("database",))
+
+    async def restore(self, state: object) -> None:
+        self.restore_copied(state)
+        assert self.database is not None, "snapshot() runs after reset()"
+        self.executor = make_executor(self.database.path, self.sandbox)
+
     # -- scoring ----------------------------------------------------------------------------
 
     def reward(self) -> Reward:

@@ -25,6 +25,15 @@ from envhub_swe.testrun import DiffError, apply_patch, non_test_diff, run_tests,
 __all__ = ["SweEnv"]
 
 WORKDIR = "/work"
+
+#: what a fork carries: the working tree against HEAD (through a copy of the index, so the
+#: episode's own staging is untouched) and the staged change
+_SNAPSHOT_DIFFS = {
+    "tree": 'i=$(mktemp) && cp .git/index "$i" && GIT_INDEX_FILE="$i" git add -A && '
+            'GIT_INDEX_FILE="$i" git -c core.quotepath=off diff --cached --binary HEAD; '
+            's=$?; rm -f "$i"; exit $s',
+    "staged": "git -c core.quotepath=off diff --cached --binary HEAD",
+}
 #: the -rA summary is long; the model sees its tail (failures are listed there)
 RUN_TESTS_TAIL_CHARS = 6000
 
@@ -243,6 +252,50 @@ class SweEnv(Environment):
         """Submit the current state of the repository as your fix; this ends the episode."""
         self.submitted = True
         return "Submitted; your change will now be graded."
+
+    # -- forking ------------------------------------------------------------------------
+
+    async def snapshot(self) -> dict[str, Any] | None:
+        """The episode's change to the repository as two binary git diffs against the
+        task's base commit: the working tree (untracked files included, through a
+        throwaway index) and what is staged. A child gets a fresh sandbox at the base
+        commit (the warm pool's, as any episode) and applies them: the cost is the
+        size of the change, whatever the prefix ran (a replay would run every command
+        and test run again), on every backend alike (a ``docker commit`` would copy the
+        whole container layer and leave an image to collect).
+
+        What a diff cannot carry is not: files git ignores (build output, caches) and
+        anything outside the repository (``/tmp``, installed packages). ``None``, a fork
+        by replay, when the history moved (a commit, a checkout) or the change is larger
+        than the sandbox's output limit."""
+        sb = self._sandbox()
+        assert self.instance is not None
+        head = await sb.exec("git rev-parse HEAD", timeout=60)
+        if not head.ok or head.stdout.strip() != self.instance.base_commit:
+            return None
+        diffs = {}
+        for name, command in _SNAPSHOT_DIFFS.items():
+            result = await sb.exec(command, timeout=120)
+            if not result.ok or result.stdout_truncated:
+                return None
+            diffs[name] = result.stdout
+        return self.copied_state("submitted", shared=("instance",)) | {"diffs": diffs}
+
+    async def restore(self, state: object) -> None:
+        assert isinstance(state, dict)
+        self.restore_copied(state)
+        assert self.instance is not None
+        self.sb = await self._fresh(self.instance)
+        self.editor = Editor(self.sb, WORKDIR if self.backend != "local" else ".")
+        for name, flags in (("tree", ""), ("staged", " --cached")):
+            patch = state["diffs"][name]
+            if not patch:
+                continue
+            applied = await self.sb.exec(f"git apply --binary{flags} -", timeout=120,
+                                         stdin=patch.encode())
+            if not applied.ok:
+                raise SandboxError(f"a fork could not apply the parent's {name} diff: "
+                                   f"{applied.stderr.strip()[-500:]}")
 
     # -- reward -------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import asyncio
 from typing import ClassVar
 
 from envhub import Budgets, Reward, Task, TaskSet
-from envhub.errors import EnvironmentFailure, InvalidRequest
+from envhub.errors import EnvironmentFailure, InvalidRequest, NotDeterministic
 from envhub.types import Message
 from envhub_web.server import get_site, miniwob_html_dir
 from envhub_web.tab import NAV_TIMEOUT_S
@@ -112,6 +112,15 @@ class MiniWobEnv(BrowsingEnv):
         if self.outcome is not None:
             text += f"\n\nThe task has ended (MiniWoB raw reward {self.outcome[0]:g}); call finish."
         return text
+
+    async def snapshot(self) -> object | None:
+        """Refused: MiniWoB's pages show a reward that decays with the seconds the episode
+        took (and some tasks a countdown), so no replay reproduces what the model saw,
+        and a browser page's state cannot be copied."""
+        raise NotDeterministic(
+            "miniwob cannot fork: its pages depend on the wall clock (the reward shown "
+            "decays with time), so a replay cannot reproduce the episode"
+        )
 
     def reward(self) -> Reward:
         if self.outcome is None:

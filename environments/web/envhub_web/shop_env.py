@@ -16,6 +16,7 @@ from envhub_web.server import Site, get_site
 from envhub_web.shop_tasks import generate_shop_tasks, goal_of, shop_split_counts
 from envhub_web.state import COOKIE, CartLine
 from envhub_web.tab import NAV_TIMEOUT_S
+from envhub_web.text_tab import TextTab
 from envhub_web.tools import BrowsingEnv
 
 __all__ = ["WebShopEnv"]
@@ -92,6 +93,32 @@ class WebShopEnv(BrowsingEnv):
         page = await self.observe()
         messages[-1]["content"] = f"{messages[-1]['content']}\n\nCurrent page:\n{page}"
         return messages
+
+    async def snapshot(self) -> dict[str, Any] | None:
+        """Text mode: the page as the tab holds it (filled fields included), its history,
+        and the session's cart and orders, copied; each child gets a token of its own
+        with that cart and orders, and a tab of its own on that page, so no request is
+        made (a replay would reload every page, and order numbers, counted per site,
+        would come out different). Browser mode: ``None``, a fork by replay (a
+        browser page's state cannot be copied)."""
+        if self.mode != "text" or self.site is None:
+            return None
+        assert isinstance(self.tab, TextTab)
+        state = self.copied_state("answer", "_steps", shared=("site",))
+        state["shop"] = self.site.store.copy_state(self.token)
+        state["view"] = self.tab.view()
+        return state
+
+    async def restore(self, state: object) -> None:
+        assert isinstance(state, dict)
+        self.restore_copied(state)
+        assert self.site is not None
+        self.token = self.site.store.new_token()
+        self.site.store.adopt(self.token, state["shop"])
+        tab = await self.open_tab({COOKIE: self.token}, self.site.base_url)
+        assert isinstance(tab, TextTab)
+        tab.show(state["view"])
+        self.tab = tab
 
     def reward(self) -> Reward:
         goal_data = goal_of(self.task)

@@ -71,6 +71,17 @@ class SessionStore:
             state = self._states.get(token)
             return list(state.orders) if state else []
 
+    def copy_state(self, token: str) -> ShopState:
+        """A copy of ``token``'s cart and orders (a fork's snapshot of them)."""
+        with self._lock:
+            state = self._states.get(token) or ShopState()
+            return ShopState(cart=list(state.cart), orders=list(state.orders))
+
+    def adopt(self, token: str, state: ShopState) -> None:
+        """Give ``token`` (a fork's child) its own copy of ``state``."""
+        with self._lock:
+            self._states[token] = ShopState(cart=list(state.cart), orders=list(state.orders))
+
     def drop(self, token: str) -> None:
         with self._lock:
             self._states.pop(token, None)

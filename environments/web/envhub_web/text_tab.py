@@ -8,6 +8,7 @@ rendered sites like MiniShop; ``scroll`` is a no-op because the whole page is sh
 
 from __future__ import annotations
 
+import copy
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import httpx
@@ -173,6 +174,17 @@ class TextTab:
         else:
             parts = urlsplit(url)
             await self._request("GET", urlunsplit(parts._replace(query=urlencode(fields))))
+
+    def view(self) -> tuple[Page | None, list[str]]:
+        """A copy of the page (filled fields included) and the history: a fork's
+        snapshot of the tab."""
+        return copy.deepcopy(self.page), list(self._history)
+
+    def show(self, view: tuple[Page | None, list[str]]) -> None:
+        """Take over a :meth:`view` (a copy of it), as a fork's child does, with no
+        request made."""
+        page, history = view
+        self.page, self._history = copy.deepcopy(page), list(history)
 
     async def observe(self) -> str:
         if self.page is None:
