@@ -40,6 +40,7 @@ from envhub.hub.card import Card, read_card
 from envhub.registry import CORE_DISTRIBUTION
 
 __all__ = [
+    "MAX_PAGE_BYTES",
     "MAX_WHEEL_BYTES",
     "IndexFile",
     "PackageIndex",
@@ -50,6 +51,11 @@ __all__ = [
 
 MAX_WHEEL_BYTES = 256 << 20
 """The largest wheel downloaded to read its card (256 MiB)."""
+
+MAX_PAGE_BYTES = 128 << 20
+"""The largest simple API page read (128 MiB): an index is untrusted, and one answering
+without end must not fill this machine's memory. PyPI's whole project list, the largest
+page a real index serves, is a few tens of MiB."""
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, text/html;q=0.1"
 _JSON = "application/vnd.pypi.simple.v1+json"
@@ -127,6 +133,16 @@ class _Anchors(HTMLParser):
             self._href = None
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """An index's answer to a GET: what :meth:`PackageIndex._page` reads of it."""
+
+    status: int
+    content_type: str
+    body: bytes
+    encoding: str
+
+
 class PackageIndex:
     """The simple API at ``url`` (e.g. ``http://127.0.0.1:8080/simple/``)."""
 
@@ -143,33 +159,42 @@ class PackageIndex:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _get(self, url: str, **headers: str) -> httpx.Response:
-        """``GET url``; :class:`PackageIndexError` when it cannot be reached or answers
-        an error status (a 404 is left to the caller)."""
+    def _get(self, url: str, **headers: str) -> _Answer:
+        """``GET url``, its body read up to :data:`MAX_PAGE_BYTES`; :class:`PackageIndexError`
+        when it cannot be reached, answers an error status (a 404 is left to the caller)
+        or sends more."""
         try:
-            response = self._client.get(url, headers=headers)
+            with self._client.stream("GET", url, headers=headers) as response:
+                if response.status_code >= 400 and response.status_code != 404:
+                    raise PackageIndexError(
+                        f"the package index at {redact(self.url)} answered "
+                        f"{response.status_code} {response.reason_phrase} for {redact(url)}"
+                    )
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_PAGE_BYTES:
+                        raise PackageIndexError(
+                            f"{redact(url)}: the page is over {MAX_PAGE_BYTES >> 20} MiB: not read"
+                        )
         except httpx.HTTPError as exc:
             raise PackageIndexError(
                 f"cannot reach the package index at {redact(self.url)}: "
                 f"{type(exc).__name__}: {str(exc) or 'no answer'}"
             ) from None
-        if response.status_code >= 400 and response.status_code != 404:
-            raise PackageIndexError(
-                f"the package index at {redact(self.url)} answered {response.status_code} "
-                f"{response.reason_phrase} for {redact(url)}"
-            )
-        return response
+        kind = response.headers.get("content-type", "").split(";")[0].strip()
+        return _Answer(response.status_code, kind, bytes(body), response.encoding or "utf-8")
 
     def _page(self, url: str, missing: str) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
         """A simple API page: the JSON document (PEP 691) or the HTML anchors (PEP 503);
         a 404 is :class:`PackageIndexError` with the ``missing`` message."""
-        response = self._get(url, accept=_ACCEPT)
-        if response.status_code == 404:
+        answer = self._get(url, accept=_ACCEPT)
+        if answer.status == 404:
             raise PackageIndexError(missing)
-        kind = response.headers.get("content-type", "").split(";")[0].strip()
+        kind = answer.content_type
         if kind == _JSON:
             try:
-                data = json.loads(response.content)
+                data = json.loads(answer.body)
             except (ValueError, RecursionError):
                 raise PackageIndexError(f"{redact(url)}: malformed JSON") from None
             if not isinstance(data, dict):
@@ -177,7 +202,7 @@ class PackageIndex:
             return data, []
         if kind in ("text/html", "application/vnd.pypi.simple.v1+html"):
             parser = _Anchors()
-            parser.feed(response.text)
+            parser.feed(answer.body.decode(answer.encoding, errors="replace"))
             return None, parser.anchors
         raise PackageIndexError(
             f"{redact(url)}: the index answered {kind or 'no content type'}, not a simple API page"

@@ -10,6 +10,7 @@ PEP 503 HTML, so both forms are read), serving hand-made wheels.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -51,7 +52,7 @@ CARDS: dict[str, bytes | None] = {
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The server's root: ``ok/simple/`` (the wheels above and ``sampleproject``),
     ``badhash/simple/`` (every hash wrong), ``broken/simple/`` (500s) and
-    ``garbage/simple/`` (JSON that is not)."""
+    ``garbage/simple/`` (JSON that is not) and ``endless/simple/`` (a page without end)."""
     folder = tmp_path_factory.mktemp("wheels")
     wheels = {f"envhub-rl-{name}": write_wheel(folder, f"envhub-rl-{name}", "1.0", card=card)
               for name, card in CARDS.items()}  # fmt: skip
@@ -79,6 +80,14 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 return self._answer(500, b"Internal Server Error", "text/plain")
             if mode == "garbage":
                 return self._answer(200, b'{"projects": [', json_kind)
+            if mode == "endless":  # a page that never ends: no length, chunks until cut off
+                self.send_response(200)
+                self.send_header("Content-Type", json_kind)
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    while True:
+                        self.wfile.write(b" " * 65536)
+                return None
             project = rest.removeprefix("simple").strip("/")
             if not project:
                 page = {"meta": {"api-version": "1.0"},
@@ -148,6 +157,15 @@ def test_a_bad_name_or_answer_is_an_index_error(
             hub.card(name)
     assert message in str(caught.value)
     assert isinstance(caught.value, (PackageIndexError, InvalidRequest))
+
+
+def test_a_page_without_end_is_cut_off_at_the_limit(
+    index: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("envhub.hub.index.MAX_PAGE_BYTES", 1 << 20)
+    with PackageIndex(f"{index}endless/simple/") as hub, pytest.raises(PackageIndexError) as caught:
+        hub.projects()
+    assert "the page is over 1 MiB: not read" in str(caught.value)
 
 
 @pytest.mark.parametrize(
