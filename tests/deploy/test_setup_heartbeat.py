@@ -38,7 +38,8 @@ def _setup(tmp_path: Path, pip_fails: bool = False) -> subprocess.CompletedProce
         _executable(venv / tool, "#!/bin/sh\n")
     # an empty cache: no llama.cpp that .ci/llama_server_setup.sh built, so pip builds it
     env = {**os.environ, "HEARTBEAT_S": "0.4", "PIP_LOG": str(tmp_path / "pip.log"),
-           "PATH": f"{venv}:{os.environ['PATH']}", "ENVHUB_CACHE": str(tmp_path / "cache")}  # fmt: skip
+           "PATH": f"{venv}:{os.environ['PATH']}",
+           "ENVHUB_CACHE": str(tmp_path / "cache")}  # fmt: skip
     return subprocess.run(
         ["bash", str(REPO / ".ci" / "local_llm_setup.sh"), str(tmp_path / "venv")],
         capture_output=True, text=True, timeout=60, env=env,
