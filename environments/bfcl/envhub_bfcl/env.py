@@ -37,7 +37,7 @@ from envhub_bfcl.categories import (
 from envhub_bfcl.checker import Verdict, argument_problem
 from envhub_bfcl.export import bfcl_step
 from envhub_bfcl.gold import multi_turn_gold, valid_ast_gold
-from envhub_bfcl.tools import tools_for
+from envhub_bfcl.tools import entry_tools
 from envhub_bfcl.workers import Worker
 
 __all__ = ["RECORDED", "BfclEnv"]
@@ -125,7 +125,7 @@ class BfclEnv(Environment):
     async def reset(self, task: Task) -> list[Message]:
         messages = await super().reset(task)
         self._entry = entries(self.category)[task.id]
-        self._tools = dict(tools_for(self._entry["function"]))
+        self._tools = dict(entry_tools(self.category, task.id))
         self.calls, self.turns, self._turn = [], [[]], 0
         self._history = []
         await self.close()
@@ -203,14 +203,14 @@ class BfclEnv(Environment):
         if self._turn >= len(questions):
             return None
         self.turns.append([])
-        held_out = self._entry.get("missed_function", {}).get(str(self._turn))
+        held_out = entry_tools(self.category, self.task.id, self._turn)
         if not held_out:
             return UserTurn(messages=list(questions[self._turn]))
         from bfcl_eval.constants.default_prompts import (
             DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
         )
 
-        self._tools = {**self._tools, **tools_for(held_out)}
+        self._tools = {**self._tools, **held_out}
         prompt = DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC
         return UserTurn(messages=[prompt], tools=self._tools)
 

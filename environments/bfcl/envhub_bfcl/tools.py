@@ -9,15 +9,19 @@ the model sent, so a backend that rejects a wrong type answers with its own erro
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel
 
 from envhub import ToolSpec
+from envhub_bfcl.categories import entries
 
-__all__ = ["BfclTool", "tools_for"]
+__all__ = ["BfclTool", "entry_tools", "tools_for"]
 
 #: the environment method every BFCL tool is dispatched to, as ``(tool=, arguments=)``
 FORWARD_ATTR = "call_function"
@@ -65,3 +69,15 @@ def tools_for(docs: list[dict[str, Any]]) -> dict[str, BfclTool]:
         )
         for fn in converted
     }
+
+
+@functools.lru_cache(maxsize=1024)
+def entry_tools(category: str, entry_id: str, turn: int = 0) -> Mapping[str, BfclTool]:
+    """The tools of BFCL entry ``entry_id`` (at ``turn`` > 0, the functions the entry holds
+    out until that turn; empty when none), converted once per process: the conversion
+    deep-copies every function doc, and each episode of a group (or a check's reference
+    and no-op episodes) would otherwise convert the same docs again. Read-only: a session
+    copies what it extends."""
+    entry = entries(category)[entry_id]
+    docs = entry["function"] if turn == 0 else entry.get("missed_function", {}).get(str(turn))
+    return MappingProxyType(tools_for(docs) if docs else {})
