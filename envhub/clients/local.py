@@ -174,7 +174,9 @@ class LocalEnvironment:
         (distribution, its version, the task set's hash): what
         ``GET /v1/environments/{env}`` answers for the same environment."""
         tasks = await self._task_set()
-        await asyncio.to_thread(tasks.content_hash)  # off the event loop, like the loading
+        # off the event loop, like the loading: the hash, and the entry-point scan (and
+        # plugin import) behind the distribution, which describe() then finds cached
+        await asyncio.to_thread(lambda: (tasks.content_hash(), self.distribution))
         if self._tools is None:
             await asyncio.to_thread(lambda: self.tools)
         return self.describe()
