@@ -65,14 +65,16 @@ async def train(args: argparse.Namespace) -> None:
     from envhub.rollout import stream
     from envhub.trainers.grpo import build_batch
     from envhub.trainers.hf_sampler import transformers_policy
-    from envhub.trainers.tiny import imitate_gold, smollm2_tokenizer, tiny_llama
+    from envhub.trainers.tiny import gold_vocabulary, imitate_gold, smollm2_tokenizer, tiny_llama
 
     torch.set_num_threads(args.threads)  # tiny matrices: extra threads only spin-wait
     torch.manual_seed(args.seed)
     env = envhub.make("calc", num_tasks=30)
     task_ids = args.tasks.split(",")
     tokenizer = smollm2_tokenizer()
-    model = tiny_llama(tokenizer, seed=args.seed)
+    # the tiny model reads and writes the demonstrations' tokens (and digits, operators)
+    model = tiny_llama(tokenizer, vocabulary=gold_vocabulary(tokenizer, env, task_ids),
+                       seed=args.seed)
     losses = imitate_gold(model, tokenizer, env, task_ids)
     print(f"imitation warm-up: loss {losses[0]:.2f} -> {losses[-1]:.2f}")
     policy, sampler = transformers_policy(model, tokenizer, max_new_tokens=args.max_new_tokens)

@@ -14,7 +14,9 @@ anything useful: use a real checkpoint for training.
 from __future__ import annotations
 
 import functools
+import string
 from collections import Counter
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,14 @@ from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient
 from envhub.tokens.tokenizers import load_tokenizer
 
-__all__ = ["SMOLLM2_GGUF", "smollm2_gguf_path", "smollm2_tokenizer", "tiny_llama"]
+__all__ = [
+    "SMOLLM2_GGUF",
+    "gold_vocabulary",
+    "imitate_gold",
+    "smollm2_gguf_path",
+    "smollm2_tokenizer",
+    "tiny_llama",
+]
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -66,17 +75,30 @@ def smollm2_tokenizer() -> Any:
 def tiny_llama(
     tokenizer: Any,
     *,
+    vocabulary: Iterable[int] | None = None,
     hidden_size: int = 64,
     layers: int = 2,
     heads: int = 4,
     seed: int = 0,
 ) -> Any:
-    """A randomly initialised ``LlamaForCausalLM`` over ``tokenizer``'s vocabulary."""
+    """A randomly initialised ``LlamaForCausalLM`` over ``tokenizer``'s vocabulary, or,
+    with ``vocabulary`` (for example :func:`gold_vocabulary`), a
+    :class:`~envhub.trainers.compact_vocab.CompactVocabLlama` that reads and writes only
+    those ids, the tokenizer's special tokens and its one-character tokens of printable
+    ASCII (digits, operators, punctuation: what an answer the demonstrations did not show
+    is written in): a fraction of the CPU per step, with the same token ids. Not for TRL's
+    ``GRPOTrainer``, whose fused LM head scores tokens with the head's weight directly
+    and so needs a head over the full vocabulary."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    kept = None
+    if vocabulary is not None:
+        kept = set(vocabulary) | set(tokenizer.all_special_ids)
+        for char in string.printable:
+            kept.update(tokenizer.encode(char, add_special_tokens=False))
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=len(tokenizer) if kept is None else len(kept) + 1,
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
         num_hidden_layers=layers,
@@ -84,12 +106,30 @@ def tiny_llama(
         num_key_value_heads=heads,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
+        # full-vocabulary ids, which generation compares sampled tokens with; a compact
+        # model's embedding also takes pad as its padding row, which is harmless
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(seed)
-    return LlamaForCausalLM(config)
+    if kept is None:
+        return LlamaForCausalLM(config)
+    from envhub.trainers.compact_vocab import CompactVocabLlama
+
+    return CompactVocabLlama(config, kept, len(tokenizer))
+
+
+def gold_vocabulary(
+    tokenizer: Any,
+    env: EnvironmentClient,
+    task_ids: list[str],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+) -> set[int]:
+    """The token ids of the gold episodes of ``task_ids`` as :func:`imitate_gold` renders
+    them: the vocabulary a tiny model that imitates them needs."""
+    return {token for row in _gold_rows(tokenizer, env, task_ids, tools) for token in row.input_ids}
 
 
 def gold_trajectories(env: EnvironmentClient, task_ids: list[str]) -> list[Any]:
@@ -104,6 +144,21 @@ def gold_trajectories(env: EnvironmentClient, task_ids: list[str]) -> list[Any]:
         return [await runner.run(EpisodeSpec(t, 0, t)) for t in task_ids]
 
     return run_sync(play())
+
+
+def _gold_rows(
+    tokenizer: Any, env: EnvironmentClient, task_ids: list[str], tools: list[dict[str, Any]] | None
+) -> list[Any]:
+    """The token rows of the gold episodes of ``task_ids``, rendered with ``tools``."""
+    from envhub.trainers.token_rows import trajectory_rows
+
+    trajectories = gold_trajectories(env, task_ids)
+    if tools is not None:
+        trajectories = [t.model_copy(update={"tools": tools}) for t in trajectories]
+    rows = [row for t in trajectories for row in trajectory_rows(t, tokenizer=tokenizer)]
+    if any(row.mask_reason for row in rows):
+        raise InvalidRequest(f"cannot tokenize the gold episodes: {rows[0].mask_reason}")
+    return rows
 
 
 def imitate_gold(
@@ -129,14 +184,7 @@ def imitate_gold(
     """
     import torch
 
-    from envhub.trainers.token_rows import trajectory_rows
-
-    trajectories = gold_trajectories(env, task_ids)
-    if tools is not None:
-        trajectories = [t.model_copy(update={"tools": tools}) for t in trajectories]
-    all_rows = [row for t in trajectories for row in trajectory_rows(t, tokenizer=tokenizer)]
-    if any(row.mask_reason for row in all_rows):
-        raise InvalidRequest(f"cannot tokenize the gold episodes: {all_rows[0].mask_reason}")
+    all_rows = _gold_rows(tokenizer, env, task_ids, tools)
     # a task listed k times (the learning benchmark shows each demonstration 3 times) is one
     # row weighted k: the same full-batch loss, with each distinct row's forward and
     # backward pass computed once
@@ -154,6 +202,8 @@ def imitate_gold(
         supervised[i, : n - 1] = torch.tensor(row.loss_mask[1:], dtype=torch.bool)
     ids, attention, supervised = (t.to(model.device) for t in (ids, attention, supervised))
     targets = ids[:, 1:][supervised[:, :-1]]
+    if hasattr(model, "compact"):  # a CompactVocabLlama: its decoder and head take its own ids
+        ids, targets = model.compact(ids), model.compact(targets)
     row_weight = torch.tensor(weight, dtype=torch.float32, device=model.device)
     target_weight = row_weight[:, None].expand_as(supervised)[supervised]
     torch.manual_seed(seed)
@@ -162,8 +212,8 @@ def imitate_gold(
     model.train()
     losses = []
     for _ in range(steps):
-        # logits only where a target is supervised: the 49k-token vocabulary projection
-        # of every position would cost ~15x more than the whole rest of the model
+        # logits only where a target is supervised: a 49k-token vocabulary projection of
+        # every position would cost ~15x more than the whole rest of the model
         hidden = decoder(input_ids=ids, attention_mask=attention).last_hidden_state
         logits = head(hidden[supervised])
         per_target = torch.nn.functional.cross_entropy(logits, targets, reduction="none")

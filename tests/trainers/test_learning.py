@@ -5,8 +5,9 @@ leaking across a group), which the plumbing tests cannot see.
 
 Runs ``benchmarks/learning.py`` itself (warm-up, held-out evaluation, four GRPO steps
 through ``envhub.rollout.stream`` per arm) with fixed seeds, one torch thread and
-``max_staleness`` 0, so the figures are a function of the code, not of timing. About
-nine CPU-minutes; marked slow.
+``max_staleness`` 0, so the figures are a function of the code, not of timing. The tiny
+model reads and writes only the demonstrations' tokens (``tiny_llama``'s ``vocabulary``):
+about two CPU-minutes, against five over SmolLM2's whole vocabulary; marked slow.
 """
 
 from __future__ import annotations

@@ -15,14 +15,16 @@ from tests.trainers.conftest import TRAIN_TASKS
 torch = pytest.importorskip("torch")
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["full-vocabulary", "compact-vocabulary"])
 def test_sampled_ids_and_logprobs_match_the_model(
-    calc: envhub.LocalEnvironment, tokenizer: Any
+    calc: envhub.LocalEnvironment, tokenizer: Any, compact: bool
 ) -> None:
     from envhub.trainers.hf_sampler import transformers_policy
     from envhub.trainers.loss import token_logprobs
-    from envhub.trainers.tiny import tiny_llama
+    from envhub.trainers.tiny import gold_vocabulary, tiny_llama
 
-    model = tiny_llama(tokenizer, seed=3)
+    vocabulary = gold_vocabulary(tokenizer, calc, TRAIN_TASKS) if compact else None
+    model = tiny_llama(tokenizer, vocabulary=vocabulary, seed=3)
     policy, sampler = transformers_policy(model, tokenizer, max_new_tokens=12, temperature=0.5)
     task = calc.tasks.get(TRAIN_TASKS[0])
     request = GenerateRequest(
@@ -42,6 +44,8 @@ def test_sampled_ids_and_logprobs_match_the_model(
         logits = model(input_ids=sequence).logits[0, len(expected_prompt) - 1 : -1] / 0.5
     recomputed = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
     assert completion.completion_logprobs == pytest.approx(recomputed.tolist(), abs=1e-3)
+    if compact:  # a compact model writes only what it was given
+        assert set(ids) <= set(model.kept.tolist())
     # the loss's logprobs at the sampling temperature are the behaviour logprobs, so the
     # importance ratio of an on-policy batch is 1 (unscaled, it was off by p_1 / p_0.5)
     full = torch.tensor([completion.prompt_token_ids + ids])
@@ -58,6 +62,35 @@ def test_sampled_ids_and_logprobs_match_the_model(
         logp = token_logprobs(model, full, torch.ones_like(full))[0, len(expected_prompt) :]
     assert c1.completion_logprobs == pytest.approx(logp.tolist(), abs=1e-3)
     assert not sampler.lock.locked()
+
+
+def test_a_compact_model_reads_unknown_ids_alike_and_never_writes_them(
+    calc: envhub.LocalEnvironment, tokenizer: Any
+) -> None:
+    from envhub.trainers.compact_vocab import EXCLUDED_LOGIT
+    from envhub.trainers.loss import token_logprobs
+    from envhub.trainers.tiny import gold_vocabulary, tiny_llama
+
+    vocabulary = gold_vocabulary(tokenizer, calc, TRAIN_TASKS)
+    model = tiny_llama(tokenizer, vocabulary=vocabulary, seed=3)
+    kept = set(model.kept.tolist())
+    assert vocabulary <= kept and len(kept) < len(tokenizer) // 20
+    assert model.config.vocab_size == len(tokenizer)  # its interface is the full vocabulary's
+    unknown = [i for i in range(len(tokenizer)) if i not in kept][:2]
+    prefix = sorted(vocabulary)[:5]
+    with torch.no_grad():
+        a, b = (model(input_ids=torch.tensor([[*prefix, u]])).logits[0, -1] for u in unknown)
+    assert torch.equal(a, b)  # every id outside the vocabulary reads as the one unknown row
+    excluded = torch.ones(len(tokenizer), dtype=torch.bool)
+    excluded[model.kept] = False
+    assert bool((a[excluded] == EXCLUDED_LOGIT).all()) and bool((a[~excluded] > -100).all())
+    # the loss's logprobs of kept tokens are finite and those of the rest are never taken
+    ids = torch.tensor([[*prefix, *prefix]])
+    mask = torch.tensor([[0] * 5 + [1] * 5])
+    logp = token_logprobs(model, ids, torch.ones_like(ids), loss_mask=mask)
+    assert bool(torch.isfinite(logp).all()) and bool((logp[0, 5:] < 0).all())
+    with pytest.raises(ValueError, match="computes no loss"):
+        model(input_ids=ids, labels=ids)
 
 
 def test_policy_loss_is_the_clipped_surrogate() -> None:
