@@ -123,7 +123,7 @@ def check_record(record: dict[str, Any]) -> ViewedRecord:
     ``unknown_schema_version``, ``not_a_trajectory`` or ``bad_field``) for a line the
     viewer cannot show."""
     version = record.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION or type(version) is not int:
+    if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:
         raise BadRecord(
             "unknown_schema_version",
             f"schema_version {_short(version)}: this envhub reads version {SCHEMA_VERSION} "
