@@ -99,6 +99,7 @@ __all__ = [
     "latest_records",
     "read_records",
     "read_trajectories",
+    "restore_prefix",
 ]
 
 SCHEMA_VERSION: Final = 2
@@ -450,20 +451,29 @@ def _rebuilt(path: str | Path, members: list[dict[str, Any]]) -> Iterator[dict[s
     for record in members:
         if record.get("schema_version") == 2:
             parent = whole.get(str(record.get("parent_id")))
-            turns, messages = record.get("branch_turn"), record.get("branch_message")
-            if parent is None or type(turns) is not int or type(messages) is not int:
+            if parent is None:
                 raise InvalidRequest(
                     f"{path}: tree {record.get('tree_id')!r} has a child record without "
-                    "its parent before it or without its branch point"
+                    "its parent before it"
                 )
-            record = {
-                **record,
-                "schema_version": 1,
-                "messages": parent["messages"][:messages] + list(record.get("messages") or []),
-                "turns": parent["turns"][:turns] + list(record.get("turns") or []),
-            }
+            record = restore_prefix(record, parent)
         whole[str(record.get("trajectory_id"))] = record
         yield record
+
+
+def restore_prefix(record: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
+    """A stored tree child (``schema_version`` 2) made whole with its ``parent``'s
+    (whole) record: the messages and turns before its branch point copied from it."""
+    turns, messages = record.get("branch_turn"), record.get("branch_message")
+    if type(turns) is not int or type(messages) is not int or min(turns, messages) < 0:
+        raise InvalidRequest(f"a tree child record without its branch point: {turns!r}")
+    return {
+        **record,
+        "schema_version": 1,
+        "messages": list(parent.get("messages") or [])[:messages]
+        + list(record.get("messages") or []),
+        "turns": list(parent.get("turns") or [])[:turns] + list(record.get("turns") or []),
+    }
 
 
 def _latest_offsets(path: str | Path) -> tuple[set[int], int]:
