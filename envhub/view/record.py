@@ -126,11 +126,11 @@ def check_record(record: dict[str, Any]) -> ViewedRecord:
     """The viewed fields of a parsed line; raises :class:`BadRecord` (code
     ``unknown_schema_version``, ``not_a_trajectory`` or ``bad_field``) for a line the
     viewer cannot show."""
-    version = record.get("schema_version", SCHEMA_VERSION)
+    version = record.get("schema_version", 1)  # none: written before it was recorded
     if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:
         raise BadRecord(
             "unknown_schema_version",
-            f"schema_version {_short(version)}: this envhub reads version {SCHEMA_VERSION} "
+            f"schema_version {_short(version)}: this envhub reads versions 1 to {SCHEMA_VERSION} "
             "(a newer envhub wrote it: upgrade to view it)",
         )
     if not isinstance(record.get("task_id"), str):
