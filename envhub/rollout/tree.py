@@ -78,7 +78,8 @@ class BranchRule(Protocol):
     of the current node's first turn). Asked after each step that did not end the
     episode, while the node may still branch (depth and budget allow it)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def branches(self, turns: Sequence[Turn], since: int) -> bool: ...
 
@@ -175,7 +176,7 @@ class TreeConfig:
     @property
     def leaf_bound(self) -> int:
         """The most episodes a tree can have."""
-        full = self.factor**self.depth
+        full = int(self.factor**self.depth)
         return full if self.max_leaves is None else min(full, self.max_leaves)
 
     def __post_init__(self) -> None:
