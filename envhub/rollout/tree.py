@@ -46,6 +46,7 @@ from typing import Protocol
 from envhub.errors import InvalidRequest
 from envhub.protocol import SessionHandle
 from envhub.rollout.episode import EpisodeRecord, EpisodeRunner, EpisodeSpec
+from envhub.runtime.cleanup import abort_quietly
 from envhub.trajectory import Trajectory, Turn
 from envhub.types import MAX_FORK
 
@@ -198,6 +199,7 @@ class _Tree:
     leaves: int = 1
     next_index: int = 1
     forks: list[asyncio.Task[Trajectory]] = field(default_factory=list)
+    unstarted: dict[str, SessionHandle] = field(default_factory=dict)  # forks not yet playing
 
 
 @dataclass
@@ -241,6 +243,8 @@ class TreeRunner:
             for task in tree.forks:
                 task.cancel()
             await asyncio.gather(*tree.forks, return_exceptions=True)
+            for session in tree.unstarted.values():  # cancelled before they ran: free them
+                await abort_quietly(session, "tree rollout abort")
             raise
         finally:
             members = {t: node for t, node in self._nodes.items() if node.tree is tree}
@@ -298,7 +302,13 @@ class TreeRunner:
                 env_s=record.env_s, prompt_tokens=record.prompt_tokens,
                 completion_tokens=record.completion_tokens,
             )  # fmt: skip
-            child_spec = EpisodeSpec(spec.task_id, index, spec.group_id)
-            tree.forks.append(
-                asyncio.ensure_future(self.runner.run_fork(child_spec, child, fork))
-            )
+            tree.unstarted[child_id] = fork
+            tree.forks.append(asyncio.ensure_future(
+                self._play_fork(tree, EpisodeSpec(spec.task_id, index, spec.group_id), child, fork)
+            ))  # fmt: skip
+
+    async def _play_fork(
+        self, tree: _Tree, spec: EpisodeSpec, record: EpisodeRecord, session: SessionHandle
+    ) -> Trajectory:
+        del tree.unstarted[record.trajectory_id]  # from here on the runner frees it
+        return await self.runner.run_fork(spec, record, session)

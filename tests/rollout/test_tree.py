@@ -231,3 +231,30 @@ def test_cli_refuses_bad_tree_options_in_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2 and "fixed:K" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+async def test_a_deadline_cancels_trees_in_flight_and_resume_finishes_them(
+    tmp_path: Path,
+) -> None:
+    """Trees in flight at the deadline are cancelled whole (no line of theirs written);
+    ``resume`` runs exactly those."""
+    slow = ScriptedServer(ScriptConfig(turns=calc_script(3), latency_s=0.03,
+                                       distinct_samples=True)).start()  # fmt: skip
+    env = envhub.make("calc", num_tasks=20)
+    policy = openai_policy(slow.base_url)
+    out = tmp_path / "deadline.jsonl"
+    tree = TreeConfig(make_branch_rule("every"), factor=2, depth=2)
+    try:
+        first = await run(env, policy, "train[0:6]", tree=tree, output=out, concurrency=1,
+                          time_limit_s=0.2)  # fmt: skip
+        assert first.summary.stopped == "deadline" and first.summary.missing
+        kept = list(read_records(out))
+        assert len(kept) == 4 * len({r["tree_id"] for r in kept}) < 24
+        again = await run(env, policy, "train[0:6]", tree=tree, output=out, resume=True)
+    finally:
+        await policy.aclose()
+        slow.stop()
+    assert again.summary.missing == 0 and again.summary.tree_leaves == 24
+    records = list(read_records(out))
+    assert sorted(shape(records).values()) == [(7, 4)] * 6
+    assert {r["tree_id"] for r in kept} <= {r["tree_id"] for r in records}  # kept, not rerun
