@@ -50,13 +50,29 @@ readers of older envhub versions ignore fields they do not know (pydantic's defa
 a new file still loads there. A version bump would make every older reader refuse every
 new file (the viewer refuses an unknown ``schema_version``) for no field it needs; it is
 kept for a change that old readers would misread.
+
+Trees (:mod:`envhub.rollout.tree`) are that change: ``schema_version`` 2. A tree rollout
+forks a live episode; each of its records is one root-to-leaf episode and carries
+``tree_id`` (the root's ``trajectory_id``), ``parent_id`` (the trajectory it was forked
+from; ``None`` for the root), ``branch_turn`` and ``branch_message`` (how many turns and
+messages it shares with its parent) and ``tree_size`` (how many records the tree has).
+In the file a child's record stores only its own part, ``messages[branch_message:]`` and
+``turns[branch_turn:]``, with ``schema_version`` 2 so that an older reader refuses it
+instead of reading a suffix as a whole episode; every other record keeps version 1. A
+tree's records are written together, parents first, by one write
+(:meth:`TrajectoryWriter.write_tree`). :func:`read_records`, :func:`latest_records` and
+:func:`read_trajectories` give every record whole again (version 1, its shared prefix
+copied from its parent), and skip a tree that has fewer than ``tree_size`` records (what
+a writer killed in the middle of a tree leaves; ``--resume`` runs that tree again and
+compaction drops it), so exports and trainers see full trajectories and never part of
+a tree.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
 
@@ -83,9 +99,11 @@ __all__ = [
     "latest_records",
     "read_records",
     "read_trajectories",
+    "restore_prefix",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+"""The newest record format this envhub reads (2: a tree child storing only its suffix)."""
 
 
 class EnvRef(BaseModel):
@@ -213,9 +231,11 @@ class Usage(BaseModel):
 
 
 class Trajectory(BaseModel):
-    """One episode. ``reward`` is ``None`` exactly when ``masked`` (an infra failure)."""
+    """One episode. ``reward`` is ``None`` exactly when ``masked`` (an infra failure).
+    In memory a trajectory is always whole (``schema_version`` 1); the tree fields are
+    set on a tree rollout's episodes (module docstring)."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = 1
     trajectory_id: str
     group_id: str
     task_id: str
@@ -243,6 +263,23 @@ class Trajectory(BaseModel):
     metrics: TrajectoryMetrics = Field(default_factory=TrajectoryMetrics)
     timings: Timings = Field(default_factory=Timings)
     usage: Usage = Field(default_factory=Usage)
+    tree_id: str | None = Field(
+        None, description="the tree rollout this episode belongs to: its root's trajectory_id"
+    )
+    parent_id: str | None = Field(
+        None, description="the trajectory this one was forked from (None: the tree's root)"
+    )
+    branch_turn: int | None = Field(
+        None, ge=0, description="turns shared with the parent: forked after its turn "
+        "branch_turn (counted from 1); turns[branch_turn:] are this episode's own"
+    )
+    branch_message: int | None = Field(
+        None, ge=0, description="messages shared with the parent; messages[branch_message:] "
+        "are this episode's own"
+    )
+    tree_size: int | None = Field(
+        None, ge=1, description="how many trajectories (leaves) the tree has"
+    )
 
     def turn_tools(self) -> list[list[dict[str, Any]]]:
         """The tools in force at each turn (``tools``, replaced where a turn records a
@@ -270,6 +307,17 @@ def _record_line(trajectory: Trajectory) -> bytes:
         return valid_text(text).encode() + b"\n"
 
 
+def _stored(trajectory: Trajectory) -> Trajectory:
+    """A trajectory as its file stores it: a tree child keeps its own suffix only."""
+    if trajectory.parent_id is None or trajectory.branch_turn is None:
+        return trajectory
+    return trajectory.model_copy(update={
+        "schema_version": 2,
+        "messages": trajectory.messages[trajectory.branch_message or 0:],
+        "turns": trajectory.turns[trajectory.branch_turn:],
+    })
+
+
 class TrajectoryWriter:
     """Append-only JSONL writer: one ``write`` + ``flush`` per record.
 
@@ -287,7 +335,16 @@ class TrajectoryWriter:
         _repair_tail(self._fh)
 
     def write(self, trajectory: Trajectory) -> None:
-        self._fh.write(_record_line(trajectory))
+        self._append(_record_line(trajectory))
+
+    def write_tree(self, trajectories: Sequence[Trajectory]) -> None:
+        """Append a whole tree in one write: its records in order (a parent before its
+        children), each child storing only what follows its branch point (module
+        docstring). A kill in the middle leaves a tree the readers skip as incomplete."""
+        self._append(b"".join(_record_line(_stored(t)) for t in trajectories))
+
+    def _append(self, data: bytes) -> None:
+        self._fh.write(data)
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())
@@ -356,42 +413,109 @@ def _lines(path: str | Path) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
 
 
 def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Raw records of a trajectory file, in file order; a torn last line is skipped.
+    """Records of a trajectory file, in file order, each whole (a tree child's shared
+    prefix restored, a tree only once all its records are read, an incomplete tree
+    skipped: module docstring); a torn last line is skipped.
 
     Raises :class:`InvalidRequest` for a bad line that is not the last one: that is
     corruption, not a crash mid-write, and must not pass silently.
     """
-    for _, _, record in _lines(path):
+    return _whole(path, (record for _, _, record in _lines(path)))
+
+
+def _whole(path: str | Path, records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """``records`` with each tree's held back until it is complete, then given whole."""
+    trees: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        tree_id = record.get("tree_id")
+        if tree_id is None:
+            yield record
+            continue
+        members = trees.setdefault(str(tree_id), [])
+        members.append(record)
+        if len(members) >= _tree_size(path, record):
+            del trees[str(tree_id)]
+            yield from _rebuilt(path, members)
+
+
+def _tree_size(path: str | Path, record: dict[str, Any]) -> int:
+    size = record.get("tree_size")
+    if type(size) is not int or size < 1:
+        raise InvalidRequest(f"{path}: a tree record without a valid tree_size: {size!r}")
+    return size
+
+
+def _rebuilt(path: str | Path, members: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """A complete tree's records, each child's shared prefix copied from its parent."""
+    whole: dict[str, dict[str, Any]] = {}
+    for record in members:
+        if record.get("schema_version") == 2:
+            parent = whole.get(str(record.get("parent_id")))
+            if parent is None:
+                raise InvalidRequest(
+                    f"{path}: tree {record.get('tree_id')!r} has a child record without "
+                    "its parent before it"
+                )
+            record = restore_prefix(record, parent)
+        whole[str(record.get("trajectory_id"))] = record
         yield record
 
 
+def restore_prefix(record: dict[str, Any], parent: dict[str, Any]) -> dict[str, Any]:
+    """A stored tree child (``schema_version`` 2) made whole with its ``parent``'s
+    (whole) record: the messages and turns before its branch point copied from it."""
+    turns, messages = record.get("branch_turn"), record.get("branch_message")
+    if type(turns) is not int or type(messages) is not int or min(turns, messages) < 0:
+        raise InvalidRequest(f"a tree child record without its branch point: {turns!r}")
+    return {
+        **record,
+        "schema_version": 1,
+        "messages": list(parent.get("messages") or [])[:messages]
+        + list(record.get("messages") or []),
+        "turns": list(parent.get("turns") or [])[:turns] + list(record.get("turns") or []),
+    }
+
+
 def _latest_offsets(path: str | Path) -> tuple[set[int], int]:
-    """Offsets of the latest record of each (task_id, sample_index), and how many records
-    the file holds in all."""
+    """Offsets of the latest record of each (task_id, sample_index) and of every record
+    of the latest complete tree of each (task_id, group_id), and how many records the
+    file holds in all."""
     latest: dict[tuple[str, int], int] = {}
+    trees: dict[str, list[int]] = {}
+    latest_tree: dict[tuple[str, str], str] = {}
     total = 0
     for at, _, record in _lines(path):
         try:
-            latest[(record["task_id"], record["sample_index"])] = at
+            tree_id = record.get("tree_id")
+            if tree_id is None:
+                latest[(record["task_id"], record["sample_index"])] = at
+            else:
+                offsets = trees.setdefault(str(tree_id), [])
+                offsets.append(at)
+                if len(offsets) == _tree_size(path, record):
+                    latest_tree[(record["task_id"], record["group_id"])] = str(tree_id)
         except (KeyError, TypeError):
             raise InvalidRequest(f"{path}: the record at byte {at} is not a trajectory") from None
         total += 1
-    return set(latest.values()), total
+    keep = set(latest.values())
+    for tree_id in latest_tree.values():
+        keep.update(trees[tree_id])
+    return keep, total
 
 
 def latest_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The latest record of each (task_id, sample_index) of a file, in file order: what a
-    resumed run's file means once its re-run episodes replace their masked records."""
+    """The latest record of each (task_id, sample_index) of a file, and the latest
+    complete tree of each tree group, in file order and whole: what a resumed run's
+    file means once its re-run episodes replace their masked records."""
     keep, _ = _latest_offsets(path)
-    for at, _, record in _lines(path):
-        if at in keep:
-            yield record
+    return _whole(path, (record for at, _, record in _lines(path) if at in keep))
 
 
 def compact_trajectories(path: str | Path) -> int:
-    """Rewrite ``path`` with only its latest record per (task_id, sample_index); returns
-    how many records were dropped. The new file replaces the old one atomically (a crash
-    leaves one or the other), and a file without repeats is not touched."""
+    """Rewrite ``path`` with only its latest record per (task_id, sample_index) and its
+    latest complete tree per tree group; returns how many records were dropped. The new
+    file replaces the old one atomically (a crash leaves one or the other), and a file
+    without repeats is not touched."""
     path = Path(path)
     keep, total = _latest_offsets(path)
     if len(keep) == total:
@@ -513,5 +637,10 @@ def _export_features() -> Any:
                 "total_s": Value("float64"),
             },
             "usage": {"prompt_tokens": Value("int64"), "completion_tokens": Value("int64")},
+            "tree_id": Value("string"),
+            "parent_id": Value("string"),
+            "branch_turn": Value("int64"),
+            "branch_message": Value("int64"),
+            "tree_size": Value("int64"),
         }
     )

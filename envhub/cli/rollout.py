@@ -133,6 +133,9 @@ def _summary_table(summary: RunSummary) -> Table:
         never, always = sum(r == 0 for r in rates), sum(r == 1 for r in rates)
         table.add_row("tasks by pass rate", f"0: {never}, between: "
                       f"{len(rates) - never - always}, 1: {always}")  # fmt: skip
+    if summary.trees is not None:
+        shape = f"{summary.trees} ({summary.tree_nodes} / {summary.tree_leaves})"
+        table.add_row("trees (nodes / leaves)", shape)
     if summary.missing:
         table.add_row("not run", f"{summary.missing} of {summary.planned} ({summary.stopped})")
     return table
@@ -172,7 +175,29 @@ def rollout_command(
                            "DAPO) and draw another in its place, up to 4 x --groups draws")
     ] = False,
     sampler_seed: Annotated[int, typer.Option(help="seed of --sampler adaptive")] = 0,
-    concurrency: Annotated[int, typer.Option(help="episodes in flight")] = 64,
+    tree: Annotated[
+        bool, typer.Option(help="tree rollouts: one tree per task, forked at the branch "
+                           "points of --branch-at (the tree is the group)")
+    ] = False,
+    branch_at: Annotated[
+        str, typer.Option(help="with --tree: where to branch: fixed:K (after K turns of a "
+                          "node) | every (after every turn) | entropy[:T] (after a turn "
+                          "whose mean surprisal is >= T nats/token, default 0.5)")
+    ] = "fixed:1",
+    branch_factor: Annotated[
+        int, typer.Option(help="with --tree: continuations per branch point (the parent "
+                          "and m-1 forks)")
+    ] = 2,
+    tree_depth: Annotated[
+        int, typer.Option(help="with --tree: branch points along any path, at most")
+    ] = 1,
+    tree_budget: Annotated[
+        int | None, typer.Option(help="with --tree: episodes (leaves) per tree, at most; a "
+                                 "fork past it is not taken")
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="episodes in flight (with --tree: trees in flight)")
+    ] = 64,
     max_turns: Annotated[int | None, typer.Option(help="assistant turns per episode")] = None,
     temperature: Annotated[
         float, typer.Option(help="sampling temperature sent with every model request")
@@ -306,6 +331,12 @@ def rollout_command(
     and the summary counts the groups kept and dropped; --resume continues the saved
     OUTPUT.sampler.json.
 
+    Trees: with --tree each task gets one tree: its episode is forked (the parent goes on
+    too, --branch-factor continuations) where --branch-at says, up to --tree-depth times
+    along a path and --tree-budget episodes per tree. Each episode is a line, a fork's
+    storing only its turns after the branch point; a tree is written whole, so --resume
+    runs again every tree that is missing or has a masked episode.
+
     SIGINT (Ctrl-C) or SIGTERM stops the run as --time-limit does: the episodes in flight
     are cancelled, OUTPUT keeps whole lines, the summary is written and printed with the
     command that resumes the run (--resume), and the exit status is 130 (SIGINT) or 143
@@ -323,6 +354,15 @@ def rollout_command(
         raise _fail(str(exc)) from None
     if sampler not in (*SAMPLERS, None):
         raise _fail(f"--sampler must be {' or '.join(SAMPLERS)}, not {sampler!r}")
+    tree_config = None
+    if tree:
+        from envhub.rollout.tree import TreeConfig, make_branch_rule
+
+        try:
+            tree_config = TreeConfig(make_branch_rule(branch_at), factor=branch_factor,
+                                     depth=tree_depth, max_leaves=tree_budget)  # fmt: skip
+        except EnvhubError as exc:
+            raise _fail(str(exc)) from None
     if env_transport not in ("ws", "http", None):
         raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
     try:
@@ -388,6 +428,7 @@ def rollout_command(
                 tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
                 sampler=sampler, sampler_seed=sampler_seed, groups=groups,
                 gates=[UniformRewardGate()] if drop_uniform_groups else [],
+                tree=tree_config,
             )  # fmt: skip
 
         with _warnings_on_stderr():

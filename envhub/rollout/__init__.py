@@ -13,6 +13,9 @@
   default; :class:`AdaptiveSampler`, difficulty-adaptive), a :class:`Gate` whether a
   finished group is kept (:class:`UniformRewardGate`: DAPO's dynamic sampling); both
   serve :func:`run` and :func:`stream` (:mod:`envhub.rollout.sampling`).
+- :class:`TreeConfig` (with a :class:`BranchRule` from :func:`make_branch_rule`) makes
+  :func:`run` and :func:`stream` roll out trees: episodes forked at branch points, the
+  tree a group (:mod:`envhub.rollout.tree`).
 - :func:`check_tasks` is ``envhub check``: reference scores 1, no-op scores 0.
 - :mod:`envhub.rollout.pins`: ``run(..., pin="==0.2.0")`` and the ``--resume`` checks
   (:class:`PinWarning` for what a resume allows but cannot vouch for).
@@ -49,9 +52,14 @@ from envhub.rollout.summary import RunSummary as RunSummary
 from envhub.rollout.summary import pass_at_k as pass_at_k
 from envhub.rollout.summary import summarize as summarize
 from envhub.rollout.tasks import select_task_ids as select_task_ids
+from envhub.rollout.tree import BranchRule as BranchRule
+from envhub.rollout.tree import TreeConfig as TreeConfig
+from envhub.rollout.tree import TreeRunner as TreeRunner
+from envhub.rollout.tree import make_branch_rule as make_branch_rule
 
 __all__ = [
     "AdaptiveSampler",
+    "BranchRule",
     "CheckFailure",
     "CheckReport",
     "CircuitBreaker",
@@ -67,11 +75,14 @@ __all__ = [
     "RolloutStream",
     "RunSummary",
     "Sampler",
+    "TreeConfig",
+    "TreeRunner",
     "TurnLoop",
     "UniformRewardGate",
     "UniformSampler",
     "check_tasks",
     "dispatch",
+    "make_branch_rule",
     "pass_at_k",
     "plan_episodes",
     "run",

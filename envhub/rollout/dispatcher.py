@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from envhub.errors import InvalidRequest
 from envhub.rollout.breaker import CircuitBreaker
@@ -27,6 +27,7 @@ from envhub.rollout.curriculum import DrawnPlan, sampler_path
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.rollout.pins import check_resume
 from envhub.rollout.summary import RunSummary, summarize
+from envhub.rollout.tree import TreeRunner
 from envhub.trajectory import (
     EnvRef,
     Trajectory,
@@ -35,7 +36,18 @@ from envhub.trajectory import (
     read_records,
 )
 
-__all__ = ["completed_pairs", "dispatch", "plan_episodes", "run_rollout", "summary_path"]
+__all__ = [
+    "Runs",
+    "completed_pairs",
+    "dispatch",
+    "episodes_of",
+    "plan_episodes",
+    "run_rollout",
+    "summary_path",
+]
+
+R = TypeVar("R", bound="Trajectory | Sequence[Trajectory]")
+R_co = TypeVar("R_co", covariant=True)
 
 
 def group_id(task_id: str, round_index: int) -> str:
@@ -58,20 +70,33 @@ def plan_episodes(
     ]
 
 
+class Runs(Protocol[R_co]):
+    """What :func:`dispatch` runs specs with: an :class:`EpisodeRunner` (one trajectory
+    per spec) or a :class:`~envhub.rollout.tree.TreeRunner` (a tree's per spec)."""
+
+    async def run(self, spec: EpisodeSpec) -> R_co: ...
+
+
+def episodes_of(result: Trajectory | Sequence[Trajectory]) -> Sequence[Trajectory]:
+    """The trajectories of a runner's result (one episode, or a tree's)."""
+    return [result] if isinstance(result, Trajectory) else result
+
+
 async def dispatch(
-    runner: EpisodeRunner,
+    runner: Runs[R],
     specs: Iterable[EpisodeSpec],
     *,
     concurrency: int,
-    on_result: Callable[[Trajectory], None],
+    on_result: Callable[[R], None],
     on_start: Callable[[EpisodeSpec], None] | None = None,
     deadline: float | None = None,
     breaker: CircuitBreaker | None = None,
     stop: asyncio.Event | None = None,
 ) -> int:
-    """Run every episode with at most ``concurrency`` in flight; returns how many ran.
+    """Run every spec with at most ``concurrency`` in flight (episodes, or trees with a
+    tree runner); returns how many ran.
 
-    ``on_result`` runs in the event loop for each finished trajectory (write it, count it);
+    ``on_result`` runs in the event loop for each finished result (write it, count it);
     it must be quick and must not raise. At ``deadline`` (a ``time.monotonic()`` value),
     or once ``stop`` is set (``envhub rollout`` sets it on SIGINT or SIGTERM), the
     episodes in flight are cancelled, which aborts their sessions, and none is recorded.
@@ -90,10 +115,11 @@ async def dispatch(
                 return
             if on_start is not None:
                 on_start(spec)
-            trajectory = await runner.run(spec)
+            result = await runner.run(spec)
             if breaker is not None:
-                breaker.record(trajectory)
-            on_result(trajectory)
+                for trajectory in episodes_of(result):
+                    breaker.record(trajectory)
+            on_result(result)
             done += 1
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
@@ -113,12 +139,17 @@ async def dispatch(
     return done
 
 
-def completed_pairs(path: str | Path, env: EnvRef) -> set[tuple[str, int]]:
+def completed_pairs(
+    path: str | Path, env: EnvRef, *, trees: bool = False
+) -> set[tuple[str, int]]:
     """(task_id, sample_index) pairs whose latest record in a trajectory file is scored:
     the ones ``--resume`` skips (a masked record is not a result, so its episode runs
-    again). A file of another environment, or written from another task set than
-    ``env``'s, is refused (:func:`envhub.rollout.pins.check_resume`)."""
+    again). With ``trees``, the (task_id, 0) pairs of the tasks whose latest complete
+    tree has no masked episode (a tree is the unit that runs again). A file of another
+    environment, or written from another task set than ``env``'s, or by the other kind
+    of run (trees or not), is refused (:func:`envhub.rollout.pins.check_resume`)."""
     masked: dict[tuple[str, int], bool] = {}
+    tree_masked: dict[str, bool] = {}
     hashes: set[str | None] = set()
     versions: set[tuple[str, str]] = set()
     for record in read_records(path):
@@ -131,7 +162,15 @@ def completed_pairs(path: str | Path, env: EnvRef) -> set[tuple[str, int]]:
         hashes.add(None if written is None else str(written))
         if ref.get("distribution") and ref.get("distribution_version"):
             versions.add((str(ref["distribution"]), str(ref["distribution_version"])))
-        masked[(record["task_id"], record["sample_index"])] = bool(record.get("masked"))
+        tree_id = record.get("tree_id")
+        if (tree_id is not None) != trees:
+            kind = "a tree rollout" if tree_id is not None else "a rollout without --tree"
+            raise InvalidRequest(f"{path} was written by {kind}: resume it the same way")
+        if tree_id is None:
+            masked[(record["task_id"], record["sample_index"])] = bool(record.get("masked"))
+            continue
+        tree_masked[tree_id] = tree_masked.get(tree_id, False) or bool(record.get("masked"))
+        masked[(record["task_id"], 0)] = tree_masked[tree_id]  # the latest tree counts
     check_resume(path, env, hashes, versions)
     return {pair for pair, was_masked in masked.items() if not was_masked}
 
@@ -155,8 +194,11 @@ async def run_rollout(
     on_result: Callable[[Trajectory], None] | None = None,
     on_plan: Callable[[int, int], None] | None = None,
     plan: DrawnPlan | None = None,
+    trees: TreeRunner | None = None,
 ) -> RunSummary:
-    """Roll out ``group_size`` samples of each task and summarize them.
+    """Roll out ``group_size`` samples of each task and summarize them (with ``trees``,
+    a tree runner over ``runner``: one tree per task, the group of its episodes, each
+    tree written whole and resumed whole, see :mod:`envhub.rollout.tree`).
 
     With ``output``, trajectories are appended to it as they finish and the summary
     covers the whole file (the latest record of each pair of the selected tasks) and is
@@ -177,9 +219,9 @@ async def run_rollout(
             raise InvalidRequest("resume needs an output file to continue")
         kept: list[Trajectory] = []
         ran, elapsed = await _run_planned(
-            runner, task_ids, set(), kept.append, group_size=group_size,
+            runner, task_ids, set(), kept.extend, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
-            on_result=on_result, on_plan=on_plan, plan=plan,
+            on_result=on_result, on_plan=on_plan, plan=plan, trees=trees,
         )  # fmt: skip
         kept_pairs = {(t.task_id, t.sample_index) for t in kept}
         summary = summarize(
@@ -201,15 +243,15 @@ async def run_rollout(
         )
     env = await runner.resolve_env_ref()
     with TrajectoryWriter(output) as writer:  # opened first: it repairs the file's end
-        skip = completed_pairs(output, env) if exists else set()
+        skip = completed_pairs(output, env, trees=trees is not None) if exists else set()
         if plan is not None:
             plan.state_path = saved
             if exists:
                 plan.resume(output)
         ran, elapsed = await _run_planned(
-            runner, task_ids, skip, writer.write, group_size=group_size,
+            runner, task_ids, skip, writer.write_tree, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
-            on_result=on_result, on_plan=on_plan, plan=plan,
+            on_result=on_result, on_plan=on_plan, plan=plan, trees=trees,
         )  # fmt: skip
     compact_trajectories(output)  # from here on, one record per pair: the latest
     wanted = set(task_ids) if plan is None else set(plan.rounds)
@@ -235,7 +277,7 @@ async def _run_planned(
     runner: EpisodeRunner,
     task_ids: list[str],
     skip: set[tuple[str, int]],
-    record: Callable[[Trajectory], None],
+    record: Callable[[Sequence[Trajectory]], None],
     *,
     group_size: int,
     concurrency: int,
@@ -245,34 +287,44 @@ async def _run_planned(
     on_result: Callable[[Trajectory], None] | None,
     on_plan: Callable[[int, int], None] | None,
     plan: DrawnPlan | None = None,
+    trees: TreeRunner | None = None,
 ) -> tuple[int, float]:
     """Dispatch the episodes not in ``skip`` (with a ``plan``: the ones it draws, in
-    rounds while dropped groups leave room for more); (how many ran, seconds it took)."""
+    rounds while dropped groups leave room for more; with ``trees``: a tree per spec),
+    ``record`` getting each episode (or each tree) whole; (how many episodes ran,
+    seconds it took)."""
     if plan is None:
         specs = plan_episodes(task_ids, group_size, skip=skip)
-        if on_plan is not None:
-            on_plan(len(task_ids) * group_size, len(task_ids) * group_size - len(specs))
+        if on_plan is not None:  # a tree's episodes: at most its leaf bound
+            per = 1 if trees is None else trees.config.leaf_bound
+            total = len(task_ids) * group_size
+            on_plan(total * per, (total - len(specs)) * per)
     else:
         specs = []  # drawn in the loop below
         done = len(skip & plan.planned_pairs())
         if on_plan is not None:
             on_plan(max(done, plan.expected_episodes()), done)
 
-    def recorded(trajectory: Trajectory) -> None:
-        record(trajectory)
-        if plan is not None:
-            plan.record(trajectory)
-        if on_result is not None:
-            on_result(trajectory)
+    ran = 0
+
+    def recorded(result: Trajectory | Sequence[Trajectory]) -> None:
+        nonlocal ran
+        episodes = episodes_of(result)
+        record(episodes)
+        ran += len(episodes)
+        for trajectory in episodes:
+            if plan is not None:
+                plan.record(trajectory)
+            if on_result is not None:
+                on_result(trajectory)
 
     started = time.perf_counter()
-    ran = 0
     while True:
         ran_now = await dispatch(
-            runner, specs if plan is None else plan.specs(), concurrency=concurrency,
-            on_result=recorded, deadline=deadline, breaker=breaker, stop=stop,
+            runner if trees is None else trees, specs if plan is None else plan.specs(),
+            concurrency=concurrency, on_result=recorded, deadline=deadline,
+            breaker=breaker, stop=stop,
         )  # fmt: skip
-        ran += ran_now
         if plan is None or not ran_now or not plan.wants_more() or _halted(
             breaker, deadline, stop
         ):

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from envhub.rollout.metrics import RolloutMetrics
 
 __all__ = [
+    "BranchHook",
     "EpisodeRecord",
     "EpisodeRunner",
     "EpisodeSpec",
@@ -113,6 +114,10 @@ class EpisodeRecord:
     env_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+
+BranchHook = Callable[["EpisodeSpec", "EpisodeRecord", SessionHandle], Awaitable[None]]
+"""Called after each step that did not end the episode (:attr:`EpisodeRunner.branch`)."""
 
 
 class TurnLoop(Protocol):
@@ -159,7 +164,9 @@ class EpisodeRunner:
     update runs; an episode whose call an ``abort-and-drop`` update ended raises
     :class:`~envhub.policies.gate.GenerationDropped` out of :meth:`run`.
     ``turn_loop`` plays each episode's turns (default: :class:`PolicyLoop`); it checks
-    ``policy`` here.
+    ``policy`` here. ``branch`` (set by a tree rollout, :mod:`envhub.rollout.tree`) is
+    awaited by :class:`PolicyLoop` after every step that did not end the episode, with
+    the live session: the point where an episode may be forked.
     """
 
     def __init__(
@@ -199,25 +206,51 @@ class EpisodeRunner:
         self._env_gives_tasks = True
         self.metrics = metrics
         self.gate: GenerationGate | None = None
+        self.branch: BranchHook | None = None
 
-    async def run(self, spec: EpisodeSpec) -> Trajectory:
-        """Run the episode to completion; never raises for env or model failures."""
+    async def run(self, spec: EpisodeSpec, *, trajectory_id: str | None = None) -> Trajectory:
+        """Run the episode to completion; never raises for env or model failures.
+        ``trajectory_id``: the id to record (default: a fresh one), so that a caller
+        can know the episode by it while it runs (a tree's branch hook)."""
+        return await self._counted(self._run(spec, trajectory_id or uuid.uuid4().hex))
+
+    async def run_fork(
+        self, spec: EpisodeSpec, record: EpisodeRecord, session: SessionHandle
+    ) -> Trajectory:
+        """Play a forked ``session`` on from ``record`` (a copy of its parent's record
+        at the fork, under the child's own id) to the end of the episode, like
+        :meth:`run`. A failure masks the episode without a retry: a fresh session would
+        not hold the parent's prefix."""
+        started = time.perf_counter()
+
+        async def play() -> Trajectory:
+            try:
+                return await self._play(spec, record, session, 1, started)
+            except GenerationDropped:
+                raise
+            except Exception as exc:
+                masked = self._failure(spec, record, 1, started, exc, final=True)
+                assert masked is not None  # final: never retried
+                return masked
+
+        return await self._counted(play())
+
+    async def _counted(self, episode: Coroutine[Any, Any, Trajectory]) -> Trajectory:
         metrics = self.metrics
         if metrics is None:
-            return await self._run(spec)
+            return await episode
         metrics.episode_started()
         trajectory: Trajectory | None = None
         try:
-            trajectory = await self._run(spec)
+            trajectory = await episode
             return trajectory
         finally:  # cancelled (deadline, closed stream): ended without a trajectory
             metrics.episode_ended(trajectory)
 
-    async def _run(self, spec: EpisodeSpec) -> Trajectory:
+    async def _run(self, spec: EpisodeSpec, trajectory_id: str) -> Trajectory:
         if self.env_ref is None:
             await self.resolve_env_ref()
         started = time.perf_counter()
-        trajectory_id = uuid.uuid4().hex
         attempt = 0
         retried: dict[str, int] = {}  # error kinds of the attempts that failed and ran again
         while True:
@@ -227,19 +260,36 @@ class EpisodeRunner:
                 return await self._attempt(spec, record, attempt, started)
             except GenerationDropped:
                 raise  # not a failure: the stream discards the episode and counts it
-            except ModelFailure as failure:
-                cause = failure.__cause__
-                kind = cause.code if isinstance(cause, EnvhubError) else "internal"
-                return self._masked(
-                    spec, record, attempt, started, "model_error", kind, str(failure)
-                )
-            except Exception as exc:  # env side: sandbox, transport, environment code
-                kind = exc.code if isinstance(exc, EnvhubError) else type(exc).__name__
-                if attempt >= self.max_env_attempts:
-                    message = f"{type(exc).__name__}: {exc}"
-                    return self._masked(spec, record, attempt, started, "env_error", kind, message)
-                retried[kind] = retried.get(kind, 0) + 1
-                await asyncio.sleep(self.env_backoff.delay(attempt - 1))
+            except Exception as exc:
+                final = attempt >= self.max_env_attempts
+                masked = self._failure(spec, record, attempt, started, exc, final=final)
+                if masked is not None:
+                    return masked
+            await asyncio.sleep(self.env_backoff.delay(attempt - 1))
+
+    def _failure(
+        self,
+        spec: EpisodeSpec,
+        record: EpisodeRecord,
+        attempt: int,
+        started: float,
+        exc: Exception,
+        *,
+        final: bool,
+    ) -> Trajectory | None:
+        """The masked trajectory of a failed attempt, or ``None`` when it is retried
+        (an environment failure while attempts remain: its kind is counted in
+        ``record.retried_errors``). A model failure is never retried."""
+        if isinstance(exc, ModelFailure):
+            cause = exc.__cause__
+            kind = cause.code if isinstance(cause, EnvhubError) else "internal"
+            return self._masked(spec, record, attempt, started, "model_error", kind, str(exc))
+        kind = exc.code if isinstance(exc, EnvhubError) else type(exc).__name__
+        if final:
+            message = f"{type(exc).__name__}: {exc}"
+            return self._masked(spec, record, attempt, started, "env_error", kind, message)
+        record.retried_errors[kind] = record.retried_errors.get(kind, 0) + 1
+        return None
 
     async def resolve_env_ref(self) -> EnvRef:
         """:attr:`env_ref`, asking the environment for its version and pins the first
@@ -272,7 +322,23 @@ class EpisodeRunner:
         record.served_by = session.served_by
         try:
             record.messages, record.tools = await _first_messages(session)
-            record.env_s += time.perf_counter() - env_started
+        except BaseException:
+            await abort_quietly(session, "rollout episode abort")
+            end_episode(self.policy, record.trajectory_id)
+            raise
+        record.env_s += time.perf_counter() - env_started
+        return await self._play(spec, record, session, attempt, started)
+
+    async def _play(
+        self,
+        spec: EpisodeSpec,
+        record: EpisodeRecord,
+        session: SessionHandle,
+        attempt: int,
+        started: float,
+    ) -> Trajectory:
+        """Play ``session`` on from ``record`` to its close, then record the episode."""
+        try:
             stop_override = await self.turn_loop.play(self, spec, record, session)
             env_started = time.perf_counter()
             closed: CloseResult = await session.close()
@@ -379,10 +445,13 @@ class PolicyLoop:
         when the runner's own turn cap (not the session's budget) stopped the episode, or
         ``"context_length"`` when the conversation outgrew the model's context."""
         task = await runner.task(spec.task_id)
-        previous_ids: list[int] | None = None
+        # a forked episode goes on from its parent's turns (a fresh one has none)
+        turn = len(record.turns)
+        previous_ids = _last_ids(record.turns[-1]) if record.turns else None
         tools = record.tools  # in force: the start's, until a user turn changes them
+        for played in record.turns:
+            tools = played.tools if played.tools is not None else tools
         changed_tools: list[dict[str, Any]] | None = None  # recorded on the next turn
-        turn = 0
         while True:
             if runner.max_turns is not None and turn >= runner.max_turns:
                 return "max_turns"
@@ -436,6 +505,8 @@ class PolicyLoop:
             turn += 1
             if result.done:
                 return None
+            if runner.branch is not None:
+                await runner.branch(spec, record, session)
 
 
 def record_turn(
@@ -480,9 +551,14 @@ def record_turn(
             endpoint=completion.endpoint,
         )
     )
-    if prompt_ids is None or completion_ids is None:
+    return _last_ids(record.turns[-1])
+
+
+def _last_ids(turn: Turn) -> list[int] | None:
+    """A recorded turn's prompt + completion ids (the next call's ``previous_ids``)."""
+    if turn.prompt_token_ids is None or turn.completion_token_ids is None:
         return None
-    return prompt_ids + completion_ids
+    return turn.prompt_token_ids + turn.completion_token_ids
 
 
 def _timings(record: EpisodeRecord, started: float) -> Timings:

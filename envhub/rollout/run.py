@@ -39,6 +39,7 @@ from envhub.rollout.pins import check_pin
 from envhub.rollout.sampling import Gate, Sampler, make_sampler
 from envhub.rollout.summary import RunSummary
 from envhub.rollout.tasks import select_task_ids
+from envhub.rollout.tree import TreeConfig, TreeRunner
 from envhub.trajectory import EnvRef, Trajectory
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ async def run(
     groups: int | None = None,
     gates: Sequence[Gate] = (),
     max_draws: int | None = None,
+    tree: TreeConfig | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -137,9 +139,20 @@ async def run(
     (then another is drawn, ``max_draws`` in all; default four times ``groups``); see
     :mod:`envhub.rollout.curriculum`. Without any of them every selected task gets one
     group, in order, as always.
+
+    ``tree``: tree rollouts (:mod:`envhub.rollout.tree`): each selected task gets one
+    tree, its group, ``concurrency`` trees in flight; a tree is written whole and
+    ``resume`` runs again every tree with a masked or missing episode. It takes the
+    policy loop (no ``turn_loop``), ``group_size`` 1 and no curriculum.
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
+    if tree is not None and (turn_loop is not None or group_size != 1 or sampler is not None
+                             or groups is not None or gates):
+        raise InvalidRequest(
+            "a tree rollout is one tree per task (the tree is the group) played by the "
+            "policy loop: drop --group-size, --agent and the curriculum options"
+        )
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     env_ref = EnvRef.of(env.name, await env.info())
     if pin is not None:
@@ -198,6 +211,7 @@ async def run(
             on_result=record,
             on_plan=planned,
             plan=plan,
+            trees=None if tree is None else TreeRunner(runner, tree),
         )
     result = RolloutResult(summary, kept, None if output is None else Path(output))
     failure = _failure(summary, max_masked_fraction)

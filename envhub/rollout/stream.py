@@ -64,6 +64,7 @@ from envhub.protocol import EnvironmentClient
 from envhub.rollout.dispatcher import group_id
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.rollout.sampling import Gate, Sampler, UniformSampler, make_sampler
+from envhub.rollout.tree import TreeConfig, TreeRunner
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate, apply_update
 from envhub.trajectory import Trajectory
 
@@ -103,14 +104,18 @@ class RolloutStream:
         epochs: int | None,
         sampler: Sampler | None = None,
         gates: Sequence[Gate] = (),
+        tree: TreeConfig | None = None,
     ) -> None:
         if not task_ids:
             raise InvalidRequest("stream needs at least one task")
         if group_size < 1 or batch_size < 1 or concurrency < 1:
             raise InvalidRequest("group_size, batch_size and concurrency must be >= 1")
-        if gates and group_size < 2:
+        if tree is not None and group_size != 1:
+            raise InvalidRequest("a tree is its own group: group_size must be 1 with tree")
+        if gates and group_size < 2 and tree is None:
             raise InvalidRequest("dropping groups whose rewards agree needs a group size >= 2")
         self.runner = runner
+        self.trees = None if tree is None else TreeRunner(runner, tree)
         runner.policy_version = lambda: self.policy_version
         self.group_size = group_size
         self.batch_size = batch_size
@@ -330,18 +335,19 @@ class RolloutStream:
         if self.metrics is not None:
             self.metrics.episodes_queued(self.group_size)
 
-        async def one(index: int) -> Trajectory:
+        async def one(index: int) -> list[Trajectory]:
+            spec = EpisodeSpec(task_id, index, gid)
             while True:
                 async with self._episodes:
                     try:
-                        return await self.runner.run(EpisodeSpec(task_id, index, gid))
+                        if self.trees is not None:
+                            return await self.trees.run(spec)
+                        return [await self.runner.run(spec)]
                     except GenerationDropped:  # an abort-and-drop update: run it again
                         self.episodes_dropped += 1
 
-        group = Group(
-            gid, task_id, round_index, start_version,
-            list(await asyncio.gather(*(one(i) for i in range(self.group_size)))),
-        )  # fmt: skip
+        runs = await asyncio.gather(*(one(i) for i in range(self.group_size)))
+        group = Group(gid, task_id, round_index, start_version, [t for r in runs for t in r])
         rewards = [t.reward for t in group.scored if t.reward is not None]
         self.sampler.observe(task_id, rewards)
         if all(gate.admit(task_id, rewards) for gate in self.gates):
@@ -397,6 +403,7 @@ def stream(
     sampling: dict[str, object] | None = None,
     tasks_from: EnvironmentClient | None = None,
     metrics_port: int | None = None,
+    tree: TreeConfig | None = None,
 ) -> RolloutStream:
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
     times, or forever), delivered in completion order. Use as ``async with``.
@@ -410,7 +417,10 @@ def stream(
     (:mod:`envhub.rollout.metrics`; ``group_staleness`` is measured when the trainer
     takes a group off the completed queue). ``sampler`` (``"uniform"``, ``"adaptive"``
     seeded by ``sampler_seed``, or a :class:`~envhub.rollout.sampling.Sampler`) and
-    ``gates``: the curriculum (module docstring)."""
+    ``gates``: the curriculum (module docstring). ``tree``
+    (:class:`~envhub.rollout.tree.TreeConfig`, with ``group_size=1``): each group is
+    one tree of the task (:mod:`envhub.rollout.tree`), its episodes the tree's leaves,
+    whole trajectories with their tree fields; ``concurrency`` counts trees."""
     metrics = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
         from envhub.rollout.metrics import RolloutMetrics
@@ -441,4 +451,5 @@ def stream(
         if isinstance(sampler, str)
         else sampler,
         gates=gates,
+        tree=tree,
     )

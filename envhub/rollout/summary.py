@@ -109,6 +109,11 @@ class RunSummary(BaseModel):
     stop_detail: str | None = None
     groups_kept: int | None = None
     groups_dropped: int | None = None
+    trees: int | None = Field(None, description="tree rollouts: how many trees")
+    tree_nodes: int | None = Field(
+        None, description="their nodes: segments of turns between branch points"
+    )
+    tree_leaves: int | None = Field(None, description="their leaves: whole episodes")
 
     @property
     def masked_fraction(self) -> float:
@@ -116,7 +121,8 @@ class RunSummary(BaseModel):
 
 
 _SUMMARIZED = {
-    "task_id", "reward", "masked", "stop_reason", "error", "metrics", "usage", "served_by"
+    "task_id", "reward", "masked", "stop_reason", "error", "metrics", "usage", "served_by",
+    "tree_id", "parent_id", "branch_turn",
 }
 
 
@@ -141,9 +147,17 @@ def summarize(
     errors: Counter[str] = Counter()
     retried: Counter[str] = Counter()
     by_replica: dict[str, ReplicaCounts] = {}
+    trees: set[str] = set()
+    leaves = 0
+    branches: Counter[tuple[str, int]] = Counter()  # (parent, turn): children forked there
     for item in records:
         record = item.model_dump(include=_SUMMARIZED) if isinstance(item, Trajectory) else item
         episodes += 1
+        if record.get("tree_id") is not None:
+            trees.add(str(record["tree_id"]))
+            leaves += 1
+            if record.get("parent_id") is not None:
+                branches[(str(record["parent_id"]), int(record.get("branch_turn") or 0))] += 1
         stops[record.get("stop_reason") or "none"] += 1
         usage = record.get("usage") or {}
         prompt_tokens += usage.get("prompt_tokens", 0)
@@ -195,4 +209,9 @@ def summarize(
         elapsed_s=elapsed_s,
         episodes_this_run=episodes_this_run,
         episodes_per_s=episodes_per_s(episodes_this_run or 0, elapsed_s),
+        # a node per tree root, and per branch point its children and the parent's own
+        # continuation; every record of a tree is a leaf
+        trees=len(trees) if trees else None,
+        tree_nodes=len(trees) + sum(n + 1 for n in branches.values()) if trees else None,
+        tree_leaves=leaves if trees else None,
     )

@@ -151,6 +151,10 @@ def create_app(
             live=False,
         )
 
+    @app.get("/runs/{run}/trees/{tree_id}", response_class=HTMLResponse)
+    def tree(run: int, tree_id: str) -> HTMLResponse:
+        return page("tree.html", lambda: pages.tree_context(catalog, run, tree_id))
+
     @app.get("/compare", response_class=HTMLResponse)
     def compare(a: int, b: int) -> HTMLResponse:
         return page("compare.html", lambda: pages.compare_context(catalog, a, b))

@@ -43,22 +43,25 @@ import orjson
 from envhub._util.sized_lru import SizedLRU
 from envhub.errors import InvalidRequest
 from envhub.runtime.cache import locked
-from envhub.trajectory import EnvRef
+from envhub.trajectory import EnvRef, restore_prefix
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
 from envhub.view.record import BadRecord, ViewedRecord, check_record
 
-__all__ = ["INDEX_FORMAT", "EpisodeRow", "IndexState", "ListPlace", "Problem", "RunIndex"]
+__all__ = [
+    "INDEX_FORMAT", "EpisodeRow", "IndexState", "ListPlace", "Problem", "RunIndex", "TreeNode",
+]  # fmt: skip
 
-INDEX_FORMAT: Final = 4  # 4: the pins (env_distribution, task_set_hash)
+INDEX_FORMAT: Final = 5  # 4: the pins (env_distribution, task_set_hash); 5: trees
 _HEAD_BYTES: Final = 4096  # how much of the file's start identifies it
 _BATCH: Final = 2000
+_MAX_TREE_DEPTH: Final = 1000  # ancestors followed to restore a tree child's prefix
 
 _COLUMNS: Final = (
     "offset", "length", "line", "task_id", "sample_index", "trajectory_id", "reward", "masked",
     "stop_reason", "error_kind", "error_kinds", "tools_used", "turns", "tool_calls",
     "tool_errors", "prompt_tokens", "completion_tokens", "llm_s", "env_s", "total_s",
     "policy_version", "served_by", "has_tokens", "model", "env_name", "env_version", "retried",
-    "llm_latencies", "env_distribution", "task_set_hash",
+    "llm_latencies", "env_distribution", "task_set_hash", "tree_id", "parent_id", "branch_turn",
 )  # fmt: skip
 
 _SCHEMA: Final = f"""
@@ -71,15 +74,32 @@ CREATE TABLE episodes (
     llm_s REAL, env_s REAL, total_s REAL, policy_version INTEGER, served_by TEXT,
     has_tokens INTEGER NOT NULL, model TEXT, env_name TEXT, env_version TEXT, retried TEXT,
     llm_latencies TEXT, env_distribution TEXT, task_set_hash TEXT,
+    tree_id TEXT, parent_id TEXT, branch_turn INTEGER,
     superseded INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX episodes_pair ON episodes (task_id, sample_index);
+CREATE INDEX episodes_tree ON episodes (tree_id);
+CREATE INDEX episodes_trajectory ON episodes (trajectory_id);
 CREATE INDEX episodes_reward ON episodes (superseded, reward);
 CREATE INDEX episodes_turns ON episodes (superseded, turns);
 CREATE TABLE problems (line INTEGER, offset INTEGER, code TEXT, message TEXT);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);
 INSERT INTO meta VALUES ('format', '{INDEX_FORMAT}');
 """
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """One episode of a tree as the tree page draws it."""
+
+    id: int
+    trajectory_id: str | None
+    parent_id: str | None
+    branch_turn: int | None
+    sample_index: int
+    reward: float | None
+    masked: bool
+    turns: int
 
 
 @dataclass(frozen=True)
@@ -436,8 +456,54 @@ class RunIndex:
         return None if row is None else _row(row)
 
     def record(self, episode_id: int) -> dict[str, Any]:
-        """The raw record of one episode, read from its offset in the file (one that
-        :func:`~envhub.view.record.check_record` passes, as when it was indexed)."""
+        """The record of one episode, read from its offset in the file (one that
+        :func:`~envhub.view.record.check_record` passes, as when it was indexed), whole:
+        a tree child's shared prefix is restored from its ancestors' records."""
+        record = self._raw_record(episode_id)
+        chain = [record]
+        while chain[-1].get("schema_version") == 2 and len(chain) <= _MAX_TREE_DEPTH:
+            parent = self.by_trajectory(str(chain[-1].get("parent_id")))
+            if parent is None:
+                raise InvalidRequest(
+                    f"{self.path}: episode {episode_id}'s tree lacks its parent "
+                    f"{chain[-1].get('parent_id')!r}", code="file_changed",
+                )  # fmt: skip
+            chain.append(self._raw_record(parent))
+        whole = chain.pop()
+        while chain:
+            whole = restore_prefix(chain.pop(), whole)
+        return whole
+
+    def by_trajectory(self, trajectory_id: str) -> int | None:
+        """The current episode of a trajectory id (the latest, if it is there twice)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT id FROM episodes WHERE trajectory_id=? ORDER BY superseded, id DESC",
+                (trajectory_id,),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def tree(self, tree_id: str) -> list[TreeNode]:
+        """The indexed episodes of one tree, by sample index (the root first)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, trajectory_id, parent_id, branch_turn, sample_index, reward,"
+                " masked, turns FROM episodes WHERE tree_id=? ORDER BY sample_index, id",
+                (tree_id,),
+            ).fetchall()
+        return [TreeNode(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), r[7] or 0) for r in rows]
+
+    def tree_of(self, episode_id: int) -> tuple[str, str | None, str | None, int | None] | None:
+        """(tree_id, trajectory_id, parent_id, branch_turn) of an episode of a tree."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT tree_id, trajectory_id, parent_id, branch_turn FROM episodes"
+                " WHERE id=? AND tree_id IS NOT NULL",
+                (episode_id,),
+            ).fetchone()
+        return None if row is None else (row[0], row[1], row[2], row[3])
+
+    def _raw_record(self, episode_id: int) -> dict[str, Any]:
         with self._lock:
             row = self._db.execute(
                 "SELECT offset, length FROM episodes WHERE id=?", (episode_id,)
@@ -634,6 +700,7 @@ def _columns(viewed: ViewedRecord, offset: int, length: int, line: int) -> tuple
         orjson.dumps(metrics.retried_errors).decode() if metrics.retried_errors else None,
         orjson.dumps(latencies).decode() if latencies else None,
         _distribution(viewed.env), viewed.env.task_set_hash if viewed.env else None,
+        viewed.tree_id, viewed.parent_id, viewed.branch_turn,
     )  # fmt: skip
 
 

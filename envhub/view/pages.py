@@ -12,7 +12,7 @@ from envhub.errors import InvalidRequest
 from envhub.view.catalog import Catalog
 from envhub.view.conversation import Conversation, conversation
 from envhub.view.filters import EpisodeFilter, EpisodeOrder
-from envhub.view.index import EpisodeRow, RunIndex
+from envhub.view.index import EpisodeRow, RunIndex, TreeNode
 from envhub.view.stats import RunStats, TaskStats
 from envhub.view.token_text import Decoder
 
@@ -26,6 +26,7 @@ __all__ = [
     "episodes_context",
     "run_context",
     "runs_context",
+    "tree_context",
 ]
 
 PAGE_SIZE = 50
@@ -181,6 +182,51 @@ def episode_context(
         "row": row,
         "conv": conv,
         "decoded": decoded,
+        "threshold": catalog.success_threshold,
+        "tree": _tree_links(index, episode_id),
+    }
+
+
+def _tree_links(index: RunIndex, episode_id: int) -> dict[str, Any] | None:
+    """Where an episode of a tree sits: its tree, the episode it was forked from and
+    the ones forked from it (by branch turn); ``None`` outside a tree."""
+    place = index.tree_of(episode_id)
+    if place is None:
+        return None
+    tree_id, trajectory_id, parent_id, branch_turn = place
+    nodes = index.tree(tree_id)
+    parent = next((n for n in nodes if parent_id and n.trajectory_id == parent_id), None)
+    children = [n for n in nodes if trajectory_id and n.parent_id == trajectory_id]
+    children.sort(key=lambda n: (n.branch_turn or 0, n.sample_index))
+    return {"tree_id": tree_id, "parent": parent, "parent_id": parent_id,
+            "branch_turn": branch_turn, "children": children, "size": len(nodes)}  # fmt: skip
+
+
+def tree_context(catalog: Catalog, run: int, tree_id: str) -> dict[str, Any]:
+    """A tree of a tree rollout: its episodes nested under the ones they were forked
+    from, each with the turn it branched at."""
+    index = catalog.index(run)
+    nodes = index.tree(tree_id)
+    if not nodes:
+        raise InvalidRequest(f"no tree {tree_id!r} in {index.path}", code="unknown_episode")
+    known = {n.trajectory_id for n in nodes}
+    children: dict[str | None, list[TreeNode]] = {}
+    for node in nodes:  # an episode whose parent is not indexed hangs from the top
+        parent = node.parent_id if node.parent_id in known else None
+        children.setdefault(parent, []).append(node)
+    for kids in children.values():
+        kids.sort(key=lambda n: (n.branch_turn or 0, n.sample_index))
+    scored = [n.reward for n in nodes if not n.masked and n.reward is not None]
+    return {
+        "title": f"tree {tree_id[:12]}",
+        "run": run,
+        "path": catalog.runs[run].path,
+        "tree_id": tree_id,
+        "roots": children.get(None, []),
+        "children": children,
+        "leaves": len(nodes),
+        "branch_points": len({(n.parent_id, n.branch_turn) for n in nodes if n.parent_id}),
+        "mean_reward": sum(scored) / len(scored) if scored else None,
         "threshold": catalog.success_threshold,
     }
 

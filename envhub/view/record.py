@@ -95,11 +95,15 @@ class ViewedRecord(BaseModel):
     metrics: TrajectoryMetrics = Field(default_factory=TrajectoryMetrics)
     timings: Timings = Field(default_factory=Timings)
     usage: Usage = Field(default_factory=Usage)
+    tree_id: str | None = None
+    parent_id: str | None = None
+    branch_turn: int | None = None
 
     def indexed_ints(self) -> dict[str, int | None]:
         """The integers the index stores, by field (each must fit an sqlite INTEGER)."""
         return {
             "sample_index": self.sample_index,
+            "branch_turn": self.branch_turn,
             "metrics.turns": self.metrics.turns,
             "metrics.tool_calls": self.metrics.tool_calls,
             "metrics.tool_errors": self.metrics.tool_errors,
@@ -122,15 +126,22 @@ def check_record(record: dict[str, Any]) -> ViewedRecord:
     """The viewed fields of a parsed line; raises :class:`BadRecord` (code
     ``unknown_schema_version``, ``not_a_trajectory`` or ``bad_field``) for a line the
     viewer cannot show."""
-    version = record.get("schema_version", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION or type(version) is not int:
+    version = record.get("schema_version", 1)  # none: written before it was recorded
+    if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:
         raise BadRecord(
             "unknown_schema_version",
-            f"schema_version {_short(version)}: this envhub reads version {SCHEMA_VERSION} "
+            f"schema_version {_short(version)}: this envhub reads versions 1 to {SCHEMA_VERSION} "
             "(a newer envhub wrote it: upgrade to view it)",
         )
     if not isinstance(record.get("task_id"), str):
         raise BadRecord("not_a_trajectory", "a JSON record without a task_id")
+    if version == 2 and not (
+        isinstance(record.get("parent_id"), str)
+        and type(record.get("branch_turn")) is int
+        and type(record.get("branch_message")) is int
+    ):
+        raise BadRecord("bad_field", "a tree child (schema_version 2) without parent_id, "
+                        "branch_turn or branch_message")  # fmt: skip
     try:
         viewed = ViewedRecord.model_validate(record, strict=True)
     except ValidationError as exc:

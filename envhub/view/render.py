@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 from typing import Any, Protocol
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
@@ -26,6 +26,7 @@ class Links(Protocol):
     def episodes(self, run: int, **query: Any) -> str | None: ...
     def episode(self, run: int, episode_id: int, **query: Any) -> str: ...
     def task(self, run: int, task_id: str) -> str | None: ...
+    def tree(self, run: int, tree_id: str) -> str | None: ...
 
 
 class AppLinks:
@@ -46,6 +47,9 @@ class AppLinks:
     def task(self, run: int, task_id: str) -> str:
         return self.episodes(run, task=task_id)
 
+    def tree(self, run: int, tree_id: str) -> str:
+        return f"/runs/{run}/trees/{quote(tree_id, safe='')}"
+
 
 class ReportLinks:
     """Links inside one self-contained report: episodes it holds are anchors."""
@@ -63,6 +67,9 @@ class ReportLinks:
         return f"#episode-{episode_id}"
 
     def task(self, run: int, task_id: str) -> None:
+        return None
+
+    def tree(self, run: int, tree_id: str) -> None:
         return None
 
 

@@ -72,7 +72,7 @@ def write_broken(source: Path, target: Path) -> None:
         good[0]
         + b"this is not json\n"
         + b'{"task_id": "x", "schema_version": 1, "note": "\xff\xfe"}\n'
-        + b'{"schema_version": 2, "task_id": "from-the-future"}\n'
+        + b'{"schema_version": 99, "task_id": "from-the-future"}\n'
         + good[1]
         + good[0][: len(good[0]) // 2]  # torn
     )
