@@ -280,6 +280,10 @@ class Trajectory(BaseModel):
     tree_size: int | None = Field(
         None, ge=1, description="how many trajectories (leaves) the tree has"
     )
+    gold_prefix_turns: int = Field(
+        0, ge=0, description="the first gold_prefix_turns turns were replayed from the task's "
+        "gold actions (a restart from a gold prefix), not sampled: trainers mask them"
+    )
 
     def turn_tools(self) -> list[list[dict[str, Any]]]:
         """The tools in force at each turn (``tools``, replaced where a turn records a
