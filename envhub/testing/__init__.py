@@ -178,17 +178,20 @@ async def check_hostile_answers(
     *,
     plain_wrong: str = "0",
     answers: Iterable[str] | None = None,
+    concurrency: int = 4,
 ) -> None:
     """Every hostile answer (default: :data:`envhub.testing.hostile.HOSTILE_ANSWERS`; ``{marker}``
-    in any of them names this run's marker file) through ``replay_calls``,
+    in any of them names a marker file of that answer's own) through ``replay_calls``,
     ``answer_calls(text)`` making the episode's calls: each episode is scored (not masked,
-    one attempt) with the reward ``plain_wrong`` gets, no ``{marker}`` file appears on this
+    one attempt) with the reward ``plain_wrong`` gets, no marker file appears on this
     machine, and a clean wrong and a clean gold episode scored after the corpus get the
-    rewards they got before it (no episode influences another's reward).
+    rewards they got before it (no episode influences another's reward). The corpus runs
+    ``concurrency`` episodes at a time, as a rollout would: hostile episodes in flight
+    together must not touch each other's scores either, and an environment that waits
+    (a browser, a container) is checked in a fraction of the time.
     Raises ``AssertionError`` listing every answer that did not hold."""
     task = await env.task(task_id)
     with tempfile.TemporaryDirectory(prefix="envhub-hostile-") as folder:
-        marker = Path(folder) / "ran-on-the-host"
 
         async def reward_of(calls: list[GoldCall]) -> float | None:
             trajectory = await replay_calls(env, task_id, calls)
@@ -199,16 +202,23 @@ async def check_hostile_answers(
         clean = [answer_calls(plain_wrong), list(task.gold_actions)]
         before = [await reward_of(calls) for calls in clean]
         assert before[0] is not None, f"the plain wrong answer {plain_wrong!r} was masked"
+        raw = list(HOSTILE_ANSWERS if answers is None else answers)
+        markers = [Path(folder) / f"ran-on-the-host-{i}" for i in range(len(raw))]
+        texts = [hostile_answers(str(m), [r])[0] for m, r in zip(markers, raw, strict=True)]
+        limit = asyncio.Semaphore(concurrency)
+
+        async def limited(text: str) -> float | None:
+            async with limit:
+                return await reward_of(answer_calls(text))
+
+        rewards = await asyncio.gather(*(limited(text) for text in texts))
         failures = []
-        texts = hostile_answers(str(marker), HOSTILE_ANSWERS if answers is None else answers)
-        for text in texts:
-            reward = await reward_of(answer_calls(text))
+        for text, marker, reward in zip(texts, markers, rewards, strict=True):
             if reward != before[0]:
                 failures.append(f"{text[:80]!r}: reward {reward} (masked: None), "
                                 f"a plain wrong answer gets {before[0]}")  # fmt: skip
             if marker.exists():
                 failures.append(f"{text[:80]!r}: wrote {marker} on the host")
-                marker.unlink()
         after = [await reward_of(calls) for calls in clean]
         if after != before:
             failures.append(f"clean episodes after the corpus scored {after}, before {before}")
