@@ -215,7 +215,7 @@ class DrawnPlan:
                 "the run was sampled " + ("with" if gold else "without") + " gold restarts: "
                 "resume it " + ("with the same" if gold else "without") + " --gold-restart-after"
             )
-        if self.restarts is not None:
+        if self.restarts is not None and gold is not None:
             self.restarts.load_state_dict(gold["restarts"])
             self.gold_turns = {str(gid): int(k) for gid, k in gold["pending"].items()}
 
