@@ -11,7 +11,7 @@ import shlex
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO, cast
 
 import typer
 from rich.console import Console
@@ -133,6 +133,10 @@ def _summary_table(summary: RunSummary) -> Table:
         never, always = sum(r == 0 for r in rates), sum(r == 1 for r in rates)
         table.add_row("tasks by pass rate", f"0: {never}, between: "
                       f"{len(rates) - never - always}, 1: {always}")  # fmt: skip
+    if summary.gold_prefix_episodes is not None:
+        rate = summary.gold_prefix_pass_rate
+        table.add_row("from a gold prefix (pass rate)",
+                      f"{summary.gold_prefix_episodes} ({fmt(rate)})")  # fmt: skip
     if summary.trees is not None:
         shape = f"{summary.trees} ({summary.tree_nodes} / {summary.tree_leaves})"
         table.add_row("trees (nodes / leaves)", shape)
@@ -175,6 +179,15 @@ def rollout_command(
                            "DAPO) and draw another in its place, up to 4 x --groups draws")
     ] = False,
     sampler_seed: Annotated[int, typer.Option(help="seed of --sampler adaptive")] = 0,
+    gold_restart_after: Annotated[
+        int | None, typer.Option(help="with --sampler: a task with N scored samples and no "
+                                 "pass has every other group started from a gold prefix "
+                                 "(tasks with fewer than 2 gold actions never are)")
+    ] = None,
+    gold_prefix: Annotated[
+        str, typer.Option(help="with --gold-restart-after: gold turns replayed before the "
+                          "policy plays on: K | half (at most all but the last)")
+    ] = "half",
     tree: Annotated[
         bool, typer.Option(help="tree rollouts: one tree per task, forked at the branch "
                            "points of --branch-at (the tree is the group)")
@@ -329,7 +342,10 @@ def rollout_command(
     Curricula: with --sampler, --groups or --drop-uniform-groups, each group's task is
     drawn when a worker frees up, from the pass rates seen so far (--sampler adaptive),
     and the summary counts the groups kept and dropped; --resume continues the saved
-    OUTPUT.sampler.json.
+    OUTPUT.sampler.json. With --gold-restart-after N, a task with N scored samples and no
+    pass has every other group started from --gold-prefix turns of its gold replay
+    (replayed once per group and forked for its episodes); the summary counts those
+    episodes apart from pass@k.
 
     Trees: with --tree each task gets one tree: its episode is forked (the parent goes on
     too, --branch-factor continuations) where --branch-at says, up to --tree-depth times
@@ -354,6 +370,11 @@ def rollout_command(
         raise _fail(str(exc)) from None
     if sampler not in (*SAMPLERS, None):
         raise _fail(f"--sampler must be {' or '.join(SAMPLERS)}, not {sampler!r}")
+    prefix: int | Literal["half"] = "half"
+    if gold_prefix != "half":
+        if not gold_prefix.isdigit() or int(gold_prefix) < 1:
+            raise _fail(f"--gold-prefix must be a turn count >= 1 or half, not {gold_prefix!r}")
+        prefix = int(gold_prefix)
     tree_config = None
     if tree:
         from envhub.rollout.tree import TreeConfig, make_branch_rule
@@ -428,7 +449,7 @@ def rollout_command(
                 tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
                 sampler=sampler, sampler_seed=sampler_seed, groups=groups,
                 gates=[UniformRewardGate()] if drop_uniform_groups else [],
-                tree=tree_config,
+                tree=tree_config, gold_restart_after=gold_restart_after, gold_prefix=prefix,
             )  # fmt: skip
 
         with _warnings_on_stderr():
@@ -437,7 +458,7 @@ def rollout_command(
                 chosen,
                 options=env_opts,
                 target=target,
-                replay_gold=policy == "reference",
+                replay_gold=policy == "reference" or gold_restart_after is not None,
                 max_turns=max_turns,
                 progress_interval=progress_interval,
                 run_on=run_on,

@@ -16,6 +16,11 @@ observed group, so ``--resume`` continues
 the curriculum even after ``kill -9``: groups still pending run their missing samples
 (masked ones again), and a pending group whose samples the file already holds (killed
 after the last write, before the state's) is observed from the file.
+
+With ``restarts`` (:class:`~envhub.rollout.sampling.GoldRestarts`), each drawn group may
+start from a gold prefix (its specs carry :class:`~envhub.rollout.episode.GoldStart`);
+the state then also holds the restarts' counts and the prefix of each pending group, so
+a resumed group starts where it was drawn to.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from envhub.errors import InvalidRequest
-from envhub.rollout.episode import EpisodeSpec
-from envhub.rollout.sampling import Gate, Sampler
+from envhub.rollout.episode import EpisodeSpec, GoldStart
+from envhub.rollout.sampling import Gate, GoldRestarts, Sampler
 from envhub.trajectory import Trajectory, read_records
 
 __all__ = ["DrawnPlan", "sampler_path"]
@@ -50,7 +55,8 @@ class DrawnPlan:
     """Draws, observes and saves the groups of one sampled run (module docstring).
 
     ``groups``: how many groups to keep (default: one per task). ``max_draws``: how many
-    to draw at most, dropped ones included (default: four times ``groups``)."""
+    to draw at most, dropped ones included (default: four times ``groups``).
+    ``restarts``: which groups start from a gold prefix (default: none)."""
 
     def __init__(
         self,
@@ -61,6 +67,7 @@ class DrawnPlan:
         gates: Sequence[Gate] = (),
         max_draws: int | None = None,
         state_path: Path | None = None,
+        restarts: GoldRestarts | None = None,
     ) -> None:
         if group_size < 1 or groups < 1:
             raise InvalidRequest(f"group size and groups must be >= 1, got {group_size}, {groups}")
@@ -77,6 +84,8 @@ class DrawnPlan:
         self.kept = 0
         self.dropped = 0
         self._queued: set[str] = set()  # pending groups whose samples this run dispatched
+        self.restarts = restarts
+        self.gold_turns: dict[str, int] = {}  # pending groups started from a gold prefix
 
     # -- counts ------------------------------------------------------------------------
 
@@ -122,9 +131,10 @@ class DrawnPlan:
             if gid not in self._queued:
                 self._queued.add(gid)
                 task_id, round_text = gid.rsplit("#", 1)
-                for i in self._indices(int(round_text)):
-                    if done.get(i) is None:
-                        yield EpisodeSpec(task_id, i, gid)
+                missing = [i for i in self._indices(int(round_text)) if done.get(i) is None]
+                gold = self._gold(gid, len(missing))
+                for i in missing:
+                    yield EpisodeSpec(task_id, i, gid, gold)
         while self._may_draw():
             task_id = self.sampler.draw()
             round_index = self.rounds[task_id]
@@ -132,9 +142,16 @@ class DrawnPlan:
             gid = _group_id(task_id, round_index)
             self.pending[gid] = {}
             self._queued.add(gid)
+            if self.restarts is not None and (turns := self.restarts.start(task_id)):
+                self.gold_turns[gid] = turns
             self.save()  # before any of its episodes can finish
+            gold = self._gold(gid, self.group_size)
             for i in self._indices(round_index):
-                yield EpisodeSpec(task_id, i, gid)
+                yield EpisodeSpec(task_id, i, gid, gold)
+
+    def _gold(self, gid: str, members: int) -> GoldStart | None:
+        turns = self.gold_turns.get(gid)
+        return None if turns is None else GoldStart(turns, members)
 
     def _indices(self, round_index: int) -> range:
         return range(round_index * self.group_size, (round_index + 1) * self.group_size)
@@ -154,6 +171,8 @@ class DrawnPlan:
         task_id = gid.rsplit("#", 1)[0]
         rewards = [r for _, r in sorted(results.items()) if r is not None]
         self.sampler.observe(task_id, rewards)
+        if self.restarts is not None:
+            self.restarts.observe(task_id, rewards, self.gold_turns.pop(gid, 0))
         if all(gate.admit(task_id, rewards) for gate in self.gates):
             self.kept += 1
         else:
@@ -173,7 +192,10 @@ class DrawnPlan:
             "pending": sorted(self.pending),
             "kept": self.kept,
             "dropped": self.dropped,
-        }
+            "gold": None if self.restarts is None else {
+                "restarts": self.restarts.state_dict(), "pending": dict(self.gold_turns),
+            },
+        }  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
@@ -187,6 +209,15 @@ class DrawnPlan:
         self.rounds = Counter({str(k): int(v) for k, v in state["rounds"].items()})
         self.pending = {str(gid): {} for gid in state["pending"]}
         self.kept, self.dropped = int(state["kept"]), int(state["dropped"])
+        gold = state.get("gold")
+        if (gold is None) != (self.restarts is None):
+            raise InvalidRequest(
+                "the run was sampled " + ("with" if gold else "without") + " gold restarts: "
+                "resume it " + ("with the same" if gold else "without") + " --gold-restart-after"
+            )
+        if self.restarts is not None and gold is not None:
+            self.restarts.load_state_dict(gold["restarts"])
+            self.gold_turns = {str(gid): int(k) for gid, k in gold["pending"].items()}
 
     def save(self) -> None:
         """Replace the state file atomically (a crash keeps the old or the new one)."""

@@ -10,7 +10,9 @@ record of each pair. A ``deadline`` or a ``stop`` event stops the run (episodes 
 are cancelled and their sessions aborted; ``--resume`` runs them later), and a
 :class:`CircuitBreaker` stops it when episodes keep failing. With a ``plan``
 (:class:`~envhub.rollout.curriculum.DrawnPlan`), a sampler draws the groups as workers
-free up instead, and ``resume`` continues its saved state (``OUTPUT.sampler.json``).
+free up instead, and ``resume`` continues its saved state (``OUTPUT.sampler.json``); a
+plan's groups drawn to start from a gold prefix run through a
+:class:`~envhub.rollout.gold.GoldPrefixRunner`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from envhub.errors import InvalidRequest
 from envhub.rollout.breaker import CircuitBreaker
 from envhub.rollout.curriculum import DrawnPlan, sampler_path
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+from envhub.rollout.gold import GoldPrefixRunner
 from envhub.rollout.pins import check_resume
 from envhub.rollout.summary import RunSummary, summarize
 from envhub.rollout.tree import TreeRunner
@@ -318,17 +321,22 @@ async def _run_planned(
             if on_result is not None:
                 on_result(trajectory)
 
+    gold = None if plan is None or plan.restarts is None else GoldPrefixRunner(runner)
+    runs: Runs[Trajectory | Sequence[Trajectory]] = trees or gold or runner
     started = time.perf_counter()
-    while True:
-        ran_now = await dispatch(
-            runner if trees is None else trees, specs if plan is None else plan.specs(),
-            concurrency=concurrency, on_result=recorded, deadline=deadline,
-            breaker=breaker, stop=stop,
-        )  # fmt: skip
-        if plan is None or not ran_now or not plan.wants_more() or _halted(
-            breaker, deadline, stop
-        ):
-            return ran, time.perf_counter() - started
+    try:
+        while True:
+            ran_now = await dispatch(
+                runs, specs if plan is None else plan.specs(), concurrency=concurrency,
+                on_result=recorded, deadline=deadline, breaker=breaker, stop=stop,
+            )  # fmt: skip
+            if plan is None or not ran_now or not plan.wants_more() or _halted(
+                breaker, deadline, stop
+            ):
+                return ran, time.perf_counter() - started
+    finally:
+        if gold is not None:  # a stopped run's forks that no member took
+            await gold.release()
 
 
 def _halted(
@@ -380,4 +388,6 @@ def _with_plan(
                               "stop_detail": detail}  # fmt: skip
     if plan is not None:
         update |= {"groups_kept": plan.kept, "groups_dropped": plan.dropped}
+        if plan.restarts is not None:
+            update["gold_prefix_episodes"] = summary.gold_prefix_episodes or 0
     return summary.model_copy(update=update)

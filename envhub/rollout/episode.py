@@ -74,6 +74,7 @@ __all__ = [
     "EpisodeRecord",
     "EpisodeRunner",
     "EpisodeSpec",
+    "GoldStart",
     "ModelFailure",
     "PolicyLoop",
     "TurnLoop",
@@ -82,12 +83,24 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class GoldStart:
+    """Start an episode at turn ``turns`` of a replay of its task's gold actions; the
+    ``members`` episodes of its group dispatched together share one replay
+    (:mod:`envhub.rollout.gold`)."""
+
+    turns: int
+    members: int
+
+
+@dataclass(frozen=True, slots=True)
 class EpisodeSpec:
-    """Which episode to run: sample ``sample_index`` of ``task_id`` in GRPO group ``group_id``."""
+    """Which episode to run: sample ``sample_index`` of ``task_id`` in GRPO group
+    ``group_id``, from scratch or (``gold``) from a gold prefix."""
 
     task_id: str
     sample_index: int
     group_id: str
+    gold: GoldStart | None = None
 
 
 class ModelFailure(Exception):
@@ -114,6 +127,16 @@ class EpisodeRecord:
     env_s: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+    def branch(self, trajectory_id: str, served_by: str | None) -> EpisodeRecord:
+        """A copy of this record for an episode forked from it here (its own lists, no
+        retries yet), under ``trajectory_id`` on ``served_by``."""
+        return EpisodeRecord(
+            trajectory_id, {}, served_by=served_by, messages=list(self.messages),
+            tools=list(self.tools), turns=list(self.turns), llm_s=self.llm_s,
+            env_s=self.env_s, prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+        )  # fmt: skip
 
 
 BranchHook = Callable[["EpisodeSpec", "EpisodeRecord", SessionHandle], Awaitable[None]]

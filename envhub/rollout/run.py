@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 from envhub.errors import InvalidRequest, RolloutFailed
@@ -36,7 +36,7 @@ from envhub.rollout.curriculum import DrawnPlan
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner, TurnLoop
 from envhub.rollout.pins import check_pin
-from envhub.rollout.sampling import Gate, Sampler, make_sampler
+from envhub.rollout.sampling import Gate, GoldRestarts, Sampler, make_sampler
 from envhub.rollout.summary import RunSummary
 from envhub.rollout.tasks import select_task_ids
 from envhub.rollout.tree import TreeConfig, TreeRunner
@@ -93,6 +93,8 @@ async def run(
     gates: Sequence[Gate] = (),
     max_draws: int | None = None,
     tree: TreeConfig | None = None,
+    gold_restart_after: int | None = None,
+    gold_prefix: int | Literal["half"] = "half",
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -138,7 +140,12 @@ async def run(
     groups drawn one at a time by the sampler, each gate able to drop a finished group
     (then another is drawn, ``max_draws`` in all; default four times ``groups``); see
     :mod:`envhub.rollout.curriculum`. Without any of them every selected task gets one
-    group, in order, as always.
+    group, in order, as always. ``gold_restart_after`` (with a curriculum): a task with
+    that many scored samples played from scratch, none passed, has every other group
+    started from ``gold_prefix`` turns (or ``"half"``) of a replay of its gold actions
+    (:class:`~envhub.rollout.sampling.GoldRestarts`, :mod:`envhub.rollout.gold`); it needs
+    the tasks' gold actions (an in-process ``env``, or ``tasks_from``) and the policy
+    loop.
 
     ``tree``: tree rollouts (:mod:`envhub.rollout.tree`): each selected task gets one
     tree, its group, ``concurrency`` trees in flight; a tree is written whole and
@@ -157,14 +164,14 @@ async def run(
     env_ref = EnvRef.of(env.name, await env.info())
     if pin is not None:
         check_pin(env_ref, pin)
+    if gold_restart_after is not None and (turn_loop is not None or tree is not None or (
+        sampler is None and groups is None and not gates
+    )):  # fmt: skip
+        raise InvalidRequest(
+            "gold restarts are a curriculum's (give --sampler) for the policy loop: drop "
+            "--agent and --tree"
+        )
     task_ids = await select_task_ids(env, tasks)
-    plan: DrawnPlan | None = None
-    if sampler is not None or groups is not None or gates:
-        if sampler is None or isinstance(sampler, str):
-            sampler = make_sampler(sampler or "uniform", task_ids, seed=sampler_seed,
-                                   success_threshold=success_threshold)  # fmt: skip
-        plan = DrawnPlan(sampler, group_size=group_size, groups=groups or len(task_ids),
-                         gates=gates, max_draws=max_draws)  # fmt: skip
     metrics: RolloutMetrics | None = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
         from envhub.rollout.metrics import RolloutMetrics
@@ -181,6 +188,18 @@ async def run(
         metrics=metrics,
         turn_loop=turn_loop,
     )
+    plan: DrawnPlan | None = None
+    if sampler is not None or groups is not None or gates:
+        if sampler is None or isinstance(sampler, str):
+            sampler = make_sampler(sampler or "uniform", task_ids, seed=sampler_seed,
+                                   success_threshold=success_threshold)  # fmt: skip
+        restarts = None
+        if gold_restart_after is not None:
+            restarts = GoldRestarts(gold_restart_after, gold_prefix,
+                                    await _gold_actions(runner, task_ids),
+                                    success_threshold=success_threshold)  # fmt: skip
+        plan = DrawnPlan(sampler, group_size=group_size, groups=groups or len(task_ids),
+                         gates=gates, max_draws=max_draws, restarts=restarts)  # fmt: skip
     kept: list[Trajectory] | None = [] if output is None else None
 
     def record(trajectory: Trajectory) -> None:
@@ -218,6 +237,20 @@ async def run(
     if failure is not None:
         raise RolloutFailed(failure, result=result)
     return result
+
+
+async def _gold_actions(runner: EpisodeRunner, task_ids: Sequence[str]) -> dict[str, int]:
+    """How many gold actions each task has, for :class:`GoldRestarts`."""
+    counts = {}
+    for task_id in task_ids:
+        task = await runner.task(task_id)
+        if task is None:
+            raise InvalidRequest(
+                "gold restarts replay the tasks' gold actions, which this environment's "
+                "transport does not publish: pass tasks_from (a local copy of it)"
+            )
+        counts[task_id] = len(task.gold_actions)
+    return counts
 
 
 def _blocking(function: Callable[P, Coroutine[Any, Any, T]], name: str, doc: str

@@ -22,6 +22,18 @@ refuses a group whose scored rewards all agree (DAPO's dynamic sampling: every a
 of such a group is zero, so it carries no GRPO signal). A refused group is dropped: a
 stream does not hand it over and draws on, ``envhub rollout --groups N`` draws another
 in its place. The sampler has seen its rewards either way (they are pass rates too).
+
+:class:`GoldRestarts` restarts tasks never solved from a gold prefix (``envhub rollout
+--gold-restart-after N --gold-prefix K|half``): once a task has ``N`` scored samples
+played from scratch and none passed, every other group of it starts at turn ``k`` of a
+replay of its gold actions (the policy plays on from the environment state and the
+conversation the gold turns left; :mod:`envhub.rollout.gold` runs them), so a task the
+policy cannot solve from the start still yields groups it can learn the last steps from;
+the groups between go on from scratch, and the first scratch pass ends the restarts. ``k``
+is ``K``, or half the task's gold actions, and at most all but the last (the policy
+plays at least the last gold step); a task with fewer than two gold actions is never
+restarted. The sampler observes every group, restarted ones too: its pass rates are
+those of the groups the run draws.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ __all__ = [
     "SAMPLERS",
     "AdaptiveSampler",
     "Gate",
+    "GoldRestarts",
     "Sampler",
     "UniformRewardGate",
     "UniformSampler",
@@ -175,6 +188,81 @@ class AdaptiveSampler:
         self.rng.setstate((version, tuple(internal), gauss))
         self.samples = {str(k): int(v) for k, v in state["samples"].items()}
         self.passes = {str(k): int(v) for k, v in state["passes"].items()}
+
+
+class GoldRestarts:
+    """Which groups start from a gold prefix, and how long it is (module docstring).
+
+    ``after``: scored scratch samples without a pass before a task is restarted.
+    ``prefix``: gold turns to replay, or ``"half"``. ``gold_actions``: each task's
+    number of gold actions (a task missing from it has none)."""
+
+    def __init__(
+        self,
+        after: int,
+        prefix: int | Literal["half"],
+        gold_actions: Mapping[str, int],
+        *,
+        success_threshold: float = 1.0,
+    ) -> None:
+        if after < 1:
+            raise InvalidRequest(f"--gold-restart-after must be >= 1, got {after}")
+        if prefix != "half" and (not isinstance(prefix, int) or prefix < 1):
+            raise InvalidRequest(f"--gold-prefix must be a turn count >= 1 or half, not {prefix!r}")
+        self.after = after
+        self.prefix = prefix
+        self.gold_actions = dict(gold_actions)
+        self.success_threshold = success_threshold
+        self.samples: dict[str, int] = {}  # scored samples played from scratch
+        self.passes: dict[str, int] = {}  # ... and how many of them passed
+        self.restarted: dict[str, int] = {}  # groups started from a gold prefix
+        self.last_restarted: set[str] = set()  # tasks whose last group drawn was one
+
+    def turns(self, task_id: str) -> int:
+        """The gold prefix of ``task_id``'s restarts: 0 when it has none to give."""
+        gold = self.gold_actions.get(task_id, 0)
+        wanted = gold // 2 if self.prefix == "half" else self.prefix
+        return max(0, min(wanted, gold - 1))
+
+    def start(self, task_id: str) -> int:
+        """The gold prefix of a group of ``task_id`` drawn now (0: from scratch)."""
+        k = self.turns(task_id)
+        never_solved = not self.passes.get(task_id) and self.samples.get(task_id, 0) >= self.after
+        if not k or not never_solved or task_id in self.last_restarted:
+            self.last_restarted.discard(task_id)
+            return 0
+        self.last_restarted.add(task_id)
+        self.restarted[task_id] = self.restarted.get(task_id, 0) + 1
+        return k
+
+    def observe(self, task_id: str, rewards: Sequence[float], gold_turns: int) -> None:
+        """A finished group's scored rewards (scratch ones count towards the restart)."""
+        if gold_turns:
+            return
+        self.samples[task_id] = self.samples.get(task_id, 0) + len(rewards)
+        passed = sum(r >= self.success_threshold for r in rewards)
+        self.passes[task_id] = self.passes.get(task_id, 0) + passed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "after": self.after,
+            "prefix": self.prefix,
+            "samples": dict(self.samples),
+            "passes": dict(self.passes),
+            "restarted": dict(self.restarted),
+            "last_restarted": sorted(self.last_restarted),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if (state.get("after"), state.get("prefix")) != (self.after, self.prefix):
+            raise InvalidRequest(
+                f"the run restarted from gold prefixes with --gold-restart-after "
+                f"{state.get('after')} --gold-prefix {state.get('prefix')}: resume with those"
+            )
+        self.samples = {str(k): int(v) for k, v in state["samples"].items()}
+        self.passes = {str(k): int(v) for k, v in state["passes"].items()}
+        self.restarted = {str(k): int(v) for k, v in state["restarted"].items()}
+        self.last_restarted = {str(t) for t in state["last_restarted"]}
 
 
 def make_sampler(

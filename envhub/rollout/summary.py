@@ -18,7 +18,10 @@ SIGINT or SIGTERM; ``"circuit_breaker"``: too many episodes in a row were masked
 Per task: ``pass_rate_by_task`` is each task's share of scored samples that passed, over
 every sample of it (a sampled run draws a task several times); a sampled run
 (``--sampler``) also counts the groups it kept and dropped (``groups_kept``,
-``groups_dropped``).
+``groups_dropped``). Episodes restarted from a gold prefix (``--gold-restart-after``) are
+counted apart (``gold_prefix_episodes``, and the share of them that passed,
+``gold_prefix_pass_rate``): pass@k and the per-task pass rates are the policy's own,
+over the episodes it played from the start (a pass after a gold prefix is not one).
 
 Throughput: :func:`episodes_per_s` is the one rate, shown live by ``envhub rollout``'s
 progress and recorded as the summary's ``episodes_per_s``.
@@ -114,6 +117,12 @@ class RunSummary(BaseModel):
         None, description="their nodes: segments of turns between branch points"
     )
     tree_leaves: int | None = Field(None, description="their leaves: whole episodes")
+    gold_prefix_episodes: int | None = Field(
+        None, description="episodes restarted from a gold prefix (None: a run without restarts)"
+    )
+    gold_prefix_pass_rate: float | None = Field(
+        None, description="the share of those, scored, that passed"
+    )
 
     @property
     def masked_fraction(self) -> float:
@@ -122,7 +131,7 @@ class RunSummary(BaseModel):
 
 _SUMMARIZED = {
     "task_id", "reward", "masked", "stop_reason", "error", "metrics", "usage", "served_by",
-    "tree_id", "parent_id", "branch_turn",
+    "tree_id", "parent_id", "branch_turn", "gold_prefix_turns",
 }
 
 
@@ -150,6 +159,8 @@ def summarize(
     trees: set[str] = set()
     leaves = 0
     branches: Counter[tuple[str, int]] = Counter()  # (parent, turn): children forked there
+    gold: list[bool] = []  # the passes of the scored episodes restarted from a gold prefix
+    gold_episodes = 0
     for item in records:
         record = item.model_dump(include=_SUMMARIZED) if isinstance(item, Trajectory) else item
         episodes += 1
@@ -171,6 +182,8 @@ def summarize(
         if replica is not None:
             replica.episodes += 1
         by_task.setdefault(record["task_id"], [])
+        from_gold = bool(record.get("gold_prefix_turns"))
+        gold_episodes += from_gold
         if record.get("masked"):
             masked += 1
             if replica is not None:
@@ -179,7 +192,7 @@ def summarize(
             continue
         reward = float(record["reward"])
         rewards.append(reward)
-        by_task[record["task_id"]].append(reward >= success_threshold)
+        (gold if from_gold else by_task[record["task_id"]]).append(reward >= success_threshold)
     group = max((len(v) for v in by_task.values()), default=0)
     group = group if max_k is None else min(group, max_k)
     passes: dict[str, float] = {}
@@ -214,4 +227,6 @@ def summarize(
         trees=len(trees) if trees else None,
         tree_nodes=len(trees) + sum(n + 1 for n in branches.values()) if trees else None,
         tree_leaves=leaves if trees else None,
+        gold_prefix_episodes=gold_episodes or None,
+        gold_prefix_pass_rate=sum(gold) / len(gold) if gold else None,
     )

@@ -296,12 +296,7 @@ class TreeRunner:
                 tree, index, node.depth, node.since, record.trajectory_id,
                 len(record.turns), len(record.messages),
             )  # fmt: skip
-            child = EpisodeRecord(
-                child_id, {}, served_by=fork.served_by, messages=list(record.messages),
-                tools=list(record.tools), turns=list(record.turns), llm_s=record.llm_s,
-                env_s=record.env_s, prompt_tokens=record.prompt_tokens,
-                completion_tokens=record.completion_tokens,
-            )  # fmt: skip
+            child = record.branch(child_id, fork.served_by)
             tree.unstarted[child_id] = fork
             tree.forks.append(asyncio.ensure_future(
                 self._play_fork(tree, EpisodeSpec(spec.task_id, index, spec.group_id), child, fork)

@@ -321,8 +321,10 @@ class Session(ClosingOnExit):
             raise EnvironmentFailure(f"snapshot failed: {type(exc).__name__}: {exc}") from exc
 
     async def _child(self, session_id: str, state: object | None) -> Session:
-        """One child, built by the factory of every episode, then restored or replayed."""
-        env = await asyncio.to_thread(self._new_env)
+        """One child, built by the factory of every episode (in the event loop, as a new
+        session's environment is: a constructor only stores its options, so a worker
+        thread's hop would cost more than the build), then restored or replayed."""
+        env = self._new_env()
         child = Session(env, self.task, env_name=self.env_name, budgets=self.budgets,
                         new_env=self._new_env, session_id=session_id)
         try:
@@ -344,7 +346,11 @@ class Session(ClosingOnExit):
             await child.abort()
             raise
         child._specs = dict(self._specs)
-        child.metrics = self.metrics.model_copy(deep=True)
+        # its one mutable field copied by hand: a deep copy costs more than the rest of a
+        # native fork
+        child.metrics = self.metrics.model_copy(
+            update={"errors_by_kind": dict(self.metrics.errors_by_kind)}
+        )
         child.created_at, child._deadline = self.created_at, self._deadline
         return child
 

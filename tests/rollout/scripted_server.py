@@ -107,7 +107,8 @@ class PrefixCache:
     is cached are not recomputed. A served request caches its prompt's and completion's
     blocks (the next turn's prompt starts with both); the least recently used blocks are
     evicted beyond ``capacity_tokens``. Each recomputed prompt token costs ``us_per_token``
-    microseconds of latency."""
+    microseconds of latency. The counts are also kept per turn (the assistant messages
+    in the prompt), so a benchmark can tell the turns where episodes fork apart."""
 
     def __init__(
         self, *, us_per_token: float = 0.0, block_size: int = 16, capacity_tokens: int = 1 << 22
@@ -117,6 +118,7 @@ class PrefixCache:
         self.capacity_blocks = capacity_tokens // block_size
         self._blocks: OrderedDict[int, None] = OrderedDict()
         self.requests = self.hits = self.prompt_tokens = self.cached_tokens = 0
+        self.by_turn: dict[int, list[int]] = {}  # turn -> [prompt tokens, cached tokens]
 
     def _hashes(self, ids: list[int]) -> list[int]:
         chained, hashes = 0, []
@@ -125,9 +127,9 @@ class PrefixCache:
             hashes.append(chained)
         return hashes
 
-    def lookup(self, prompt_ids: list[int]) -> float:
-        """Count the prompt's cached and recomputed tokens; the seconds the recomputation
-        costs."""
+    def lookup(self, prompt_ids: list[int], turn: int = 0) -> float:
+        """Count the prompt's cached and recomputed tokens (at ``turn``); the seconds the
+        recomputation costs."""
         cached = 0
         for block in self._hashes(prompt_ids):
             if block not in self._blocks:
@@ -138,6 +140,9 @@ class PrefixCache:
         self.hits += cached > 0
         self.prompt_tokens += len(prompt_ids)
         self.cached_tokens += cached
+        counts = self.by_turn.setdefault(turn, [0, 0])
+        counts[0] += len(prompt_ids)
+        counts[1] += cached
         return (len(prompt_ids) - cached) * self.us_per_token / 1e6
 
     def insert(self, ids: list[int]) -> None:
@@ -150,14 +155,16 @@ class PrefixCache:
     def clear(self) -> None:
         self._blocks.clear()
         self.requests = self.hits = self.prompt_tokens = self.cached_tokens = 0
+        self.by_turn.clear()
 
-    def snapshot(self) -> dict[str, int]:
+    def snapshot(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
             "hits": self.hits,
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "recomputed_tokens": self.prompt_tokens - self.cached_tokens,
+            "by_turn": {str(turn): list(counts) for turn, counts in sorted(self.by_turn.items())},
         }
 
 
@@ -221,13 +228,13 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
             delay = config.tail_latency_s
         if fault == "hang":
             delay = config.hang_s
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
         cache = config.prefix_cache
         if cache is not None:
             prompt_ids = [token for m in messages for token in tokenize(m)]
-            delay += cache.lookup(prompt_ids)
+            delay += cache.lookup(prompt_ids, turn)
         if delay:
             await asyncio.sleep(delay)
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
         step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
         calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
         content = step.get("content")
