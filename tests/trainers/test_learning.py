@@ -6,7 +6,7 @@ leaking across a group), which the plumbing tests cannot see.
 Runs ``benchmarks/learning.py`` itself (warm-up, held-out evaluation, four GRPO steps
 through ``envhub.rollout.stream`` per arm) with fixed seeds, one torch thread and
 ``max_staleness`` 0, so the figures are a function of the code, not of timing. The tiny
-model reads and writes only the demonstrations' tokens (``tiny_llama``'s ``vocabulary``):
+model reads and writes only the demonstrations' tokens (``--compact-vocabulary``):
 about two CPU-minutes, against five over SmolLM2's whole vocabulary; marked slow.
 """
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 ARGS = [
     "--trainer", "stream", "--arms", "real,shuffled", "--seeds", "1", "--steps", "4",
-    "--eval-every", "4", "--max-staleness", "0", "--eval-tasks", "16",
+    "--eval-every", "4", "--max-staleness", "0", "--eval-tasks", "16", "--compact-vocabulary",
 ]  # fmt: skip
 
 
