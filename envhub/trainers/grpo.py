@@ -46,8 +46,9 @@ from envhub.trainers.advantages import (
 from envhub.trainers.token_rows import NOT_SAMPLED, DriftPolicy, TokenRow, trajectory_rows
 from envhub.trainers.tree_advantages import (
     TreeEstimator,
+    batch_turn_advantages,
+    broken_trees,
     row_token_advantages,
-    turn_advantages,
 )
 from envhub.trajectory import Trajectory
 
@@ -203,35 +204,6 @@ def _pad_torch(
     }
 
 
-def _whole_trees(
-    scored: list[Trajectory], all_: list[Trajectory], dropped: Counter[str]
-) -> list[Trajectory]:
-    """``scored`` less the members of trees that are not whole and scored: a tree with a
-    masked leaf (``masked_tree``) or fewer leaves than its ``tree_size``, or one whose
-    parent is missing (``incomplete_tree``)."""
-    members: dict[str, list[Trajectory]] = defaultdict(list)
-    for trajectory in all_:
-        if trajectory.tree_id is not None:
-            members[trajectory.tree_id].append(trajectory)
-    bad: dict[str, str] = {}
-    for tree_id, tree in members.items():
-        ids = {t.trajectory_id for t in tree}
-        if any(t.masked or t.reward is None for t in tree):
-            bad[tree_id] = "masked_tree"
-        elif len(tree) != (tree[0].tree_size or 0) or any(
-            t.parent_id is not None and t.parent_id not in ids for t in tree
-        ):
-            bad[tree_id] = "incomplete_tree"
-    kept = []
-    for trajectory in scored:
-        reason = bad.get(trajectory.tree_id or "")
-        if reason is None:
-            kept.append(trajectory)
-        else:
-            dropped[reason] += 1
-    return kept
-
-
 def build_batch(
     trajectories: Iterable[Trajectory],
     *,
@@ -265,7 +237,11 @@ def build_batch(
     scored = [t for t in trajectories if not t.masked and t.reward is not None]
     dropped["masked"] += len(trajectories) - len(scored)
     if tree is not None:
-        scored = _whole_trees(scored, trajectories, dropped)
+        broken = broken_trees(trajectories)
+        for trajectory in scored:
+            if (trajectory.tree_id or "") in broken:
+                dropped[broken[trajectory.tree_id or ""]] += 1
+        scored = [t for t in scored if (t.tree_id or "") not in broken]
 
     members: dict[str, list[Trajectory]] = defaultdict(list)
     for trajectory in scored:
@@ -280,14 +256,9 @@ def build_batch(
     else:
         kept = [t for group in members.values() for t in group]
 
-    per_turn: dict[str, list[float]] = {}  # tree groups: each trajectory's turn advantages
-    if tree is not None:
-        tree_groups: dict[str, list[Trajectory]] = defaultdict(list)
-        for trajectory in kept:
-            tree_groups[trajectory.group_id].append(trajectory)
-        for group in tree_groups.values():
-            if any(t.tree_id is not None for t in group):
-                per_turn.update(turn_advantages(group, tree))
+    # tree groups: each trajectory's turn advantages (a group's are its own: those of
+    # the groups dropped above do not change them)
+    per_turn = batch_turn_advantages(kept, tree) if tree is not None else {}
     flat = [t for t in kept if t.trajectory_id not in per_turn]
     key_fn = _task_key_fn(task_key)
     flat_advantages = compute_advantages(

@@ -48,6 +48,8 @@ __all__ = [
     "TREE_ESTIMATORS",
     "TreeEstimator",
     "TreeNode",
+    "batch_turn_advantages",
+    "broken_trees",
     "row_token_advantages",
     "tree_nodes",
     "turn_advantages",
@@ -164,3 +166,43 @@ def row_token_advantages(row: TokenRow, per_turn: Sequence[float]) -> list[float
     for turn, start, end in row.spans:
         advantages[start:end] = [per_turn[turn]] * (end - start)
     return advantages
+
+
+def broken_trees(trajectories: Sequence[Trajectory]) -> dict[str, str]:
+    """The trees of a batch that get no tree advantages, by ``tree_id``, with the reason:
+    ``masked_tree`` (a leaf is masked: the nodes above it would be valued over the leaves
+    that happened not to fail, and a masked owner leaves its turns untrained) or
+    ``incomplete_tree`` (fewer leaves than ``tree_size``, or a parent missing)."""
+    members: dict[str, list[Trajectory]] = defaultdict(list)
+    for trajectory in trajectories:
+        if trajectory.tree_id is not None:
+            members[trajectory.tree_id].append(trajectory)
+    broken = {}
+    for tree_id, tree in members.items():
+        ids = {t.trajectory_id for t in tree}
+        if any(t.masked or t.reward is None for t in tree):
+            broken[tree_id] = "masked_tree"
+        elif len(tree) != (tree[0].tree_size or 0) or any(
+            t.parent_id is not None and t.parent_id not in ids for t in tree
+        ):
+            broken[tree_id] = "incomplete_tree"
+    return broken
+
+
+def batch_turn_advantages(
+    trajectories: Sequence[Trajectory], estimator: TreeEstimator = "treerl"
+) -> dict[str, list[float]]:
+    """:func:`turn_advantages` for every GRPO group of a batch that holds a tree, by
+    trajectory id. Trajectories of groups without trees, masked ones and the members of
+    :func:`broken_trees` are left out (the first take the flat baseline, the others are
+    not trained)."""
+    broken = broken_trees(trajectories)
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        if not (t.masked or t.reward is None) and (t.tree_id or "") not in broken:
+            groups[t.group_id].append(t)
+    out: dict[str, list[float]] = {}
+    for group in groups.values():
+        if any(t.tree_id is not None for t in group):
+            out.update(turn_advantages(group, estimator))
+    return out
