@@ -46,14 +46,7 @@ from typing import Any, Literal
 from envhub.tokens.chat_template import template_message
 from envhub.trajectory import Trajectory, Turn
 
-__all__ = [
-    "DriftPolicy",
-    "MaskReason",
-    "TokenRow",
-    "template_message",
-    "trained_from",
-    "trajectory_rows",
-]
+__all__ = ["DriftPolicy", "MaskReason", "TokenRow", "template_message", "trajectory_rows"]
 
 DriftPolicy = Literal["split", "mask"]
 MaskReason = Literal[
@@ -302,7 +295,7 @@ def _retokenized_row(
     )
 
 
-def trained_from(trajectory: Trajectory, *, mask_shared_prefix: bool = False) -> int:
+def _first_trained_turn(trajectory: Trajectory, *, mask_shared_prefix: bool = False) -> int:
     """The index of the first turn a trajectory's rows train: after its gold prefix and,
     with ``mask_shared_prefix``, after the turns a tree child shares with its parent."""
     shared = (trajectory.branch_turn or 0) if mask_shared_prefix and trajectory.parent_id else 0
@@ -327,7 +320,7 @@ def trajectory_rows(
         return [_row(trajectory, 0, [], mask_reason="masked")]
     if not trajectory.turns:
         return [_row(trajectory, 0, [], mask_reason="no_turns")]
-    first = trained_from(trajectory, mask_shared_prefix=mask_shared_prefix)
+    first = _first_trained_turn(trajectory, mask_shared_prefix=mask_shared_prefix)
     if all(_has_ids(turn) for turn in trajectory.turns):
         return _recorded_rows(trajectory, drift, first)
     if tokenizer is None:
