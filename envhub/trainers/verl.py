@@ -109,7 +109,7 @@ def agent_loop_output(
             advantages = advantages[:response_length]
         if response_logprobs is not None:
             response_logprobs = response_logprobs[:response_length]
-    extra = {
+    extra: dict[str, Any] = {
         "envhub_tree_id": trajectory.tree_id,
         "envhub_parent_id": trajectory.parent_id,
         "envhub_branch_turn": trajectory.branch_turn,
