@@ -94,15 +94,13 @@ def test_retokenized_rows_train_only_assistant_spans_and_follow_the_tools(tokeni
         for start, end in spans:
             trained = tokenizer.decode(row.input_ids[start:end])
             assert not any(question in trained for question in QUESTIONS)
-        untrained = tokenizer.decode(
-            [t for t, m in zip(row.input_ids, row.loss_mask, strict=True) if not m]
-        )
+        untrained = tokenizer.decode([t for t, m in zip(row.input_ids, row.loss_mask,
+                                                        strict=True) if not m])
         asked = QUESTIONS[:2] if row.segment == 0 else QUESTIONS
         assert all(question in untrained for question in asked)
         assert (late_description in untrained) == (row.segment == 1)
-    batch = build_batch(
-        [trajectory], tokenizer=tokenizer, drop_zero_variance=False, return_tensors=None
-    )
+    batch = build_batch([trajectory], tokenizer=tokenizer, drop_zero_variance=False,
+                        return_tensors=None)
     assert len(batch.rows) == 2 and batch.row_advantages[0] == batch.row_advantages[1]
 
 
