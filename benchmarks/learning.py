@@ -53,6 +53,16 @@ mean improvement with a 95% t-interval over seeds; writes ``learning.json`` and
 One torch thread and fixed seeds: the same command gives the same figures on a CPU (with
 ``--max-staleness 0``; with 1 the version each sample sees depends on timing).
 
+**Tree arm** (``--tree``, stream path only): the same GRPO steps, but each group is a
+tree rollout (:mod:`envhub.rollout.tree`; fork after turn 1 of every node,
+``--branch-factor`` 2, ``--tree-depth`` 2: at most 4 leaves, the flat arms' group size)
+trained with TreeRL's per-node advantages and each shared turn trained once
+(``build_batch(tree="treerl")``, docs/training.md "Trees"). Every arm also reports the
+tokens its policy sampled for training (a tree samples its shared turns once) and its
+improvement per 1,000 of them; calc episodes end at the answer, so a tree branches a
+second time only where the model made an extra call (the report gives the mean leaves
+per tree).
+
 ``--sampler vllm`` (GPU only, untested here: no GPU on the machine this was written on)
 samples with an in-process vLLM engine and loads the trainer's weights into it after each
 update.
@@ -84,6 +94,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 ARMS = ("real", "shuffled", "negated")
+TREE_ARM = "tree"
 # two-sided 95% Student t quantiles by degrees of freedom (no scipy needed)
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
         9: 2.262, 10: 2.228, 15: 2.131, 20: 2.086, 30: 2.042}
@@ -108,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-tasks", type=int, default=32)
     parser.add_argument("--eval-samples", type=int, default=4,
                         help="samples per held-out task (one sample of 16 tasks: SE 0.12)")
+    parser.add_argument("--tree", action="store_true",
+                        help="add the tree arm (stream path): groups sampled as trees, "
+                             "trained with per-node advantages")
+    parser.add_argument("--branch-factor", type=int, default=2, help="the tree arm's forks")
+    parser.add_argument("--tree-depth", type=int, default=2,
+                        help="the tree arm's branch points along a path")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--groups-per-step", type=int, default=4)
     parser.add_argument("--max-staleness", type=int, default=1)
@@ -130,6 +147,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.arms = [a for a in args.arms.split(",") if a]
     if unknown := set(args.arms) - set(ARMS):
         parser.error(f"unknown arms {sorted(unknown)}; use {ARMS}")
+    if args.tree:
+        if args.trainer != "stream":
+            parser.error("--tree runs on the stream path only: use --trainer stream")
+        args.arms.append(TREE_ARM)
     tiny = args.model == "tiny"
     if args.level is None:
         args.level = "operation" if tiny else "easy"
@@ -420,13 +441,21 @@ def grpo_update(model: Any, optimizer: Any, batch: Any, sampler: Any, rows: int 
     return loss_value
 
 
+def sampled_tokens(trajectories: list[Any]) -> int:
+    """The tokens the policy sampled for these episodes: a tree child's shared turns were
+    sampled once, by the episode it was forked from."""
+    return sum(len(turn.completion_token_ids or [])
+               for t in trajectories for turn in t.turns[t.branch_turn or 0:])  # fmt: skip
+
+
 async def stream_arm(
     setup: Setup, arm: str, seed: int, before: list[float]
 ) -> list[list[float]]:
-    """``[step, held-out pass@1, answered]`` points of one GRPO run through the stream."""
+    """``[step, held-out pass@1, answered, tokens sampled so far, leaves per group]``
+    points of one GRPO run through the stream."""
     import torch
 
-    from envhub.rollout import stream
+    from envhub.rollout import TreeConfig, make_branch_rule, stream
     from envhub.trainers.grpo import build_batch
 
     args, model = setup.args, setup.model
@@ -436,17 +465,23 @@ async def stream_arm(
     policy, sampler = make_sampler(setup, model, seed)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                   lr=args.learning_rate)
-    curve = [[0, *before]]
+    curve = [[0, *before, 0, 0.0]]
     taken = 0  # steps taken: a time budget can stop the run between evaluations
+    tokens, episodes, groups_seen = 0, 0, 0
+    tree = None
+    if arm == TREE_ARM:  # one tree per group, concurrency counts trees
+        tree = TreeConfig(make_branch_rule("fixed:1"), factor=args.branch_factor,
+                          depth=args.tree_depth)  # fmt: skip
     async with stream(
         setup.env,
         policy,
         setup.split.train,
-        group_size=args.group_size,
+        group_size=1 if tree else args.group_size,
         batch_size=args.groups_per_step,
         max_staleness=args.max_staleness,
-        concurrency=args.group_size * args.groups_per_step,
+        concurrency=args.groups_per_step if tree else args.group_size * args.groups_per_step,
         sampling=policy.sampling_record,
+        tree=tree,
     ) as rollouts:
         for step in range(1, args.steps + 1):
             if setup.over_budget():
@@ -454,9 +489,12 @@ async def stream_arm(
                 break
             groups = sorted(await rollouts.next_batch(timeout=3600), key=lambda g: g.group_id)
             trajectories = [t for g in groups for t in _canonical(g.trajectories)]
+            tokens += sampled_tokens(trajectories)
+            episodes, groups_seen = episodes + len(trajectories), groups_seen + len(groups)
             if arm == "shuffled":
                 trajectories = shuffle_rewards(trajectories, rng)
-            batch = build_batch(trajectories, tokenizer=setup.tokenizer)
+            batch = build_batch(trajectories, tokenizer=setup.tokenizer,
+                                tree="treerl" if tree else None)  # fmt: skip
             if arm == "negated":
                 batch.advantages = -batch.advantages
             if len(batch):
@@ -465,12 +503,14 @@ async def stream_arm(
                 await asyncio.to_thread(sampler_sync, sampler, model)
             taken = step
             if step % args.eval_every == 0 or step == args.steps:
-                curve.append([step, *await heldout_pass1(setup, model, seed)])
+                curve.append([step, *await heldout_pass1(setup, model, seed), tokens,
+                              episodes / groups_seen])  # fmt: skip
                 print(f"  {arm} seed {seed} step {step}: held-out pass@1 {curve[-1][1]:.3f} "
                       f"(answered {curve[-1][2]:.2f}), train reward "
                       f"{statistics.fmean(t.reward or 0 for t in trajectories):.3f}")
     if curve[-1][0] != taken:  # stopped by the time budget after the last evaluation
-        curve.append([taken, *await heldout_pass1(setup, model, seed)])
+        curve.append([taken, *await heldout_pass1(setup, model, seed), tokens,
+                      episodes / max(groups_seen, 1)])  # fmt: skip
         print(f"  {arm} seed {seed} step {taken}: held-out pass@1 {curve[-1][1]:.3f} "
               f"(answered {curve[-1][2]:.2f})")
     return curve
@@ -646,6 +686,11 @@ def summarize(curves: dict[str, list[list[list[float]]]]) -> dict[str, Any]:
         out[arm] = {"before": statistics.fmean(befores), "after": statistics.fmean(afters),
                     "improvement": gain, "ci95": half, "seeds": len(runs),
                     "steps": min(r[-1][0] for r in runs)}
+        if all(len(r[-1]) > 3 for r in runs):  # the stream path counts sampled tokens
+            tokens = statistics.fmean(r[-1][3] for r in runs)
+            out[arm] |= {"sampled_tokens": tokens,
+                         "improvement_per_1k_tokens": 1000 * gain / tokens if tokens else 0.0,
+                         "leaves_per_group": statistics.fmean(r[-1][4] for r in runs)}
     return out
 
 
@@ -754,6 +799,10 @@ def report(results: dict[str, Any]) -> None:
             print(f"  {arm:9s} before {s['before']:.3f} after {s['after']:.3f} "
                   f"improvement {s['improvement']:+.3f} ± {s['ci95']:.3f} "
                   f"(95% t-interval over {s['seeds']} seeds, {s['steps']} steps)")
+            if "sampled_tokens" in s:
+                print(f"  {'':9s} {s['sampled_tokens']:.0f} tokens sampled for training "
+                      f"({s['leaves_per_group']:.2f} episodes per group): "
+                      f"{s['improvement_per_1k_tokens']:+.4f} held-out pass@1 per 1k tokens")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 - :mod:`envhub.trainers.grpo`: advantage estimators and the trainer-agnostic batch
   builder (token ids, masks, logprobs, advantages, policy versions, padding);
+- :mod:`envhub.trainers.tree_advantages`: TreeRL's per-node advantages for tree rollouts;
 - :mod:`envhub.trainers.trl`: TRL ``GRPOTrainer`` (``environment_factory``,
   ``rollout_func``, ``envhub_reward``);
 - :mod:`envhub.trainers.skyrl`: a ``skyrl-gym`` text environment over an envhub session;
@@ -23,6 +24,7 @@ _LAZY = {
     "group_advantages": "envhub.trainers.advantages",
     "task_normalize": "envhub.trainers.advantages",
     "TokenRow": "envhub.trainers.token_rows",
+    "tree_nodes": "envhub.trainers.tree_advantages",
     "trajectory_rows": "envhub.trainers.token_rows",
     "environment_factory": "envhub.trainers.trl",
     "envhub_reward": "envhub.trainers.trl",
@@ -31,6 +33,7 @@ _LAZY = {
     "EnvhubSkyRLEnv": "envhub.trainers.skyrl",
     "EnvhubAgentLoop": "envhub.trainers.verl_loop",
     "agent_loop_output": "envhub.trainers.verl",
+    "agent_loop_outputs": "envhub.trainers.verl",
 }
 
 __all__ = sorted(_LAZY)

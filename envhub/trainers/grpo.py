@@ -14,6 +14,17 @@ trajectories (several GRPO groups, possibly from several environments) it
 
 Per-token ``advantages`` are the trajectory's advantage on sampled tokens and 0
 elsewhere, so ``loss = -(advantages * ratio).sum() / loss_mask.sum()`` needs no more masking.
+
+With ``tree=`` (``"treerl"`` or ``"treerl_sqrt"``) the groups that hold tree rollouts get
+per-node advantages instead (:mod:`.tree_advantages`): a token's advantage is that of
+the node (segment of turns between branch points) it was sampled in, so one row carries
+several values; the turns a child shares with its parent are masked in the child's row
+(trained once, in the row of the trajectory that played them), and a tree with a masked
+leaf is dropped whole (``masked_tree``): its nodes' values would be means over the
+leaves that happened not to fail, and a masked root leaves its shared turns untrained.
+Without ``tree`` a tree's leaves are one GRPO group like any other (the flat baseline),
+each trained whole. The first ``gold_prefix_turns`` turns (replayed, not sampled) are
+never trained.
 """
 
 from __future__ import annotations
@@ -33,6 +44,12 @@ from envhub.trainers.advantages import (
     task_normalize,
 )
 from envhub.trainers.token_rows import NOT_SAMPLED, DriftPolicy, TokenRow, trajectory_rows
+from envhub.trainers.tree_advantages import (
+    TreeEstimator,
+    batch_turn_advantages,
+    broken_trees,
+    row_token_advantages,
+)
 from envhub.trajectory import Trajectory
 
 __all__ = [
@@ -40,6 +57,7 @@ __all__ = [
     "Estimator",
     "GRPOBatch",
     "TaskKey",
+    "TreeEstimator",
     "build_batch",
     "compute_advantages",
     "group_advantages",
@@ -63,9 +81,11 @@ class GRPOBatch:
     """Padded training data plus the bookkeeping a trainer logs.
 
     The six array fields are ``torch.Tensor`` of shape ``(rows, length)`` when built with
-    ``return_tensors="pt"``, else lists of equal-length lists. ``row_advantages`` and
-    ``rows`` are per row; ``dropped`` counts trajectories set aside by reason
-    (``masked``, ``zero_variance``, ``token_drift``, ...).
+    ``return_tensors="pt"``, else lists of equal-length lists; ``advantages`` is per token
+    (one value per row, or per tree node a row spans). ``row_advantages`` and ``rows`` are
+    per row (a tree row's ``row_advantages`` entry is its leaf node's advantage);
+    ``dropped`` counts trajectories set aside by reason (``masked``, ``masked_tree``,
+    ``incomplete_tree``, ``zero_variance``, ``token_drift``, ...).
     """
 
     input_ids: Any
@@ -110,29 +130,41 @@ def pad_rows(
     pad_token_id: int = 0,
     pad_to_multiple_of: int | None = None,
     return_tensors: Literal["pt"] | None = "pt",
+    token_advantages: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
-    """The six padded arrays of :class:`GRPOBatch` for ``rows`` (right padding)."""
+    """The six padded arrays of :class:`GRPOBatch` for ``rows`` (right padding).
+
+    ``advantages`` is ``row_advantages[i]`` on row ``i``'s trained tokens, or, where
+    ``token_advantages`` is given, its row ``i`` (one value per token) as it is."""
     length = max((len(row) for row in rows), default=0)
     if pad_to_multiple_of:
         length = -(-length // pad_to_multiple_of) * pad_to_multiple_of
     if return_tensors == "pt":
-        return _pad_torch(rows, row_advantages, length, pad_token_id)
+        return _pad_torch(rows, row_advantages, length, pad_token_id, token_advantages)
     if return_tensors is not None:
         raise InvalidRequest(f"return_tensors must be 'pt' or None, not {return_tensors!r}")
     out: dict[str, list[list[Any]]] = {name: [] for name in _TENSOR_FIELDS}
-    for row, advantage in zip(rows, row_advantages, strict=True):
+    if token_advantages is None:
+        token_advantages = [
+            [a * m for m in row.loss_mask] for row, a in zip(rows, row_advantages, strict=True)
+        ]
+    for row, advantages in zip(rows, token_advantages, strict=True):
         pad = length - len(row)
         out["input_ids"].append(row.input_ids + [pad_token_id] * pad)
         out["attention_mask"].append([1] * len(row) + [0] * pad)
         out["loss_mask"].append(row.loss_mask + [0] * pad)
         out["old_logprobs"].append(row.old_logprobs + [0.0] * pad)
-        out["advantages"].append([advantage * m for m in row.loss_mask] + [0.0] * pad)
+        out["advantages"].append(list(advantages) + [0.0] * pad)
         out["policy_versions"].append(row.policy_versions + [NOT_SAMPLED] * pad)
     return out
 
 
 def _pad_torch(
-    rows: Sequence[TokenRow], row_advantages: Sequence[float], length: int, pad_token_id: int
+    rows: Sequence[TokenRow],
+    row_advantages: Sequence[float],
+    length: int,
+    pad_token_id: int,
+    token_advantages: Sequence[Sequence[float]] | None,
 ) -> dict[str, Any]:
     """Each row's lists go through ``array.array`` (a C loop) and ``torch.frombuffer``;
     ``torch.tensor`` on Python lists costs ~10x more (benchmarks/batch_build.py)."""
@@ -140,7 +172,12 @@ def _pad_torch(
     from torch.nn.utils.rnn import pad_sequence
 
     def padded(name: str, code: str, dtype: torch.dtype, fill: float) -> torch.Tensor:
-        columns = [torch.frombuffer(array(code, getattr(row, name)), dtype=dtype) for row in rows]
+        return padded_lists([getattr(row, name) for row in rows], code, dtype, fill)
+
+    def padded_lists(
+        lists: Sequence[Sequence[Any]], code: str, dtype: torch.dtype, fill: float
+    ) -> torch.Tensor:
+        columns = [torch.frombuffer(array(code, values), dtype=dtype) for values in lists]
         columns.append(torch.empty(length, dtype=dtype))  # pads to `length` even if longer
         return pad_sequence(columns, batch_first=True, padding_value=fill)[:-1]
 
@@ -152,13 +189,17 @@ def _pad_torch(
         }
     loss_mask = padded("loss_mask", "q", torch.long, 0)
     lengths = torch.tensor([len(row) for row in rows])
-    advantage = torch.tensor(list(row_advantages), dtype=torch.float32).unsqueeze(1)
+    if token_advantages is None:
+        advantage = torch.tensor(list(row_advantages), dtype=torch.float32).unsqueeze(1)
+        advantages = advantage * loss_mask
+    else:
+        advantages = padded_lists(token_advantages, "f", torch.float32, 0.0)
     return {
         "input_ids": padded("input_ids", "q", torch.long, pad_token_id),
         "attention_mask": (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).long(),
         "loss_mask": loss_mask,
         "old_logprobs": padded("old_logprobs", "f", torch.float32, 0.0),
-        "advantages": advantage * loss_mask,
+        "advantages": advantages,
         "policy_versions": padded("policy_versions", "q", torch.long, NOT_SAMPLED),
     }
 
@@ -168,6 +209,7 @@ def build_batch(
     *,
     estimator: Estimator = "grpo",
     task_key: TaskKey | None = None,
+    tree: TreeEstimator | None = None,
     drop_zero_variance: bool = True,
     drift: DriftPolicy = "split",
     tokenizer: Any = None,
@@ -181,14 +223,25 @@ def build_batch(
 
     ``task_key`` turns on AgentRL task-level normalization: ``"env"`` normalizes per
     environment, ``"task"`` per task, a function per whatever key it returns.
-    ``tokenizer`` rebuilds ids for trajectories recorded without them (flagged
-    ``retokenized``); its ``pad_token_id`` is the default padding id. Rows longer than
-    ``max_length`` are dropped as ``overlong``.
+    ``tree`` gives the groups that hold tree rollouts per-node advantages (module
+    docstring); ``estimator`` and ``task_key`` then apply to the other groups only
+    (``task_key`` with ``tree`` is refused: a per-node advantage has no one value per
+    trajectory to normalise). ``tokenizer`` rebuilds ids for trajectories recorded
+    without them (flagged ``retokenized``); its ``pad_token_id`` is the default padding
+    id. Rows longer than ``max_length`` are dropped as ``overlong``.
     """
+    if tree is not None and task_key is not None:
+        raise InvalidRequest("task_key normalization does not apply to tree advantages")
     trajectories = list(trajectories)
     dropped: Counter[str] = Counter()
     scored = [t for t in trajectories if not t.masked and t.reward is not None]
     dropped["masked"] += len(trajectories) - len(scored)
+    if tree is not None:
+        broken = broken_trees(trajectories)
+        for trajectory in scored:
+            if (trajectory.tree_id or "") in broken:
+                dropped[broken[trajectory.tree_id or ""]] += 1
+        scored = [t for t in scored if (t.tree_id or "") not in broken]
 
     members: dict[str, list[Trajectory]] = defaultdict(list)
     for trajectory in scored:
@@ -203,19 +256,28 @@ def build_batch(
     else:
         kept = [t for group in members.values() for t in group]
 
+    # tree groups: each trajectory's turn advantages (a group's are its own: those of
+    # the groups dropped above do not change them)
+    per_turn = batch_turn_advantages(kept, tree) if tree is not None else {}
+    flat = [t for t in kept if t.trajectory_id not in per_turn]
     key_fn = _task_key_fn(task_key)
-    advantages = compute_advantages(
-        [t.reward for t in kept if t.reward is not None],  # all of them: kept are scored
-        [t.group_id for t in kept],
+    flat_advantages = compute_advantages(
+        [t.reward for t in flat if t.reward is not None],  # all of them: kept are scored
+        [t.group_id for t in flat],
         estimator=estimator,
-        task_keys=[key_fn(t) for t in kept] if key_fn else None,
+        task_keys=[key_fn(t) for t in flat] if key_fn else None,
         eps=eps,
     )
+    advantages = dict(zip((t.trajectory_id for t in flat), flat_advantages, strict=True))
 
     rows: list[TokenRow] = []
     row_advantages: list[float] = []
-    for trajectory, advantage in zip(kept, advantages, strict=True):
-        trajectory_rows_ = trajectory_rows(trajectory, drift=drift, tokenizer=tokenizer)
+    token_advantages: list[list[float]] = []
+    for trajectory in kept:
+        turns = per_turn.get(trajectory.trajectory_id)
+        trajectory_rows_ = trajectory_rows(
+            trajectory, drift=drift, tokenizer=tokenizer, mask_shared_prefix=turns is not None
+        )
         reasons = {row.mask_reason for row in trajectory_rows_ if row.mask_reason is not None}
         if max_length is not None and any(len(row) > max_length for row in trajectory_rows_):
             reasons.add("overlong")
@@ -223,7 +285,14 @@ def build_batch(
             dropped[sorted(reasons)[0]] += 1
             continue
         rows.extend(trajectory_rows_)
-        row_advantages.extend([advantage] * len(trajectory_rows_))
+        if turns is None:
+            advantage = advantages[trajectory.trajectory_id]
+            row_advantages.extend([advantage] * len(trajectory_rows_))
+            token_advantages.extend([advantage * m for m in r.loss_mask] for r in trajectory_rows_)
+        else:
+            leaf = turns[-1] if turns else 0.0
+            row_advantages.extend([leaf] * len(trajectory_rows_))
+            token_advantages.extend(row_token_advantages(r, turns) for r in trajectory_rows_)
 
     if pad_token_id is None:
         pad_token_id = getattr(tokenizer, "pad_token_id", None) or 0
@@ -233,6 +302,7 @@ def build_batch(
         pad_token_id=pad_token_id,
         pad_to_multiple_of=pad_to_multiple_of,
         return_tensors=return_tensors,
+        token_advantages=token_advantages if per_turn else None,
     )
     return GRPOBatch(
         **arrays,

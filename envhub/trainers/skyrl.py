@@ -33,6 +33,20 @@ only ever sees decoded action text. Which weights sampled which token is known t
 generator alone, and an off-policy correction for its weight updates belongs there; the
 envhub-side adapters that do hand tokens to a trainer (:mod:`envhub.trainers.verl`,
 :mod:`envhub.trainers.trl_rollout`, :mod:`envhub.trainers.grpo`) carry the versions.
+
+Trees: for the same reason the environment side never sees a tree (SkyRL's generator
+plays one episode per environment object and cannot fork it). Tree rollouts
+(``envhub.rollout.run(tree=...)`` or the stream, e.g. inside a custom SkyRL generator)
+reach SkyRL through :func:`generator_output`, which builds the fields of SkyRL's
+``GeneratorOutput`` from envhub trajectories, from the ids the model server sampled.
+With ``tree="treerl"`` its ``rewards`` are per token (the per-node advantages of
+:mod:`envhub.trainers.tree_advantages` on trained tokens, 0 elsewhere; SkyRL's per-token
+reward form) and ``loss_masks`` leave a child's shared turns untrained. SkyRL's own
+GRPO/RLOO estimators sum a sequence's token rewards into one score before comparing it
+within the group: per-node advantages need an estimator that returns the token rewards
+as the advantages, registered with SkyRL's ``register_advantage_estimator`` (not shipped
+here: its signature differs between SkyRL releases). Without ``tree``, ``rewards`` are
+the episodes' and every leaf is trained whole (the flat baseline).
 """
 
 from __future__ import annotations
@@ -48,9 +62,23 @@ from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.runtime.sync import run_sync
 from envhub.tokens.tool_call_parsers import ToolParser, parse_hermes
 from envhub.trainers.environments import resolve_environment, start_messages
+from envhub.trainers.token_rows import trajectory_rows
+from envhub.trainers.tree_advantages import (
+    TreeEstimator,
+    batch_turn_advantages,
+    broken_trees,
+    row_token_advantages,
+)
+from envhub.trajectory import Trajectory
 from envhub.types import Message
 
-__all__ = ["SKYRL_ENV_ID", "EnvhubSkyRLEnv", "close_environments", "register"]
+__all__ = [
+    "SKYRL_ENV_ID",
+    "EnvhubSkyRLEnv",
+    "close_environments",
+    "generator_output",
+    "register",
+]
 
 SKYRL_ENV_ID = "envhub"
 _ENVIRONMENTS: dict[str, EnvironmentClient] = {}  # one per config, shared by episodes
@@ -198,3 +226,61 @@ def register(env_id: str = SKYRL_ENV_ID) -> None:
 
     if env_id not in skyrl_gym.registry:
         skyrl_gym.register(id=env_id, entry_point="envhub.trainers.skyrl:EnvhubSkyRLEnv")
+
+
+def generator_output(
+    trajectories: Sequence[Trajectory], *, tree: TreeEstimator | None = None
+) -> dict[str, Any]:
+    """The fields of SkyRL's ``GeneratorOutput`` for envhub trajectories (module
+    docstring), one entry per trainable trajectory, in order: ``prompt_token_ids``,
+    ``response_ids``, ``rewards``, ``loss_masks``, ``stop_reasons``,
+    ``rollout_logprobs`` and ``rollout_metrics``, plus ``envhub_trajectory_ids``,
+    ``envhub_tree_ids``, ``envhub_parent_ids`` and ``envhub_branch_turns`` to align them
+    with the trajectories (SkyRL ignores keys it does not know).
+
+    Masked trajectories are left out (SkyRL has no void reward: a 0 would count in the
+    group's baseline), and with ``tree`` so are the other leaves of their tree (their
+    nodes' values would be means over the leaves that happened not to fail). A
+    trajectory whose turns drifted (:mod:`envhub.trainers.token_rows`) keeps its reward
+    with ``loss_masks`` all 0. ``rollout_logprobs`` is ``None`` unless every trajectory
+    recorded them. With ``tree`` every trajectory must belong to a group that holds a
+    tree (SkyRL's rewards are all per trajectory or all per token).
+    """
+    per_turn = batch_turn_advantages(trajectories, tree) if tree is not None else {}
+    broken = broken_trees(trajectories) if tree is not None else {}
+    kept = [t for t in trajectories if not t.masked and (t.tree_id or "") not in broken]
+    if tree is not None and any(t.trajectory_id not in per_turn for t in kept):
+        raise InvalidRequest(
+            "generator_output(tree=...) takes tree rollouts only: SkyRL's rewards are "
+            "either per trajectory or per token for the whole batch"
+        )
+    out: dict[str, Any] = {
+        key: []
+        for key in ("prompt_token_ids", "response_ids", "rewards", "loss_masks",
+                    "stop_reasons", "rollout_logprobs", "envhub_trajectory_ids",
+                    "envhub_tree_ids", "envhub_parent_ids", "envhub_branch_turns")
+    }  # fmt: skip
+    for t in kept:
+        turns = per_turn.get(t.trajectory_id)
+        row = trajectory_rows(t, drift="mask", mask_shared_prefix=turns is not None)[0]
+        cut = row.prompt_length
+        mask = row.loss_mask[cut:] if row.mask_reason is None else [0] * (len(row) - cut)
+        if turns is None:
+            reward: float | list[float] = t.reward or 0.0
+        else:
+            advantages = row_token_advantages(row, turns)[cut:]
+            reward = [a * m for a, m in zip(advantages, mask, strict=True)]
+        out["prompt_token_ids"].append(row.input_ids[:cut])
+        out["response_ids"].append(row.input_ids[cut:])
+        out["rewards"].append(reward)
+        out["loss_masks"].append(mask)
+        out["stop_reasons"].append(t.stop_reason)
+        out["rollout_logprobs"].append(row.old_logprobs[cut:])
+        out["envhub_trajectory_ids"].append(t.trajectory_id)
+        out["envhub_tree_ids"].append(t.tree_id)
+        out["envhub_parent_ids"].append(t.parent_id)
+        out["envhub_branch_turns"].append(t.branch_turn)
+    if not all(turn.completion_logprobs is not None for t in kept for turn in t.turns):
+        out["rollout_logprobs"] = None
+    out["rollout_metrics"] = None
+    return out

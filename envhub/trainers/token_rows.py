@@ -28,13 +28,19 @@ a new row (templates render the tools at the top of the prompt).
 User turns (``user`` messages an environment added after a final answer) are never
 sampled: in recorded ids they lie inside a later turn's prompt, and in rebuilt ids
 between assistant spans, so ``loss_mask`` is 0 on them as on tool results.
+
+Turns the policy did not sample in this episode are not trained either: the first
+``gold_prefix_turns`` (replayed from the task's gold actions) always, and with
+``mask_shared_prefix`` the turns a tree child shares with its parent (before
+``branch_turn``; the row of the trajectory that played them trains them, once). Their
+tokens stay in the row as context, with ``loss_mask`` 0 like a tool result.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envhub.tokens.chat_template import template_message
@@ -64,7 +70,9 @@ class TokenRow:
     sampled the token (per token where a weight update split a turn:
     :meth:`~envhub.trajectory.Turn.token_versions`), or ``-1`` for tokens the policy did not
     sample or whose version was not recorded. ``prompt_length`` counts the tokens before
-    the first sampled one.
+    the first trained one. ``spans`` lists the trained spans as ``(turn, start, end)``:
+    the index in ``trajectory.turns`` of the turn that sampled ``input_ids[start:end]``
+    (per-turn advantages, :mod:`envhub.trainers.tree_advantages`, are set through it).
     """
 
     trajectory_id: str
@@ -80,6 +88,7 @@ class TokenRow:
     reward: float | None
     retokenized: bool = False
     mask_reason: MaskReason | None = None
+    spans: list[tuple[int, int, int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -100,6 +109,7 @@ def _row(
     *,
     retokenized: bool = False,
     mask_reason: MaskReason | None = None,
+    spans: list[tuple[int, int, int]] | None = None,
 ) -> TokenRow:
     n = len(input_ids)
     return TokenRow(
@@ -116,6 +126,7 @@ def _row(
         reward=trajectory.reward,
         retokenized=retokenized,
         mask_reason=mask_reason,
+        spans=spans or [],
     )
 
 
@@ -139,27 +150,34 @@ def _extends(turn: Turn, previous: Turn) -> bool:
     )
 
 
-def _contiguous_runs(turns: list[Turn]) -> list[list[Turn]]:
-    runs = [[turns[0]]]
-    for previous, turn in itertools.pairwise(turns):
+def _contiguous_runs(turns: list[Turn]) -> list[list[tuple[int, Turn]]]:
+    """Maximal runs of turns each extending the previous one, with their indexes."""
+    runs = [[(0, turns[0])]]
+    for index, (previous, turn) in enumerate(itertools.pairwise(turns), start=1):
         if _extends(turn, previous):
-            runs[-1].append(turn)
+            runs[-1].append((index, turn))
         else:
-            runs.append([turn])
+            runs.append([(index, turn)])
     return runs
 
 
-def _run_row(trajectory: Trajectory, segment: int, run: list[Turn]) -> TokenRow:
-    """One row from contiguous turns: the last turn's sequence, sampled spans marked."""
-    last = run[-1]
+def _run_row(
+    trajectory: Trajectory, segment: int, run: list[tuple[int, Turn]], first: int
+) -> TokenRow:
+    """One row from contiguous turns: the last turn's sequence, the sampled spans of the
+    turns from ``first`` on marked."""
+    last = run[-1][1]
     assert last.prompt_token_ids is not None and last.completion_token_ids is not None
     input_ids = last.prompt_token_ids + last.completion_token_ids
     n = len(input_ids)
     loss_mask = [0] * n
     old_logprobs = [0.0] * n
     versions = [NOT_SAMPLED] * n
-    for turn in run:
+    spans = []
+    for index, turn in run:
         assert turn.prompt_token_ids is not None and turn.completion_token_ids is not None
+        if index < first:
+            continue
         start = len(turn.prompt_token_ids)
         length = len(turn.completion_token_ids)
         end = start + length
@@ -167,11 +185,15 @@ def _run_row(trajectory: Trajectory, segment: int, run: list[Turn]) -> TokenRow:
         logprobs = turn.completion_logprobs
         old_logprobs[start:end] = logprobs if logprobs is not None else [math.nan] * length
         versions[start:end] = [NOT_SAMPLED if v is None else v for v in turn.token_versions()]
-    prompt_length = len(run[0].prompt_token_ids or [])
-    return _row(trajectory, segment, input_ids, loss_mask, old_logprobs, versions, prompt_length)
+        spans.append((index, start, end))
+    prompt_length = spans[0][1] if spans else len(run[0][1].prompt_token_ids or [])
+    return _row(
+        trajectory, segment, input_ids, loss_mask, old_logprobs, versions, prompt_length,
+        spans=spans,
+    )  # fmt: skip
 
 
-def _recorded_rows(trajectory: Trajectory, drift: DriftPolicy) -> list[TokenRow]:
+def _recorded_rows(trajectory: Trajectory, drift: DriftPolicy, first: int) -> list[TokenRow]:
     turns = trajectory.turns
     for turn in turns:
         logprobs, completion = turn.completion_logprobs, turn.completion_token_ids
@@ -184,7 +206,7 @@ def _recorded_rows(trajectory: Trajectory, drift: DriftPolicy) -> list[TokenRow]
         last = turns[-1]
         ids = (last.prompt_token_ids or []) + (last.completion_token_ids or [])
         return [_row(trajectory, 0, ids, mask_reason="token_drift")]
-    return [_run_row(trajectory, index, run) for index, run in enumerate(runs)]
+    return [_run_row(trajectory, index, run, first) for index, run in enumerate(runs)]
 
 
 # -- retokenization ------------------------------------------------------------------------
@@ -203,18 +225,20 @@ def _render(
     return list(ids)
 
 
-def _retokenized_rows(trajectory: Trajectory, tokenizer: Any) -> list[TokenRow]:
+def _retokenized_rows(trajectory: Trajectory, tokenizer: Any, first: int) -> list[TokenRow]:
     """One row per run of turns offered the same tools: chat templates render the tools
     at the top of the prompt, so a user turn that changed them starts a new sequence."""
     messages = [template_message(m) for m in trajectory.messages]
-    runs: list[tuple[list[dict[str, Any]], list[Turn]]] = []
-    for turn, tools in zip(trajectory.turns, trajectory.turn_tools(), strict=True):
+    runs: list[tuple[list[dict[str, Any]], list[tuple[int, Turn]]]] = []
+    for index, (turn, tools) in enumerate(
+        zip(trajectory.turns, trajectory.turn_tools(), strict=True)
+    ):
         if runs and runs[-1][0] == tools:
-            runs[-1][1].append(turn)
+            runs[-1][1].append((index, turn))
         else:
-            runs.append((tools, [turn]))
+            runs.append((tools, [(index, turn)]))
     return [
-        _retokenized_row(trajectory, segment, messages, tools, turns, tokenizer)
+        _retokenized_row(trajectory, segment, messages, tools, turns, tokenizer, first)
         for segment, (tools, turns) in enumerate(runs)
     ]
 
@@ -224,18 +248,19 @@ def _retokenized_row(
     segment: int,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
-    turns: list[Turn],
+    turns: list[tuple[int, Turn]],
     tokenizer: Any,
+    first: int,
 ) -> TokenRow:
-    indices = [turn.message_index for turn in turns]
+    indices = [turn.message_index for _, turn in turns]
     full = _render(tokenizer, messages[: indices[-1] + 1], tools, False)
     n = len(full)
     loss_mask = [0] * n
     old_logprobs = [0.0] * n
     versions = [NOT_SAMPLED] * n
     eos = tokenizer.eos_token_id
-    prompt_length = n
-    for turn, index in zip(turns, indices, strict=True):
+    spans = []
+    for (turn_index, turn), index in zip(turns, indices, strict=True):
         before = _render(tokenizer, messages[:index], tools, True)
         through = _render(tokenizer, messages[: index + 1], tools, False)
         if through[: len(before)] != before or full[: len(through)] != through:
@@ -246,6 +271,8 @@ def _retokenized_row(
                 retokenized=True,
                 mask_reason="template_not_prefix_preserving",
             )
+        if turn_index < first:
+            continue
         start, end = len(before), len(through)
         span = through[start:end]
         if eos in span:  # tokens after the end-of-turn token are template glue
@@ -254,7 +281,7 @@ def _retokenized_row(
         old_logprobs[start:end] = [math.nan] * (end - start)
         version = turn.policy_version if turn.policy_version is not None else NOT_SAMPLED
         versions[start:end] = [version] * (end - start)
-        prompt_length = min(prompt_length, start)
+        spans.append((turn_index, start, end))
     return _row(
         trajectory,
         segment,
@@ -262,25 +289,40 @@ def _retokenized_row(
         loss_mask,
         old_logprobs,
         versions,
-        prompt_length,
+        spans[0][1] if spans else n,
         retokenized=True,
+        spans=spans,
     )
 
 
+def _first_trained_turn(trajectory: Trajectory, *, mask_shared_prefix: bool = False) -> int:
+    """The index of the first turn a trajectory's rows train: after its gold prefix and,
+    with ``mask_shared_prefix``, after the turns a tree child shares with its parent."""
+    shared = (trajectory.branch_turn or 0) if mask_shared_prefix and trajectory.parent_id else 0
+    return max(trajectory.gold_prefix_turns, shared)
+
+
 def trajectory_rows(
-    trajectory: Trajectory, *, drift: DriftPolicy = "split", tokenizer: Any = None
+    trajectory: Trajectory,
+    *,
+    drift: DriftPolicy = "split",
+    tokenizer: Any = None,
+    mask_shared_prefix: bool = False,
 ) -> list[TokenRow]:
     """The training rows of one trajectory (rows with ``mask_reason`` set carry no loss).
 
     ``tokenizer`` (a Hugging Face tokenizer with a chat template) is used only for a
     trajectory without recorded token ids; its rows are flagged ``retokenized``.
+    ``mask_shared_prefix``: leave a tree child's shared turns untrained (module docstring);
+    the gold prefix is never trained.
     """
     if trajectory.masked:
         return [_row(trajectory, 0, [], mask_reason="masked")]
     if not trajectory.turns:
         return [_row(trajectory, 0, [], mask_reason="no_turns")]
+    first = _first_trained_turn(trajectory, mask_shared_prefix=mask_shared_prefix)
     if all(_has_ids(turn) for turn in trajectory.turns):
-        return _recorded_rows(trajectory, drift)
+        return _recorded_rows(trajectory, drift, first)
     if tokenizer is None:
         return [_row(trajectory, 0, [], mask_reason="missing_token_ids")]
-    return _retokenized_rows(trajectory, tokenizer)
+    return _retokenized_rows(trajectory, tokenizer, first)

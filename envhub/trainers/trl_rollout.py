@@ -12,6 +12,22 @@ TRL's own loss ignores it (its importance correction uses ``logprobs`` only); li
 key beyond ``prompt_ids``/``completion_ids``/``logprobs`` TRL keeps it per sample and
 passes it to the reward functions as a keyword (``envhub_reward`` accepts and ignores
 it), so a trainer subclass can weight each token by its own version's importance ratio.
+
+Trees (:meth:`EnvhubRollout.to_trl` with ``tree="treerl"``, for tree rollouts' leaves):
+each sample also carries ``tree_id``, ``parent_id``, ``branch_turn`` and
+``token_advantages``, the per-node advantages of :mod:`envhub.trainers.tree_advantages`
+per ``completion_ids`` token (0 where ``env_mask`` is 0), and ``env_mask`` leaves the
+turns a child shares with its parent untrained (they are in its ``prompt_ids``: trained
+once, in the parent's sample). TRL cannot take them as they are: ``GRPOTrainer`` computes
+one advantage per sample from the rewards (``_generate_and_score_completions``), and only
+its loss (``_compute_loss``) accepts per-token advantages of shape ``(B, T)``, for
+subclasses; a subclass that pads ``token_advantages`` into ``advantages`` trains on
+trees, TRL's own advantages are the flat baseline (use ``to_trl`` without ``tree`` then:
+every leaf trained whole). A tree with a masked leaf gets ``env_mask`` all 0, as
+:func:`~envhub.trainers.grpo.build_batch` drops it. ``EnvhubRollout`` itself samples one
+episode per prompt: TRL needs exactly ``num_generations`` samples per prompt, which a tree
+(whose episodes may end before a branch point) does not guarantee, so tree rollouts come
+from ``envhub.rollout.run(tree=...)`` or the stream.
 """
 
 from __future__ import annotations
@@ -24,6 +40,12 @@ from envhub.errors import InvalidRequest
 from envhub.protocol import EnvironmentClient
 from envhub.runtime.sync import run_sync
 from envhub.trainers.token_rows import NOT_SAMPLED, TokenRow, trajectory_rows
+from envhub.trainers.tree_advantages import (
+    TreeEstimator,
+    batch_turn_advantages,
+    broken_trees,
+    row_token_advantages,
+)
 from envhub.trajectory import Trajectory
 from envhub.types import Message
 
@@ -204,26 +226,50 @@ class EnvhubRollout:
                     writer.write(trajectory)
         return ordered
 
-    def to_trl(self, trajectories: Sequence[Trajectory], eos_token_id: int) -> dict[str, list[Any]]:
-        """The ``rollout_func`` output for trajectories (one sample each, in order)."""
-        out: dict[str, list[Any]] = {
-            key: []
-            for key in (
-                "prompt_ids",
-                "completion_ids",
-                "logprobs",
-                "env_mask",
-                "policy_versions",
-                "env_reward",
-                "trajectory_id",
-            )
-        }
+    def to_trl(
+        self,
+        trajectories: Sequence[Trajectory],
+        eos_token_id: int,
+        *,
+        tree: TreeEstimator | None = None,
+    ) -> dict[str, list[Any]]:
+        """The ``rollout_func`` output for trajectories (one sample each, in order);
+        ``tree`` adds the tree fields and per-token advantages (module docstring)."""
+        keys = ["prompt_ids", "completion_ids", "logprobs", "env_mask", "policy_versions",
+                "env_reward", "trajectory_id"]  # fmt: skip
+        if tree is not None:
+            keys += ["tree_id", "parent_id", "branch_turn", "token_advantages"]
+        out: dict[str, list[Any]] = {key: [] for key in keys}
+        per_turn = batch_turn_advantages(trajectories, tree) if tree is not None else {}
+        broken = broken_trees(trajectories) if tree is not None else {}
         for trajectory in trajectories:
             # TRL takes one sample per prompt: a drifted trajectory cannot be split into
             # rows, so its tokens are masked (its reward still counts in the group)
-            row = trajectory_rows(trajectory, drift="mask")[0]
-            for key, value in trl_sample(row, eos_token_id).items():
+            turns = per_turn.get(trajectory.trajectory_id)
+            row = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turns is not None)[0]
+            sample = trl_sample(row, eos_token_id)
+            if (trajectory.tree_id or "") in broken:
+                sample["env_mask"] = [0] * len(sample["env_mask"])
+            for key, value in sample.items():
                 out[key].append(value)
             out["env_reward"].append(None if trajectory.masked else trajectory.reward)
             out["trajectory_id"].append(trajectory.trajectory_id)
+            if tree is not None:
+                out["tree_id"].append(trajectory.tree_id)
+                out["parent_id"].append(trajectory.parent_id)
+                out["branch_turn"].append(trajectory.branch_turn)
+                out["token_advantages"].append(_completion_advantages(row, turns, sample))
         return out
+
+
+def _completion_advantages(
+    row: TokenRow, turns: list[float] | None, sample: dict[str, Any]
+) -> list[float] | None:
+    """Per ``completion_ids`` token, its node's advantage where ``env_mask`` is 1;
+    ``None`` for a trajectory outside any tree group (TRL's flat baseline applies)."""
+    if turns is None:
+        return None
+    advantages = row_token_advantages(row, turns)[row.prompt_length :]
+    if len(advantages) != len(sample["completion_ids"]):  # the EOS stand-in
+        advantages = [0.0] * len(sample["completion_ids"])
+    return [a * m for a, m in zip(advantages, sample["env_mask"], strict=True)]

@@ -30,22 +30,47 @@ version was recorded. verl has no per-token version field of its own (its
 ``extra_fields`` key into a ``non_tensor_batch`` entry, so the list reaches the trainer
 unpadded, aligned with the first ``len`` positions of ``responses``: an off-policy
 correction can weight each token by its own version's importance ratio.
+
+Trees: ``extra_fields`` always carries ``envhub_tree_id``, ``envhub_parent_id`` and
+``envhub_branch_turn`` (``None`` outside a tree rollout). :func:`agent_loop_outputs` with
+``tree="treerl"`` converts the leaves of tree rollouts with per-node advantages
+(:mod:`envhub.trainers.tree_advantages`): ``extra_fields["envhub_token_advantages"]``, one
+per ``response_ids`` token (0 where ``response_mask`` is 0; ``None`` for a trajectory
+whose group holds no tree), and a ``response_mask`` that leaves a child's shared turns
+untrained (they move into its ``prompt_ids``; its parent's row trains them). verl's
+advantage estimators compute one advantage per trajectory from ``reward_score`` within a
+``uid`` group (the flat baseline), and a registered estimator (``register_adv_est``)
+receives tensors only, never ``non_tensor_batch``: per-node advantages reach verl's loss
+only through a trainer that copies ``envhub_token_advantages`` into
+``batch["advantages"]``. With verl's own estimators, convert without ``tree`` (every leaf
+trained whole). ``EnvhubAgentLoop`` plays one episode per prompt; tree rollouts come from
+``envhub.rollout.run(tree=...)`` or the stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from envhub.tokens.sample import Sample, Sampler
 from envhub.trainers.token_rows import trajectory_rows
+from envhub.trainers.tree_advantages import (
+    TreeEstimator,
+    batch_turn_advantages,
+    broken_trees,
+    row_token_advantages,
+)
 from envhub.trajectory import Trajectory
 
-__all__ = ["agent_loop_output", "verl_sampler"]
+__all__ = ["agent_loop_output", "agent_loop_outputs", "verl_sampler"]
 
 
 def agent_loop_output(
-    trajectory: Trajectory, *, response_length: int | None = None
+    trajectory: Trajectory,
+    *,
+    response_length: int | None = None,
+    turn_advantages: Sequence[float] | None = None,
+    untrained: bool = False,
 ) -> dict[str, Any]:
     """The ``AgentLoopOutput`` fields of one trajectory (``metrics`` excepted).
 
@@ -53,16 +78,25 @@ def agent_loop_output(
     (``envhub_policy_versions`` included), and records ``envhub_truncated`` in
     ``extra_fields``. The versions are the token row's
     (:attr:`~envhub.trainers.token_rows.TokenRow.policy_versions`) after the prompt, so they
-    stay aligned with ``response_ids`` token for token.
+    stay aligned with ``response_ids`` token for token. ``turn_advantages`` (a tree
+    member's, :func:`~envhub.trainers.tree_advantages.turn_advantages`) masks its shared
+    turns and adds ``envhub_token_advantages``; ``untrained`` sets ``response_mask`` all 0
+    (a member of a tree that is not trained on).
     """
-    row = trajectory_rows(trajectory, drift="mask")[0]
+    row = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turn_advantages is not None)[
+        0
+    ]
     cut = row.prompt_length
     prompt_ids = row.input_ids[:cut]
     response_ids = row.input_ids[cut:]
-    if row.mask_reason is None:
+    if row.mask_reason is None and not untrained:
         response_mask = row.loss_mask[cut:]
     else:
         response_mask = [0] * len(response_ids)
+    advantages = None
+    if turn_advantages is not None:
+        per_token = row_token_advantages(row, turn_advantages)[cut:]
+        advantages = [a * m for a, m in zip(per_token, response_mask, strict=True)]
     policy_versions = row.policy_versions[cut:]  # NOT_SAMPLED (-1) where the mask is 0
     has_logprobs = all(turn.completion_logprobs is not None for turn in trajectory.turns)
     response_logprobs = row.old_logprobs[cut:] if has_logprobs and trajectory.turns else None
@@ -71,8 +105,17 @@ def agent_loop_output(
         response_ids = response_ids[:response_length]
         response_mask = response_mask[:response_length]
         policy_versions = policy_versions[:response_length]
+        if advantages is not None:
+            advantages = advantages[:response_length]
         if response_logprobs is not None:
             response_logprobs = response_logprobs[:response_length]
+    extra: dict[str, Any] = {
+        "envhub_tree_id": trajectory.tree_id,
+        "envhub_parent_id": trajectory.parent_id,
+        "envhub_branch_turn": trajectory.branch_turn,
+    }
+    if turn_advantages is not None:
+        extra["envhub_token_advantages"] = advantages
     return {
         "prompt_ids": prompt_ids,
         "response_ids": response_ids,
@@ -92,8 +135,36 @@ def agent_loop_output(
             "envhub_reward_components": dict(trajectory.reward_components),
             "turn_scores": [],
             "tool_rewards": [],
+            **extra,
         },
     }
+
+
+def agent_loop_outputs(
+    trajectories: Sequence[Trajectory],
+    *,
+    tree: TreeEstimator | None = None,
+    response_length: int | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`agent_loop_output` of each trajectory; with ``tree``, the members of tree
+    groups get per-node advantages and shared turns masked, a tree with a masked or
+    missing leaf gets ``response_mask`` all 0 (as ``build_batch`` drops it), and every
+    output carries ``envhub_token_advantages`` (``None`` outside tree groups)."""
+    if tree is None:
+        return [agent_loop_output(t, response_length=response_length) for t in trajectories]
+    per_turn = batch_turn_advantages(trajectories, tree)
+    broken = broken_trees(trajectories)
+    outputs = []
+    for t in trajectories:
+        output = agent_loop_output(
+            t,
+            response_length=response_length,
+            turn_advantages=per_turn.get(t.trajectory_id),
+            untrained=(t.tree_id or "") in broken,
+        )
+        output["extra_fields"].setdefault("envhub_token_advantages", None)
+        outputs.append(output)
+    return outputs
 
 
 def verl_sampler(

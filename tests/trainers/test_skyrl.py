@@ -16,8 +16,10 @@ from envhub.trainers.skyrl import (  # noqa: E402
     SKYRL_ENV_ID,
     EnvhubSkyRLEnv,
     close_environments,
+    generator_output,
     register,
 )
+from tests.trainers.factories import hand_tree, two_turn  # noqa: E402
 
 
 def call(name: str, **arguments: object) -> str:
@@ -129,3 +131,26 @@ def test_a_pool_of_servers(calc_server: str, calc: envhub.LocalEnvironment) -> N
         out = env.step(call("answer", value=task.answer))
         assert out["done"] and out["reward"] == 1.0
         close_environments()
+
+
+def test_generator_output_carries_trees() -> None:
+    """Tree leaves as SkyRL GeneratorOutput fields: per-token node advantages in the
+    per-token reward form, shared turns in the prompt and out of the loss mask."""
+    tree = hand_tree()
+    flat = generator_output(tree)
+    assert flat["rewards"] == [1.0, 0.0, 1.0, 0.0] and flat["prompt_token_ids"][3] == [1, 2, 3]
+    assert flat["envhub_parent_ids"] == [None, "t-0", "t-0", "t-1"]
+    out = generator_output(tree, tree="treerl")
+    assert out["response_ids"][0] == [10, 11, 91, 12, 13, 92, 14]
+    assert out["loss_masks"][0] == [1, 1, 0, 1, 1, 0, 1]
+    assert out["rewards"][0] == [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.5]
+    assert out["prompt_token_ids"][3] == [1, 2, 3, 10, 11, 91, 30, 31, 92]
+    assert out["rewards"][3] == [-0.5, -0.5] and out["loss_masks"][3] == [1, 1]
+    assert out["envhub_branch_turns"] == [None, 1, 2, 2]
+    assert [len(lp) for lp in out["rollout_logprobs"]] == [len(r) for r in out["response_ids"]]
+    # a masked leaf: SkyRL has no void reward, so its tree is left out whole with tree=
+    tree[3] = tree[3].model_copy(update={"masked": True, "reward": None})
+    assert generator_output(tree, tree="treerl")["envhub_trajectory_ids"] == []
+    assert generator_output(tree)["envhub_trajectory_ids"] == ["t-0", "t-1", "t-2"]
+    with pytest.raises(InvalidRequest, match="tree rollouts only"):
+        generator_output([*hand_tree("u"), two_turn("g", 0, 1.0)], tree="treerl")

@@ -15,7 +15,7 @@ from envhub.trainers.trl import envhub_reward, environment_factory, task_dataset
 from envhub.trainers.trl_rollout import EnvhubRollout
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 from tests.trainers.conftest import TRAIN_TASKS
-from tests.trainers.factories import split_turn, trajectory, turn
+from tests.trainers.factories import hand_tree, split_turn, trajectory, turn
 
 pytest.importorskip("trl")
 
@@ -146,6 +146,36 @@ def test_rollout_func_carries_per_token_policy_versions(calc: envhub.LocalEnviro
     assert out["completion_ids"][1] == [2] and out["policy_versions"][1] == [-1]
     for key in ("logprobs", "env_mask", "policy_versions"):
         assert [len(v) for v in out[key]] == [len(c) for c in out["completion_ids"]]
+
+
+def test_rollout_func_carries_trees(calc: envhub.LocalEnvironment) -> None:
+    """With ``tree``: the tree fields, per-token node advantages aligned with
+    completion_ids, and a child's shared turns moved into its prompt, untrained."""
+    from envhub.trainers.grpo import build_batch
+
+    rollout = EnvhubRollout(calc, task_for_prompt=lambda _: TRAIN_TASKS[0])
+    tree = hand_tree()
+    flat = rollout.to_trl(tree, eos_token_id=2)
+    assert "token_advantages" not in flat and flat["prompt_ids"][3] == [1, 2, 3]
+    out = rollout.to_trl(tree, eos_token_id=2, tree="treerl")
+    assert out["parent_id"] == [None, "t-0", "t-0", "t-1"] and out["branch_turn"] == [None, 1, 2, 2]
+    assert len({*out["tree_id"]}) == 1
+    # C (forked from A after its turn 2) trains its own last turn only
+    assert out["prompt_ids"][3] == [1, 2, 3, 10, 11, 91, 30, 31, 92]
+    assert out["completion_ids"][3] == [50, 51] and out["env_mask"][3] == [1, 1]
+    # the root's sample trains all its turns, each with its node's advantage
+    assert out["env_mask"][0] == [1, 1, 0, 1, 1, 0, 1]
+    assert out["token_advantages"][0] == [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.5]
+    # the same values as build_batch's, token for token
+    batch = build_batch(tree, tree="treerl", return_tensors=None)
+    for row, advantages, sample in zip(batch.rows, batch.advantages, out["token_advantages"],
+                                       strict=True):  # fmt: skip
+        assert advantages[row.prompt_length : len(row)] == sample
+    # a tree with a masked leaf is not trained on at all
+    tree[3] = tree[3].model_copy(update={"masked": True, "reward": None})
+    masked = rollout.to_trl(tree, eos_token_id=2, tree="treerl")
+    assert all(sum(mask) == 0 for mask in masked["env_mask"])
+    assert masked["env_reward"][3] is None
 
 
 def _changed(model: Any, before: dict[str, Any]) -> list[str]:

@@ -16,9 +16,9 @@ import pytest
 import envhub
 from envhub.policies.token_policy import TokenPolicy
 from envhub.rollout import EpisodeRunner, EpisodeSpec
-from envhub.trainers.verl import agent_loop_output, verl_sampler
+from envhub.trainers.verl import agent_loop_output, agent_loop_outputs, verl_sampler
 from tests.trainers.conftest import TRAIN_TASKS
-from tests.trainers.factories import drifted, split_turn, trajectory, turn, two_turn
+from tests.trainers.factories import drifted, hand_tree, split_turn, trajectory, turn, two_turn
 
 # -- conversion ------------------------------------------------------------------------------
 
@@ -69,6 +69,31 @@ def test_missing_logprobs_stay_missing() -> None:
     t.completion_logprobs = None
     out = agent_loop_output(trajectory("g", 0, 1.0, [t]))
     assert out["response_logprobs"] is None and out["response_mask"] == [1, 1]
+
+
+def test_tree_leaves_carry_node_advantages_and_shared_turn_masks() -> None:
+    tree = hand_tree()
+    flat = agent_loop_outputs(tree)
+    assert [o["extra_fields"]["envhub_parent_id"] for o in flat] == [None, "t-0", "t-0", "t-1"]
+    assert [o["extra_fields"]["envhub_branch_turn"] for o in flat] == [None, 1, 2, 2]
+    assert "envhub_token_advantages" not in flat[0]["extra_fields"]
+    assert flat[3]["prompt_ids"] == [1, 2, 3]  # every leaf trained whole
+    out = agent_loop_outputs(tree, tree="treerl")
+    root, c = out[0], out[3]
+    assert root["response_mask"] == [1, 1, 0, 1, 1, 0, 1]
+    assert root["extra_fields"]["envhub_token_advantages"] == [0, 0, 0, 1.0, 1.0, 0, 0.5]
+    assert c["prompt_ids"] == [1, 2, 3, 10, 11, 91, 30, 31, 92]  # shared: context only
+    assert c["response_ids"] == [50, 51] and c["response_mask"] == [1, 1]
+    assert c["extra_fields"]["envhub_token_advantages"] == [-0.5, -0.5]
+    assert c["reward_score"] == 0.0 and c["extra_fields"]["envhub_tree_id"] == "t-0"
+    cut = agent_loop_outputs(tree, tree="treerl", response_length=4)[0]
+    assert cut["extra_fields"]["envhub_token_advantages"] == [0, 0, 0, 1.0]
+    # a tree with a masked leaf is not trained on; a group without trees keeps the flat form
+    tree[3] = tree[3].model_copy(update={"masked": True, "reward": None})
+    mixed = agent_loop_outputs([*tree, two_turn("g", 0, 1.0)], tree="treerl")
+    assert all(sum(o["response_mask"]) == 0 for o in mixed[:4])
+    assert mixed[4]["response_mask"] == [1, 1, 0, 0, 1, 1, 1]
+    assert mixed[4]["extra_fields"]["envhub_token_advantages"] is None
 
 
 # -- generation through a verl-style server manager --------------------------------------------
