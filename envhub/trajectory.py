@@ -646,5 +646,6 @@ def _export_features() -> Any:
             "branch_turn": Value("int64"),
             "branch_message": Value("int64"),
             "tree_size": Value("int64"),
+            "gold_prefix_turns": Value("int64"),
         }
     )

@@ -124,6 +124,9 @@ def test_export_loads_with_datasets(tmp_path: Path, fmt: str) -> None:
     assert data[1]["masked"] is True and data[1]["reward"] is None
     assert first["env"] == pinned.model_dump()  # the pins are columns too
     assert data[1]["env"]["task_set_hash"] is None
+    # every field of the record is a column: a field added without its column fails export
+    assert set(data.column_names) == set(Trajectory.model_fields)
+    assert set(first["turns"][0]) == set(Turn.model_fields)
 
 
 def test_stop_reason_uses_the_one_stop_reason_vocabulary() -> None:
