@@ -71,13 +71,15 @@ def tools_for(docs: list[dict[str, Any]]) -> dict[str, BfclTool]:
     }
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=8192)
 def entry_tools(category: str, entry_id: str, turn: int = 0) -> Mapping[str, BfclTool]:
     """The tools of BFCL entry ``entry_id`` (at ``turn`` > 0, the functions the entry holds
     out until that turn; empty when none), converted once per process: the conversion
     deep-copies every function doc, and each episode of a group (or a check's reference
     and no-op episodes) would otherwise convert the same docs again. Read-only: a session
-    copies what it extends."""
+    copies what it extends. The cache holds every shipped entry and turn (about 4,300
+    entries, a few MB of schemas): with room for 1,024, a check of them all (each entry's
+    reference episodes, then its no-op ones) converted every entry twice."""
     entry = entries(category)[entry_id]
     docs = entry["function"] if turn == 0 else entry.get("missed_function", {}).get(str(turn))
     return MappingProxyType(tools_for(docs) if docs else {})
