@@ -22,8 +22,10 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from envhub._util.net import free_port
-from envhub.cli.llama_server import llama_cpp_available
+from envhub.cli.llama_server import MODEL_NAME, llama_cpp_available
+from envhub.trajectory import read_trajectories
 from tests.docs.tutorials import ROOT, TUTORIALS, Block, BlockFailed, blocks, run_tutorial
+from tests.rollout.helpers import assert_well_formed
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
 PORT_NAMES = ("PORT", "LLM_PORT", "VLLM_PORT", "VIEW_PORT", "RAY_PORT")
@@ -151,6 +153,11 @@ def test_rollout(tmp_path: Path) -> None:
     assert '"episodes": 40' in outputs[1]  # the reference run's summary
     assert "runs/smol.jsonl 2 episodes" in outputs[-2]
     assert "runs/qwen.jsonl 80 episodes" in outputs[-2]
+    # the real 135M model says anything: every episode is still well-formed and scored
+    smol = list(read_trajectories(tmp_path / "runs" / "smol.jsonl"))
+    assert len(smol) == 2
+    for trajectory in smol:
+        assert_well_formed(trajectory, MODEL_NAME, max_turns=2)
 
 
 def test_view(tmp_path: Path) -> None:

@@ -50,3 +50,28 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = 30.0) -> 
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not reached in time")
+
+
+def assert_well_formed(trajectory: Trajectory, model: str, max_turns: int) -> None:
+    """What a small real model's episode must be, whatever it said (malformed calls,
+    unknown tools, plain text): scored, every call a string of arguments answered by
+    exactly one tool message, and the record JSON. A runaway tool call can also meet
+    calc's episode clock (slow on a loaded machine), or outgrow a small context."""
+    import json
+
+    assert not trajectory.masked, trajectory.error
+    assert trajectory.model == model
+    assert trajectory.reward is not None and 0.0 <= trajectory.reward <= 1.0
+    assert trajectory.stop_reason in {
+        "terminal_tool", "final_answer", "max_turns", "timeout", "context_length"
+    }  # fmt: skip
+    assert 1 <= len(trajectory.turns) <= max_turns
+    for turn in trajectory.turns:
+        message = trajectory.messages[turn.message_index]
+        assert message["role"] == "assistant"
+        for call in message.get("tool_calls", []):
+            assert isinstance(call["function"]["arguments"], str)
+            answers = [m for m in trajectory.messages if m.get("tool_call_id") == call["id"]]
+            assert len(answers) == 1
+    json.dumps(trajectory.messages)
+
