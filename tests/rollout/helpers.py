@@ -75,3 +75,15 @@ def assert_well_formed(trajectory: Trajectory, model: str, max_turns: int) -> No
             assert len(answers) == 1
     json.dumps(trajectory.messages)
 
+
+def wait_for_lines(proc: Any, path: Any, lines: int, timeout_s: float = 60.0) -> None:
+    """Block until ``path`` holds ``lines`` lines, ``proc`` (a ``Popen`` writing it) still
+    running: the moment a test interrupts a rollout in the middle."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() or path.read_bytes().count(b"\n") < lines:
+        assert proc.poll() is None, "the rollout ended before it could be interrupted"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -15,6 +14,7 @@ from typer.testing import CliRunner
 import envhub.cli.rollout  # noqa: F401 - registers the commands on the app
 from envhub.cli._app import app
 from envhub.trajectory import read_records
+from tests.rollout.helpers import wait_for_lines
 from tests.rollout.scripted_server import ScriptConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,11 +155,7 @@ def test_resume_after_kill_9(scripted, tmp_path: Path) -> None:
         [*CLI, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 60
-        while not out.exists() or out.read_bytes().count(b"\n") < 10:
-            assert proc.poll() is None, "the rollout ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for_lines(proc, out, 10)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=10)

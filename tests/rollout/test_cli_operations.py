@@ -20,6 +20,7 @@ import pytest
 
 from envhub.testing import free_port
 from envhub.trajectory import read_records
+from tests.rollout.helpers import wait_for_lines
 from tests.rollout.scripted_server import ScriptConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,11 +51,7 @@ def test_a_signal_stops_the_run_like_the_time_limit_and_resume_finishes_it(
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not out.exists() or out.read_bytes().count(b"\n") < 6:
-            assert proc.poll() is None, "the rollout ended before it could be interrupted"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for_lines(proc, out, 6)
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=60)
     finally:

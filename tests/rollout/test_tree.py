@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +29,7 @@ from envhub.trajectory import (
     read_records,
     read_trajectories,
 )
-from tests.rollout.helpers import openai_policy
+from tests.rollout.helpers import openai_policy, wait_for_lines
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer, calc_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,11 +133,7 @@ def test_resume_after_kill_9_reruns_partial_trees_only(
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)  # fmt: skip
         try:
-            deadline = time.monotonic() + 60
-            while not out.exists() or out.read_bytes().count(b"\n") < 8:
-                assert proc.poll() is None, "the rollout ended before it could be killed"
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            wait_for_lines(proc, out, 8)
             os.kill(proc.pid, signal.SIGKILL)
         finally:
             proc.wait(timeout=10)
