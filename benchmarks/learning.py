@@ -22,11 +22,11 @@ reading the question means telling "gets ... more" from "gave away".
    and 0.66 on 64 training tasks x 4, 48 of their 64 groups mixed. At temperature 1.0
    the tail of its 49k-token vocabulary breaks the tool-call format in most episodes
    (answered 0.33), hence the tiny model's default of 0.7. With ``--compact-vocabulary``
-   (stream path only, as the CI test runs it) the tiny model reads and writes only the
-   tokens of the demonstrations, digits and punctuation
-   (:func:`envhub.trainers.tiny.tiny_llama`'s ``vocabulary``; TRL's fused LM head needs the
-   full one): its warm-up and updates cost a fraction of the CPU, and the same start
-   reaches held-out pass@1 0.75 (16 tasks x 4, one evaluation seed; answered 0.98). On
+   (as the CI test runs it) the tiny model reads and writes only the tokens of the
+   demonstrations, digits and punctuation (:func:`envhub.trainers.tiny.tiny_llama`'s
+   ``vocabulary``): its warm-up and updates cost a fraction of the CPU, and the same start
+   reaches held-out pass@1 0.75 on the stream path (16 tasks x 4, one evaluation seed;
+   answered 0.98). On
    calc's ``easy`` level the tiny model stays at 0 with any warm-up a CPU allows: it never
    learns to copy the operands out of an unseen question (128 episodes x 200 steps of 16:
    held-out 0/16; one-digit operands, 256 episodes x 150 steps of 16: 0/64 held-out gold
@@ -134,9 +134,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "smollm2 1.0")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--compact-vocabulary", action="store_true",
-                        help="tiny model, stream path: read and write only the demonstrations' "
-                             "tokens, digits and punctuation (a fraction of the CPU; TRL's "
-                             "fused LM head needs the full vocabulary)")  # fmt: skip
+                        help="tiny model: read and write only the demonstrations' tokens, "
+                             "digits and punctuation (a fraction of the CPU)")  # fmt: skip
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--sampler", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -753,9 +752,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tokenizer = smollm2_tokenizer()
     setup = Setup(args, env, tokenizer, split_tasks(env, args))
     paths = ["stream", "trl"] if args.trainer == "both" else [args.trainer]
-    if args.compact_vocabulary and (args.model != "tiny" or "trl" in paths):
-        raise SystemExit("--compact-vocabulary is for the tiny model on the stream path "
-                         "(--trainer stream): TRL's fused LM head needs the full vocabulary")
+    if args.compact_vocabulary and args.model != "tiny":
+        raise SystemExit("--compact-vocabulary is for the tiny model")
     if args.model == "tiny" or "trl" in paths:
         # one prompt for every path: TRL renders the tool schemas its own way (the same
         # fields as envhub's, in transformers' key order), and the tiny model only does

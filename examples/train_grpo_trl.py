@@ -55,14 +55,21 @@ def parse_args() -> argparse.Namespace:
 def load_model(args: argparse.Namespace, env: object) -> tuple[object, object, list[str] | None]:
     """(model, tokenizer, task ids to train on, or None for the whole split)."""
     if args.tiny or not args.model:
-        from envhub.trainers.tiny import imitate_gold, smollm2_tokenizer, tiny_llama
+        from envhub.trainers.tiny import (
+            gold_vocabulary,
+            imitate_gold,
+            smollm2_tokenizer,
+            tiny_llama,
+        )
         from envhub.trainers.trl import environment_factory
 
         tokenizer = smollm2_tokenizer()
-        model = tiny_llama(tokenizer)
         task_ids = args.tasks.split(",")
         # imitate under the exact prompt TRL will render (its form of the tool schemas)
         tools = environment_factory(env).rendered_tools()
+        # the tiny model reads and writes the demonstrations' tokens (and digits, operators)
+        vocabulary = gold_vocabulary(tokenizer, env, task_ids, tools=tools)
+        model = tiny_llama(tokenizer, vocabulary=vocabulary)
         losses = imitate_gold(model, tokenizer, env, task_ids, tools=tools)
         print(f"imitation warm-up: loss {losses[0]:.2f} -> {losses[-1]:.2f}")
         return model, tokenizer, task_ids

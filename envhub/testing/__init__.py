@@ -66,7 +66,7 @@ def check_environment(
     task_ids: Iterable[str] | None = None,
     split: str | None = None,
     limit: int | None = None,
-    concurrency: int = 8,
+    concurrency: int = 1,
     **options: Any,
 ) -> CheckReport:
     """Blocking check for tests: raises ``AssertionError`` listing the failing tasks.
@@ -178,17 +178,19 @@ async def check_hostile_answers(
     *,
     plain_wrong: str = "0",
     answers: Iterable[str] | None = None,
-    concurrency: int = 4,
+    concurrency: int = 1,
 ) -> None:
     """Every hostile answer (default: :data:`envhub.testing.hostile.HOSTILE_ANSWERS`; ``{marker}``
     in any of them names a marker file of that answer's own) through ``replay_calls``,
     ``answer_calls(text)`` making the episode's calls: each episode is scored (not masked,
     one attempt) with the reward ``plain_wrong`` gets, no marker file appears on this
     machine, and a clean wrong and a clean gold episode scored after the corpus get the
-    rewards they got before it (no episode influences another's reward). The corpus runs
-    ``concurrency`` episodes at a time, as a rollout would: hostile episodes in flight
-    together must not touch each other's scores either, and an environment that waits
-    (a browser, a container) is checked in a fraction of the time.
+    rewards they got before it (no episode influences another's reward). With
+    ``concurrency`` > 1 the corpus runs that many episodes at a time, as a rollout would:
+    hostile episodes in flight together must not touch each other's scores either. An
+    environment that waits (a browser, a sandbox) is then checked in less time for the
+    same CPU (web: 57 s against 71 s, 102 against 108 CPU-s); one whose episodes compute
+    (Reasoning Gym's scoring workers) spends twice the CPU, so the default is one.
     Raises ``AssertionError`` listing every answer that did not hold."""
     task = await env.task(task_id)
     with tempfile.TemporaryDirectory(prefix="envhub-hostile-") as folder:

@@ -86,9 +86,8 @@ def tiny_llama(
     :class:`~envhub.trainers.compact_vocab.CompactVocabLlama` that reads and writes only
     those ids, the tokenizer's special tokens and its one-character tokens of printable
     ASCII (digits, operators, punctuation: what an answer the demonstrations did not show
-    is written in): a fraction of the CPU per step, with the same token ids. Not for TRL's
-    ``GRPOTrainer``, whose fused LM head scores tokens with the head's weight directly
-    and so needs a head over the full vocabulary."""
+    is written in): a fraction of the CPU per step, with the same token ids and the same
+    interfaces (TRL's fused LM head included)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -202,20 +201,22 @@ def imitate_gold(
         supervised[i, : n - 1] = torch.tensor(row.loss_mask[1:], dtype=torch.bool)
     ids, attention, supervised = (t.to(model.device) for t in (ids, attention, supervised))
     targets = ids[:, 1:][supervised[:, :-1]]
-    if hasattr(model, "compact"):  # a CompactVocabLlama: its decoder and head take its own ids
-        ids, targets = model.compact(ids), model.compact(targets)
+    head = model.get_output_embeddings()
+    project = head
+    if hasattr(model, "compact"):  # a CompactVocabLlama: cross-entropy over its own rows
+        project, targets = head.compact_logits, model.compact(targets)
     row_weight = torch.tensor(weight, dtype=torch.float32, device=model.device)
     target_weight = row_weight[:, None].expand_as(supervised)[supervised]
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    decoder = model.get_decoder()
     model.train()
     losses = []
     for _ in range(steps):
         # logits only where a target is supervised: a 49k-token vocabulary projection of
         # every position would cost ~15x more than the whole rest of the model
         hidden = decoder(input_ids=ids, attention_mask=attention).last_hidden_state
-        logits = head(hidden[supervised])
+        logits = project(hidden[supervised])
         per_target = torch.nn.functional.cross_entropy(logits, targets, reduction="none")
         loss = (per_target * target_weight).sum() / target_weight.sum()
         optimizer.zero_grad()

@@ -40,11 +40,12 @@ def tokenizer() -> Any:
 def trl_imitated_model(tokenizer: Any, calc: envhub.LocalEnvironment) -> Any:
     """A tiny model that imitated the gold episodes of TRAIN_TASKS under the prompt TRL
     renders (tool schemas in transformers' form)."""
-    from envhub.trainers.tiny import imitate_gold, tiny_llama
+    from envhub.trainers.tiny import gold_vocabulary, imitate_gold, tiny_llama
     from envhub.trainers.trl import environment_factory
 
-    model = tiny_llama(tokenizer)
     tools = environment_factory(calc).rendered_tools()
+    vocabulary = gold_vocabulary(tokenizer, calc, TRAIN_TASKS, tools=tools)
+    model = tiny_llama(tokenizer, vocabulary=vocabulary)
     losses = imitate_gold(model, tokenizer, calc, TRAIN_TASKS, tools=tools)
     assert losses[-1] < 0.1 * losses[0]
     return model

@@ -45,7 +45,7 @@ def test_sampled_ids_and_logprobs_match_the_model(
     recomputed = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
     assert completion.completion_logprobs == pytest.approx(recomputed.tolist(), abs=1e-3)
     if compact:  # a compact model writes only what it was given
-        assert set(ids) <= set(model.kept.tolist())
+        assert set(ids) <= set(model.lm_head.kept.tolist())
     # the loss's logprobs at the sampling temperature are the behaviour logprobs, so the
     # importance ratio of an on-policy batch is 1 (unscaled, it was off by p_1 / p_0.5)
     full = torch.tensor([completion.prompt_token_ids + ids])
@@ -73,7 +73,8 @@ def test_a_compact_model_reads_unknown_ids_alike_and_never_writes_them(
 
     vocabulary = gold_vocabulary(tokenizer, calc, TRAIN_TASKS)
     model = tiny_llama(tokenizer, vocabulary=vocabulary, seed=3)
-    kept = set(model.kept.tolist())
+    head = model.get_output_embeddings()
+    kept = set(head.kept.tolist())
     assert vocabulary <= kept and len(kept) < len(tokenizer) // 20
     assert model.config.vocab_size == len(tokenizer)  # its interface is the full vocabulary's
     unknown = [i for i in range(len(tokenizer)) if i not in kept][:2]
@@ -82,15 +83,23 @@ def test_a_compact_model_reads_unknown_ids_alike_and_never_writes_them(
         a, b = (model(input_ids=torch.tensor([[*prefix, u]])).logits[0, -1] for u in unknown)
     assert torch.equal(a, b)  # every id outside the vocabulary reads as the one unknown row
     excluded = torch.ones(len(tokenizer), dtype=torch.bool)
-    excluded[model.kept] = False
+    excluded[head.kept] = False
     assert bool((a[excluded] == EXCLUDED_LOGIT).all()) and bool((a[~excluded] > -100).all())
     # the loss's logprobs of kept tokens are finite and those of the rest are never taken
     ids = torch.tensor([[*prefix, *prefix]])
     mask = torch.tensor([[0] * 5 + [1] * 5])
     logp = token_logprobs(model, ids, torch.ones_like(ids), loss_mask=mask)
     assert bool(torch.isfinite(logp).all()) and bool((logp[0, 5:] < 0).all())
-    with pytest.raises(ValueError, match="computes no loss"):
-        model(input_ids=ids, labels=ids)
+    # code that scores with the head's weight and bias itself (TRL's fused LM head) gets
+    # the same logits, and its gradient reaches the kept rows
+    hidden = model.get_decoder()(input_ids=ids).last_hidden_state
+    direct = torch.nn.functional.linear(hidden, head.weight, head.bias)
+    assert torch.allclose(direct, head(hidden), atol=1e-5)
+    direct[0, -1, prefix[0]].backward()
+    grad = model.get_input_embeddings().weight.grad
+    assert grad is not None and bool(grad.abs().sum() > 0)
+    with torch.no_grad():  # HF's own loss, over the full vocabulary's logits
+        assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
 
 
 def test_policy_loss_is_the_clipped_surrogate() -> None:

@@ -66,4 +66,6 @@ async def test_hostile_answers_score_as_a_plain_wrong_answer() -> None:
             pytest.fail(f"bwrap required (ENVHUB_REQUIRE_BWRAP=1) but {problem}")
         pytest.skip(problem)
     env = envhub.make("swe", sandbox="bwrap")
-    await check_hostile_answers(env, TASK, _run_then_patch, plain_wrong="0", answers=SUBSET)
+    # sandboxes mostly wait: four episodes in flight, the same CPU in two thirds the time
+    await check_hostile_answers(env, TASK, _run_then_patch, plain_wrong="0", answers=SUBSET,
+                                concurrency=4)  # fmt: skip

@@ -74,6 +74,7 @@ async def test_hostile_text_in_a_shop_episode_scores_as_a_plain_wrong_answer(mod
         _shop_calls(task.gold_actions),
         plain_wrong="0",
         answers=BROWSER_SUBSET if mode == "browser" else None,
+        concurrency=4,  # a browser mostly waits: four episodes in flight, less wall time
     )
 
 
@@ -91,4 +92,5 @@ def _enter_text_calls(text: str) -> list[GoldCall]:
 @pytest.mark.chromium
 async def test_hostile_text_typed_into_a_miniwob_page_scores_as_a_plain_wrong_answer() -> None:
     env = envhub.make("miniwob")
-    await check_hostile_answers(env, ENTER_TEXT_TASK, _enter_text_calls, plain_wrong="0")
+    await check_hostile_answers(env, ENTER_TEXT_TASK, _enter_text_calls, plain_wrong="0",
+                                concurrency=4)  # fmt: skip
