@@ -181,6 +181,25 @@ class Environment:
         """
         self.requested_stop_reason = env_stop_reason(reason)
 
+    def turn_reward(self) -> float | None:
+        """The reward of the turn that just ran, or ``None`` (the default): no per-turn
+        reward. May also be ``async def``.
+
+        The session calls it once per turn (every step: a model call's tool calls, or its
+        final answer), after the turn's calls ran and :meth:`on_final_answer`, before
+        :meth:`next_user_turn`, so it scores what the assistant just did from the
+        environment's own state; the value travels as ``StepResult.turn_reward`` and is
+        recorded on the trajectory's turn (:attr:`envhub.trajectory.Turn.reward`). It is
+        computed here, never taken from a client. It must be a finite number (an ``int``
+        or ``float``, not a ``bool``): anything else, like an exception, is an
+        environment failure (the rollout masks the episode). A plain ``def`` runs on the
+        session's event loop (it is asked every turn: a worker thread's hop would cost
+        more than a cheap score), so one that blocks should be ``async def``.
+        :meth:`reward` still scores the whole episode; trainers add it at the last turn
+        (docs: Turn-level rewards).
+        """
+        return None
+
     def reward(self) -> Reward | float:
         """Score the finished (or abandoned) episode; may also be ``async def``."""
         raise NotImplementedError(f"{type(self).__name__} must implement reward()")

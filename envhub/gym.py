@@ -18,7 +18,11 @@ user message(s) follow, and ``info["tools"]`` holds the new tool list if it chan
 action: nothing of it runs, the observation is one error message saying what is wrong,
 ``info["malformed_action"]`` holds the reason, and the episode goes on (no turn is used,
 so wrap the env in gymnasium's ``TimeLimit`` to bound an agent that keeps sending them).
-The reward is 0 until the episode ends, then the environment's reward. ``terminated``
+A step's reward is the environment's reward for that turn
+(:meth:`envhub.Environment.turn_reward`, 0 without one), plus, on the step that ends the
+episode, the episode's reward (so the rewards of an episode sum to its undiscounted
+return, docs: Turn-level rewards); ``info["turn_reward"]`` holds the turn's own (``None``
+without one). ``terminated``
 means the episode ended by itself (terminal tool, final answer, the environment's own
 ``env:*`` reason); ``truncated`` means a budget cut it (max turns, wall clock).
 """
@@ -164,13 +168,14 @@ class EnvhubGymEnv(gymnasium.Env[str, str]):
         info: dict[str, Any] = {
             "stop_reason": result.stop_reason,
             "is_error": [obs.is_error for obs in result.observations],
+            "turn_reward": result.turn_reward,
         }
         if result.tools is not None:
             info["tools"] = result.tools
-        reward = 0.0
+        reward = result.turn_reward or 0.0
         if result.done:
             closed = self._session.close()
-            reward = closed.reward
+            reward += closed.reward
             info.update(components=closed.components, metrics=closed.metrics.model_dump())
         reason = result.stop_reason or ""
         terminated = result.done and (reason in _TERMINATED or reason.startswith(ENV_STOP_PREFIX))

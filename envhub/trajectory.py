@@ -43,6 +43,13 @@ the messages (:func:`envhub.types.chat_message`). Files written before these fie
 load unchanged (all are optional, ``schema_version`` 1; readers such as the viewer guess
 the two flags from the text only where a message lacks them).
 
+Turn-level rewards: ``Turn.reward`` is what the environment gave for the step that model
+call led to (:meth:`envhub.Environment.turn_reward`), ``None`` where it gave none (and in
+files written before the field existed); ``Trajectory.reward`` stays the episode's final
+reward. A tree child's stored suffix carries its own turns' rewards, and its shared
+prefix's come back with the parent's turns. A masked trajectory keeps the rewards of the
+turns it played, for the viewer; trainers never train on them.
+
 Pins (:class:`EnvRef`: the environment's distribution, its version and the task set's
 hash) were added the same way, so ``schema_version`` stays 1: every new field is optional
 with a ``None`` default, so a file written before them validates unchanged, and the
@@ -185,6 +192,12 @@ class Turn(BaseModel):
         None,
         description="the weight version that sampled each completion id, set only when a "
         "weight update split the call (policy_version is then the first token's)",
+    )
+    reward: float | None = Field(
+        None, allow_inf_nan=False,
+        description="the environment's reward for the step this model call led to "
+        "(Environment.turn_reward, StepResult.turn_reward); None: none was given. The "
+        "episode's own reward is Trajectory.reward",
     )
 
     def token_versions(self) -> list[int | None]:
@@ -600,6 +613,7 @@ def _export_features() -> Any:
         "prefix_ok": Value("bool"),
         "tools": Value("string"),
         "endpoint": Value("string"),
+        "reward": Value("float64"),
     }
     return Features(
         {

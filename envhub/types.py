@@ -203,10 +203,21 @@ class StepResult(BaseModel):
     """One assistant turn's outcome: an observation per tool call, and, when the
     environment answered a final answer with a user turn
     (:meth:`~envhub.Environment.next_user_turn`), the next user messages (after the
-    observations in the conversation) and the full new tool list if it changed."""
+    observations in the conversation) and the full new tool list if it changed.
+
+    Two rewards, never mixed: ``turn_reward`` is what the environment gave this turn
+    (:meth:`~envhub.Environment.turn_reward`; ``None``: it gives none), on any step;
+    ``reward`` is the episode's final reward (:meth:`~envhub.Environment.reward`), set
+    only on the step that ended the episode. ``turn_reward`` is a finite number: a
+    reply carrying NaN or infinity there fails validation on every transport."""
 
     observations: list[Observation]
     reward: float | None = None
+    turn_reward: float | None = Field(
+        None, allow_inf_nan=False,
+        description="the environment's reward for this turn (Environment.turn_reward); "
+        "None: the environment gives no per-turn reward",
+    )
     done: bool = False
     stop_reason: StopReason | None = None
     info: dict[str, Any] = Field(default_factory=dict)

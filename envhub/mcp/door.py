@@ -16,6 +16,12 @@ and the episode goes on; when the tool list changed, the text says so,
 ``_meta["envhub/tools_changed"]`` is true and ``tools/list`` answers the new list (no
 ``notifications/tools/list_changed`` is sent: the client learns of it from this result).
 
+Rewards: a ``tools/call`` result's ``_meta`` carries ``envhub/done``, the turn's reward
+``envhub/turn_reward`` when the environment gives one
+(:meth:`envhub.Environment.turn_reward`: every call is a turn), and, on the call that
+ended the episode, the final ``envhub/reward`` and ``envhub/stop_reason``; the reward is
+never in the text the model reads.
+
 What the model did wrong stays the model's: an ``is_error`` observation (unknown tool,
 bad arguments, a tool's exception or timeout) and a call after the episode ended are tool
 results with ``isError`` and the same model-readable text the envhub API gives. What the
@@ -64,6 +70,7 @@ _JSON = "application/json"
 # ``_meta`` keys on a tools/call result: the step's outcome beyond the observation text.
 META_DONE = "envhub/done"
 META_REWARD = "envhub/reward"
+META_TURN_REWARD = "envhub/turn_reward"
 META_STOP_REASON = "envhub/stop_reason"
 META_USER_MESSAGES = "envhub/user_messages"
 META_TOOLS_CHANGED = "envhub/tools_changed"
@@ -134,6 +141,8 @@ class SessionDoor:
         observation = result.observations[0]
         text = observation.content
         meta: dict[str, Any] = {META_DONE: result.done}
+        if result.turn_reward is not None:
+            meta[META_TURN_REWARD] = result.turn_reward
         if result.done:
             meta[META_REWARD] = result.reward
             meta[META_STOP_REASON] = result.stop_reason

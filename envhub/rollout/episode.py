@@ -17,7 +17,9 @@ An environment may answer a final answer with a user turn (``StepResult.user_mes
 :meth:`~envhub.Environment.next_user_turn`): the user messages follow the step's
 observations in the conversation and the episode goes on; a tool list the step changed
 (``StepResult.tools``) is what the next model calls are offered, recorded on the first
-turn that saw it (:attr:`~envhub.trajectory.Turn.tools`).
+turn that saw it (:attr:`~envhub.trajectory.Turn.tools`). A step's reward for the turn
+(``StepResult.turn_reward``, :meth:`~envhub.Environment.turn_reward`) is recorded on the
+turn whose model call led to it (:attr:`~envhub.trajectory.Turn.reward`).
 
 What plays the turns is the runner's :class:`TurnLoop`: :class:`PolicyLoop` (the policy
 and the session in alternation) by default, :class:`envhub.agents.AgentLoop` for an
@@ -521,6 +523,7 @@ class PolicyLoop:
             record.env_s += step_s
             if runner.metrics is not None:
                 runner.metrics.env_step(step_s)
+            record.turns[-1].reward = result.turn_reward  # the environment's, per turn
             record.messages.extend(o.to_message() for o in result.observations)
             record.messages.extend(result.user_messages)  # a user turn: the episode goes on
             if result.tools is not None:

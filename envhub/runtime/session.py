@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -407,12 +408,14 @@ class Session(ClosingOnExit):
                 continue
             observations.append(await self._run_call(call))
             self._end_if_env_asked()
+        turn_reward = await self._turn_reward()
         user_turn = await self._next_user_turn()
         if not self.done and self.metrics.turns >= self.budgets.max_turns:
             self._end("max_turns")
         if not self.done and time.monotonic() >= self._deadline:
             self._end("timeout")
-        result = StepResult(observations=observations, done=self.done, stop_reason=self.stop_reason)
+        result = StepResult(observations=observations, done=self.done,
+                            stop_reason=self.stop_reason, turn_reward=turn_reward)
         if user_turn is not None and not self.done:
             result.user_messages = user_turn.chat_messages()
             if user_turn.tools is not None:
@@ -509,6 +512,31 @@ class Session(ClosingOnExit):
         if spec.is_async:
             return await method(**kwargs)
         return await asyncio.to_thread(method, **kwargs)
+
+    async def _turn_reward(self) -> float | None:
+        """The environment's reward for this turn (:meth:`Environment.turn_reward`),
+        checked: a finite ``int`` or ``float``, or ``None``."""
+        try:
+            if inspect.iscoroutinefunction(self.env.turn_reward):
+                value = await self.env.turn_reward()
+            else:
+                value = self.env.turn_reward()
+        except EnvhubError:
+            raise
+        except Exception as exc:
+            raise EnvironmentFailure(f"turn_reward failed: {type(exc).__name__}: {exc}") from exc
+        if value is None:
+            return None
+        try:  # an int too large for a float overflows: refused like infinity
+            number = float(value) if isinstance(value, int | float) else math.nan
+        except OverflowError:
+            number = math.inf
+        if isinstance(value, bool) or not math.isfinite(number):
+            raise EnvironmentFailure(
+                f"turn_reward returned {str(value)[:100]}: a per-turn reward is a finite "
+                "number or None"
+            )
+        return number
 
     async def _compute_reward(self) -> Reward:
         if self._reward is None:

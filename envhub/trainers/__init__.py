@@ -3,6 +3,7 @@
 - :mod:`envhub.trainers.grpo`: advantage estimators and the trainer-agnostic batch
   builder (token ids, masks, logprobs, advantages, policy versions, padding);
 - :mod:`envhub.trainers.tree_advantages`: TreeRL's per-node advantages for tree rollouts;
+- :mod:`envhub.trainers.turn_rewards`: turn-level rewards and discounted returns per turn;
 - :mod:`envhub.trainers.trl`: TRL ``GRPOTrainer`` (``environment_factory``,
   ``rollout_func``, ``envhub_reward``);
 - :mod:`envhub.trainers.skyrl`: a ``skyrl-gym`` text environment over an envhub session;
@@ -26,6 +27,7 @@ _LAZY = {
     "TokenRow": "envhub.trainers.token_rows",
     "tree_nodes": "envhub.trainers.tree_advantages",
     "trajectory_rows": "envhub.trainers.token_rows",
+    "turn_returns": "envhub.trainers.turn_rewards",
     "environment_factory": "envhub.trainers.trl",
     "envhub_reward": "envhub.trainers.trl",
     "task_dataset": "envhub.trainers.trl",

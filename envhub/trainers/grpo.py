@@ -50,6 +50,12 @@ from envhub.trainers.tree_advantages import (
     broken_trees,
     row_token_advantages,
 )
+from envhub.trainers.turn_rewards import (
+    check_gamma,
+    row_token_rewards,
+    turn_returns,
+    turn_rewards,
+)
 from envhub.trajectory import Trajectory
 
 __all__ = [
@@ -86,6 +92,12 @@ class GRPOBatch:
     per row (a tree row's ``row_advantages`` entry is its leaf node's advantage);
     ``dropped`` counts trajectories set aside by reason (``masked``, ``masked_tree``,
     ``incomplete_tree``, ``zero_variance``, ``token_drift``, ...).
+
+    ``token_rewards`` and ``returns`` (built with ``gamma``, else ``None``) are per token
+    and shaped like ``advantages``: each turn's reward on the last token it sampled, the
+    final reward added at the last turn's, and each turn's discounted return on every
+    token it sampled; 0 on tokens no trained turn sampled
+    (:mod:`envhub.trainers.turn_rewards` gives the formula).
     """
 
     input_ids: Any
@@ -97,6 +109,8 @@ class GRPOBatch:
     rows: list[TokenRow]
     row_advantages: list[float]
     dropped: dict[str, int] = field(default_factory=dict)
+    token_rewards: Any = None
+    returns: Any = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -169,17 +183,14 @@ def _pad_torch(
     """Each row's lists go through ``array.array`` (a C loop) and ``torch.frombuffer``;
     ``torch.tensor`` on Python lists costs ~10x more (benchmarks/batch_build.py)."""
     import torch
-    from torch.nn.utils.rnn import pad_sequence
 
     def padded(name: str, code: str, dtype: torch.dtype, fill: float) -> torch.Tensor:
-        return padded_lists([getattr(row, name) for row in rows], code, dtype, fill)
+        return _padded_tensor([getattr(row, name) for row in rows], length, code, dtype, fill)
 
     def padded_lists(
         lists: Sequence[Sequence[Any]], code: str, dtype: torch.dtype, fill: float
     ) -> torch.Tensor:
-        columns = [torch.frombuffer(array(code, values), dtype=dtype) for values in lists]
-        columns.append(torch.empty(length, dtype=dtype))  # pads to `length` even if longer
-        return pad_sequence(columns, batch_first=True, padding_value=fill)[:-1]
+        return _padded_tensor(lists, length, code, dtype, fill)
 
     if not rows:
         empty = torch.zeros((0, length), dtype=torch.long)
@@ -204,6 +215,30 @@ def _pad_torch(
     }
 
 
+def _padded_tensor(
+    lists: Sequence[Sequence[Any]], length: int, code: str, dtype: Any, fill: float
+) -> Any:
+    """``lists`` right-padded with ``fill`` to ``length`` as one ``(len(lists), length)``
+    tensor, each list through ``array.array`` (a C loop) and ``torch.frombuffer``."""
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    columns = [torch.frombuffer(array(code, values), dtype=dtype) for values in lists]
+    columns.append(torch.empty(length, dtype=dtype))  # pads to `length` even if longer
+    return pad_sequence(columns, batch_first=True, padding_value=fill)[:-1]
+
+
+def _padded_floats(
+    lists: Sequence[Sequence[float]], length: int, return_tensors: Literal["pt"] | None
+) -> Any:
+    """Per-token float rows padded with 0.0 to ``length``, as :func:`pad_rows` pads."""
+    if return_tensors != "pt":
+        return [list(values) + [0.0] * (length - len(values)) for values in lists]
+    import torch
+
+    return _padded_tensor(lists, length, "f", torch.float32, 0.0)
+
+
 def build_batch(
     trajectories: Iterable[Trajectory],
     *,
@@ -218,6 +253,7 @@ def build_batch(
     pad_to_multiple_of: int | None = None,
     return_tensors: Literal["pt"] | None = "pt",
     eps: float = 1e-6,
+    gamma: float | None = None,
 ) -> GRPOBatch:
     """A padded GRPO batch from trajectories (see the module docstring for the steps).
 
@@ -228,10 +264,14 @@ def build_batch(
     (``task_key`` with ``tree`` is refused: a per-node advantage has no one value per
     trajectory to normalise). ``tokenizer`` rebuilds ids for trajectories recorded
     without them (flagged ``retokenized``); its ``pad_token_id`` is the default padding
-    id. Rows longer than ``max_length`` are dropped as ``overlong``.
+    id. Rows longer than ``max_length`` are dropped as ``overlong``. ``gamma`` (a
+    discount in [0, 1]) also builds the per-token ``token_rewards`` and ``returns`` of
+    turn-level rewards (:class:`GRPOBatch`); the advantages stay the episode rewards'.
     """
     if tree is not None and task_key is not None:
         raise InvalidRequest("task_key normalization does not apply to tree advantages")
+    if gamma is not None:
+        gamma = check_gamma(gamma)
     trajectories = list(trajectories)
     dropped: Counter[str] = Counter()
     scored = [t for t in trajectories if not t.masked and t.reward is not None]
@@ -273,6 +313,8 @@ def build_batch(
     rows: list[TokenRow] = []
     row_advantages: list[float] = []
     tree_tokens: list[list[float] | None] = []  # a tree row's per-token values, else None
+    token_rewards: list[list[float]] = []  # with gamma: per row, per token
+    token_returns: list[list[float]] = []
     for trajectory in kept:
         turns = per_turn.get(trajectory.trajectory_id)
         trajectory_rows_ = trajectory_rows(
@@ -285,6 +327,10 @@ def build_batch(
             dropped[sorted(reasons)[0]] += 1
             continue
         rows.extend(trajectory_rows_)
+        if gamma is not None:
+            rewards, returns = turn_rewards(trajectory), turn_returns(trajectory, gamma)
+            token_rewards.extend(row_token_rewards(r, rewards) for r in trajectory_rows_)
+            token_returns.extend(row_token_advantages(r, returns) for r in trajectory_rows_)
         if turns is None:
             advantage = advantages[trajectory.trajectory_id]
             row_advantages.extend([advantage] * len(trajectory_rows_))
@@ -304,11 +350,19 @@ def build_batch(
         return_tensors=return_tensors,
         token_advantages=_token_advantages(rows, row_advantages, tree_tokens) if per_turn else None,
     )
+    turn_arrays: dict[str, Any] = {}
+    if gamma is not None:
+        length = len(arrays["input_ids"][0]) if rows else 0
+        turn_arrays = {
+            "token_rewards": _padded_floats(token_rewards, length, return_tensors),
+            "returns": _padded_floats(token_returns, length, return_tensors),
+        }
     return GRPOBatch(
         **arrays,
         rows=rows,
         row_advantages=row_advantages,
         dropped={k: v for k, v in dropped.items() if v},
+        **turn_arrays,
     )
 
 

@@ -1,0 +1,83 @@
+"""Turn-level rewards for training: per-turn rewards, discounted returns, and their place
+on a row's tokens.
+
+An environment may reward each turn (:meth:`envhub.Environment.turn_reward`, recorded as
+:attr:`envhub.trajectory.Turn.reward`) besides the episode (``Trajectory.reward``). For a
+scored trajectory with turns ``0 .. T-1``, per-turn rewards ``r_t`` (0 where a turn has
+none) and final reward ``R``::
+
+    reward_t = r_t                      for t < T-1
+    reward_t = r_t + R                  for t = T-1      (the final reward at the last turn)
+    return_t = reward_t + gamma * return_{t+1},  return_T = 0
+
+so ``return_t = sum_{k>=t} gamma^(k-t) * reward_k``: with ``gamma=1`` every turn's return
+is what the episode still earns from it, and without per-turn rewards every turn's return
+is ``gamma^(T-1-t) * R`` (``R`` itself when ``gamma=1``: the episode reward, as before).
+
+On a token row (:class:`~envhub.trainers.token_rows.TokenRow`) a turn's values sit on the
+tokens it sampled (its span): :func:`row_token_rewards` puts ``reward_t`` on the *last*
+sampled token of turn ``t`` (0 on every other token, the convention of verl's
+``token_level_rewards`` and SkyRL's per-token rewards: a row's token rewards sum to its
+turns' rewards), and :func:`~envhub.trainers.tree_advantages.row_token_advantages` puts
+``return_t`` on *every* token of turn ``t``'s span (a per-token value an advantage can be
+made from). A turn the row does not train (a gold prefix, a tree child's shared turns)
+has no span there, so its values are on no token of that row.
+
+Masked trajectories have no final reward and are never trained on; asking for their
+returns raises :class:`~envhub.errors.InvalidRequest` (every adapter drops or zeroes them
+first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from envhub.errors import InvalidRequest
+from envhub.trainers.token_rows import TokenRow
+from envhub.trajectory import Trajectory
+
+__all__ = ["check_gamma", "row_token_rewards", "turn_returns", "turn_rewards"]
+
+
+def check_gamma(gamma: float) -> float:
+    """``gamma`` if it is a discount factor (a finite number in [0, 1]), else
+    :class:`~envhub.errors.InvalidRequest`."""
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0 <= gamma <= 1:
+        raise InvalidRequest(f"gamma must be a number in [0, 1], got {gamma!r}")
+    return float(gamma)
+
+
+def turn_rewards(trajectory: Trajectory) -> list[float]:
+    """``reward_t`` of each turn (module docstring): the turn's own reward (0 without
+    one), the final reward added at the last turn."""
+    if trajectory.masked or trajectory.reward is None:
+        raise InvalidRequest(
+            f"trajectory {trajectory.trajectory_id} is masked: it has no rewards to train on"
+        )
+    rewards = [turn.reward or 0.0 for turn in trajectory.turns]
+    if rewards:
+        rewards[-1] += trajectory.reward
+    return rewards
+
+
+def turn_returns(trajectory: Trajectory, gamma: float = 1.0) -> list[float]:
+    """The discounted return of each turn: ``return_t = reward_t + gamma * return_{t+1}``
+    (module docstring)."""
+    gamma = check_gamma(gamma)
+    returns = turn_rewards(trajectory)
+    for t in range(len(returns) - 2, -1, -1):
+        returns[t] += gamma * returns[t + 1]
+    if not all(math.isfinite(value) for value in returns):  # a huge reward overflowed
+        raise InvalidRequest(f"trajectory {trajectory.trajectory_id}: its returns overflow")
+    return returns
+
+
+def row_token_rewards(row: TokenRow, per_turn: Sequence[float]) -> list[float]:
+    """A row's per-token rewards: ``per_turn[t]`` on the last token of turn ``t``'s
+    trained span, 0 on every other token (an empty span carries none)."""
+    rewards = [0.0] * len(row)
+    for turn, start, end in row.spans:
+        if end > start:
+            rewards[end - 1] = per_turn[turn]
+    return rewards
