@@ -5,7 +5,11 @@ only the new observation messages), so the environment only sees text: ``init(pr
 returns the first messages and ``step(action_text)`` returns the observation messages,
 the reward and ``done``. :class:`EnvhubSkyRLEnv` parses the tool calls out of the text
 (hermes ``<tool_call>`` blocks by default), runs them through one envhub session (local
-or remote), and returns envhub's reward when the episode ends (0.0 before that).
+or remote), and returns each step's reward: the environment's reward for the turn
+(:meth:`envhub.Environment.turn_reward`, 0.0 without one, also in
+``metadata["turn_reward"]``), plus envhub's episode reward on the step that ends the
+episode, so an episode's step rewards sum to its undiscounted return
+(:mod:`envhub.trainers.turn_rewards`).
 
 Register it once, then name it in the dataset's ``env_class`` column::
 
@@ -62,13 +66,14 @@ from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.runtime.sync import run_sync
 from envhub.tokens.tool_call_parsers import ToolParser, parse_hermes
 from envhub.trainers.environments import resolve_environment, start_messages
-from envhub.trainers.token_rows import trajectory_rows
+from envhub.trainers.token_rows import TokenRow, trajectory_rows
 from envhub.trainers.tree_advantages import (
     TreeEstimator,
     batch_turn_advantages,
     broken_trees,
     row_token_advantages,
 )
+from envhub.trainers.turn_rewards import row_token_rewards, turn_rewards
 from envhub.trajectory import Trajectory
 from envhub.types import Message
 
@@ -178,9 +183,11 @@ class EnvhubSkyRLEnv(BaseTextEnv):
         }
         if result.tools is not None:
             metadata["tools"] = result.tools
+        metadata["turn_reward"] = result.turn_reward
+        turn_reward = result.turn_reward or 0.0
         if not result.done:
             return BaseTextEnvStepOutput(
-                observations=observations, reward=0.0, done=False, metadata=metadata
+                observations=observations, reward=turn_reward, done=False, metadata=metadata
             )
         self._unfinished = False
         closed = run_sync(self.session.close())
@@ -188,7 +195,7 @@ class EnvhubSkyRLEnv(BaseTextEnv):
         self.stop_reason = closed.stop_reason
         metadata.update(stop_reason=closed.stop_reason, reward_components=self.components)
         return BaseTextEnvStepOutput(
-            observations=[], reward=closed.reward, done=True, metadata=metadata
+            observations=[], reward=turn_reward + closed.reward, done=True, metadata=metadata
         )
 
     def close(self) -> None:
@@ -229,7 +236,10 @@ def register(env_id: str = SKYRL_ENV_ID) -> None:
 
 
 def generator_output(
-    trajectories: Sequence[Trajectory], *, tree: TreeEstimator | None = None
+    trajectories: Sequence[Trajectory],
+    *,
+    tree: TreeEstimator | None = None,
+    turn_level: bool = False,
 ) -> dict[str, Any]:
     """The fields of SkyRL's ``GeneratorOutput`` for envhub trajectories (module
     docstring), one entry per trainable trajectory, in order: ``prompt_token_ids``,
@@ -245,7 +255,15 @@ def generator_output(
     with ``loss_masks`` all 0. ``rollout_logprobs`` is ``None`` unless every trajectory
     recorded them. With ``tree`` every trajectory must belong to a group that holds a
     tree (SkyRL's rewards are all per trajectory or all per token).
+
+    ``turn_level`` makes ``rewards`` per token from turn-level rewards: each turn's
+    reward on the last token it sampled, the episode reward added at the last turn's
+    (:func:`~envhub.trainers.turn_rewards.row_token_rewards`), 0 elsewhere: SkyRL's
+    per-token reward form, whose returns its estimators compute. It does not combine
+    with ``tree`` (whose per-token values are advantages).
     """
+    if turn_level and tree is not None:
+        raise InvalidRequest("generator_output takes tree= or turn_level=, not both")
     per_turn = batch_turn_advantages(trajectories, tree) if tree is not None else {}
     broken = broken_trees(trajectories) if tree is not None else {}
     kept = [t for t in trajectories if not t.masked and (t.tree_id or "") not in broken]
@@ -265,8 +283,10 @@ def generator_output(
         row = trajectory_rows(t, drift="mask", mask_shared_prefix=turns is not None)[0]
         cut = row.prompt_length
         mask = row.loss_mask[cut:] if row.mask_reason is None else [0] * (len(row) - cut)
-        if turns is None:
-            reward: float | list[float] = t.reward or 0.0
+        if turn_level:
+            reward: float | list[float] = _token_rewards(t, row, cut)
+        elif turns is None:
+            reward = t.reward or 0.0
         else:
             advantages = row_token_advantages(row, turns)[cut:]
             reward = [a * m for a, m in zip(advantages, mask, strict=True)]
@@ -284,3 +304,14 @@ def generator_output(
         out["rollout_logprobs"] = None
     out["rollout_metrics"] = None
     return out
+
+
+def _token_rewards(trajectory: Trajectory, row: TokenRow, cut: int) -> list[float]:
+    """``turn_level`` rewards of one response: each turn's on its last sampled token; a
+    drifted row (no trained spans) keeps their sum on its last token, as the flat form
+    keeps a drifted trajectory's reward."""
+    per_turn = turn_rewards(trajectory)
+    per_token = row_token_rewards(row, per_turn)[cut:]
+    if not row.spans and per_token:
+        per_token[-1] = sum(per_turn)
+    return per_token

@@ -28,6 +28,15 @@ every leaf trained whole). A tree with a masked leaf gets ``env_mask`` all 0, as
 episode per prompt: TRL needs exactly ``num_generations`` samples per prompt, which a tree
 (whose episodes may end before a branch point) does not guarantee, so tree rollouts come
 from ``envhub.rollout.run(tree=...)`` or the stream.
+
+Turn-level rewards (``EnvhubRollout(gamma=...)``, or :meth:`EnvhubRollout.to_trl` with
+``gamma``): each sample also carries ``token_rewards`` and ``returns``, one per
+``completion_ids`` token (0 where ``env_mask`` is 0; ``None`` for a masked episode):
+each turn's reward on the last token it sampled
+(the final reward added at the last turn's) and each turn's discounted return on every
+token it sampled (:mod:`envhub.trainers.turn_rewards`). TRL's own advantages use
+``env_reward`` only; a trainer subclass that turns ``returns`` into per-token advantages
+trains on them.
 """
 
 from __future__ import annotations
@@ -45,6 +54,12 @@ from envhub.trainers.tree_advantages import (
     batch_turn_advantages,
     broken_trees,
     row_token_advantages,
+)
+from envhub.trainers.turn_rewards import (
+    check_gamma,
+    row_token_rewards,
+    turn_returns,
+    turn_rewards,
 )
 from envhub.trajectory import Trajectory
 from envhub.types import Message
@@ -110,7 +125,8 @@ class EnvhubRollout:
     ``global_step``. Returns the sampled ids, ``env_mask``, ``logprobs`` and
     ``policy_versions`` per sample plus ``env_reward`` (for :func:`envhub_reward`) and
     ``trajectory_id``; the trajectories of the last call are kept in
-    :attr:`last_trajectories` (and appended to ``output``).
+    :attr:`last_trajectories` (and appended to ``output``). ``gamma`` adds the per-token
+    ``token_rewards`` and ``returns`` of turn-level rewards (module docstring).
     """
 
     def __init__(
@@ -126,6 +142,7 @@ class EnvhubRollout:
         eos_token_id: int | None = None,
         output: str | None = None,
         task_for_prompt: Callable[[list[Message]], str] | None = None,
+        gamma: float | None = None,
     ) -> None:
         self.env = env
         self._policy = policy
@@ -136,6 +153,7 @@ class EnvhubRollout:
         self.eos_token_id = eos_token_id
         self.output = output
         self.last_trajectories: list[Trajectory] = []
+        self.gamma = None if gamma is None else check_gamma(gamma)
         self._task_for_prompt = task_for_prompt or self._index_tasks()
 
     def _index_tasks(self) -> Callable[[list[Message]], str]:
@@ -188,7 +206,7 @@ class EnvhubRollout:
         eos = self.eos_token_id
         if eos is None:
             eos = trainer.processing_class.eos_token_id
-        return self.to_trl(trajectories, eos)
+        return self.to_trl(trajectories, eos, gamma=self.gamma)
 
     async def run(
         self, prompts: list[Any], num_generations: int, policy_version: int
@@ -232,13 +250,18 @@ class EnvhubRollout:
         eos_token_id: int,
         *,
         tree: TreeEstimator | None = None,
+        gamma: float | None = None,
     ) -> dict[str, list[Any]]:
         """The ``rollout_func`` output for trajectories (one sample each, in order);
-        ``tree`` adds the tree fields and per-token advantages (module docstring)."""
+        ``tree`` adds the tree fields and per-token advantages, ``gamma`` the per-token
+        turn rewards and discounted returns (module docstring)."""
         keys = ["prompt_ids", "completion_ids", "logprobs", "env_mask", "policy_versions",
                 "env_reward", "trajectory_id"]  # fmt: skip
         if tree is not None:
             keys += ["tree_id", "parent_id", "branch_turn", "token_advantages"]
+        if gamma is not None:
+            gamma = check_gamma(gamma)
+            keys += ["token_rewards", "returns"]
         out: dict[str, list[Any]] = {key: [] for key in keys}
         per_turn = batch_turn_advantages(trajectories, tree) if tree is not None else {}
         broken = broken_trees(trajectories) if tree is not None else {}
@@ -259,7 +282,32 @@ class EnvhubRollout:
                 out["parent_id"].append(trajectory.parent_id)
                 out["branch_turn"].append(trajectory.branch_turn)
                 out["token_advantages"].append(_completion_advantages(row, turns, sample))
+            if gamma is not None:
+                rewards, returns = _completion_turn_values(trajectory, row, sample, gamma)
+                out["token_rewards"].append(rewards)
+                out["returns"].append(returns)
         return out
+
+
+def _completion_turn_values(
+    trajectory: Trajectory, row: TokenRow, sample: dict[str, Any], gamma: float
+) -> tuple[list[float] | None, list[float] | None]:
+    """Per ``completion_ids`` token, its turn's reward (on the turn's last token) and
+    discounted return (on all its tokens), 0 where ``env_mask`` is 0
+    (:mod:`envhub.trainers.turn_rewards`); ``None`` for a masked trajectory."""
+    if trajectory.masked or trajectory.reward is None:
+        return None, None
+    cut, mask = row.prompt_length, sample["env_mask"]
+
+    def on_completion(per_token: list[float]) -> list[float]:
+        if len(per_token) - cut != len(mask):  # the EOS stand-in of an empty completion
+            return [0.0] * len(mask)
+        return [v * m for v, m in zip(per_token[cut:], mask, strict=True)]
+
+    return (
+        on_completion(row_token_rewards(row, turn_rewards(trajectory))),
+        on_completion(row_token_advantages(row, turn_returns(trajectory, gamma))),
+    )
 
 
 def _completion_advantages(

@@ -45,6 +45,18 @@ only through a trainer that copies ``envhub_token_advantages`` into
 ``batch["advantages"]``. With verl's own estimators, convert without ``tree`` (every leaf
 trained whole). ``EnvhubAgentLoop`` plays one episode per prompt; tree rollouts come from
 ``envhub.rollout.run(tree=...)`` or the stream.
+
+Turn-level rewards (:meth:`envhub.Environment.turn_reward`): ``extra_fields["turn_scores"]``
+(verl's own per-turn field, which its tool agent loop fills from an interaction) holds
+the environment's reward of each turn, 0.0 for a turn without one, and ``[]`` when the
+environment gave none. With ``gamma``, ``extra_fields`` also carries
+``envhub_token_rewards`` and ``envhub_returns``, one per ``response_ids`` token (0 where
+``response_mask`` is 0; ``None`` for a masked trajectory): each turn's reward on the last
+token it sampled (the final reward added at the last turn's: verl's
+``token_level_rewards`` form) and each turn's discounted return on every token it
+sampled (:mod:`envhub.trainers.turn_rewards`). ``reward_score`` stays the episode's
+reward, so verl's own estimators are unchanged; a trainer copies ``envhub_token_rewards``
+into ``token_level_rewards`` (e.g. for GAE) to train on the turns' rewards.
 """
 
 from __future__ import annotations
@@ -53,12 +65,18 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from envhub.tokens.sample import Sample, Sampler
-from envhub.trainers.token_rows import trajectory_rows
+from envhub.trainers.token_rows import TokenRow, trajectory_rows
 from envhub.trainers.tree_advantages import (
     TreeEstimator,
     batch_turn_advantages,
     broken_trees,
     row_token_advantages,
+)
+from envhub.trainers.turn_rewards import (
+    check_gamma,
+    row_token_rewards,
+    turn_returns,
+    turn_rewards,
 )
 from envhub.trajectory import Trajectory
 
@@ -71,6 +89,7 @@ def agent_loop_output(
     response_length: int | None = None,
     turn_advantages: Sequence[float] | None = None,
     untrained: bool = False,
+    gamma: float | None = None,
 ) -> dict[str, Any]:
     """The ``AgentLoopOutput`` fields of one trajectory (``metrics`` excepted).
 
@@ -81,7 +100,8 @@ def agent_loop_output(
     stay aligned with ``response_ids`` token for token. ``turn_advantages`` (a tree
     member's, :func:`~envhub.trainers.tree_advantages.turn_advantages`) masks its shared
     turns and adds ``envhub_token_advantages``; ``untrained`` sets ``response_mask`` all 0
-    (a member of a tree that is not trained on).
+    (a member of a tree that is not trained on). ``gamma`` adds the per-token turn
+    rewards and discounted returns (module docstring).
     """
     row = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turn_advantages is not None)[
         0
@@ -116,6 +136,8 @@ def agent_loop_output(
     }
     if turn_advantages is not None:
         extra["envhub_token_advantages"] = advantages
+    if gamma is not None:
+        extra.update(_turn_values(trajectory, row, response_mask, gamma))
     return {
         "prompt_ids": prompt_ids,
         "response_ids": response_ids,
@@ -133,10 +155,36 @@ def agent_loop_output(
             "envhub_truncated": truncated,
             "envhub_policy_versions": policy_versions,
             "envhub_reward_components": dict(trajectory.reward_components),
-            "turn_scores": [],
+            "turn_scores": _turn_scores(trajectory),
             "tool_rewards": [],
             **extra,
         },
+    }
+
+
+def _turn_scores(trajectory: Trajectory) -> list[float]:
+    """verl's ``turn_scores``: the environment's reward of each turn (0.0 for a turn
+    without one), or ``[]`` when it gave none (as verl's own loop without an
+    interaction)."""
+    if all(turn.reward is None for turn in trajectory.turns):
+        return []
+    return [turn.reward or 0.0 for turn in trajectory.turns]
+
+
+def _turn_values(
+    trajectory: Trajectory, row: TokenRow, response_mask: list[int], gamma: float
+) -> dict[str, list[float] | None]:
+    """``envhub_token_rewards`` and ``envhub_returns``, one per ``response_ids`` token
+    (``response_mask``, cut to ``response_length`` or not) and 0 where the mask is 0;
+    ``None`` for a masked trajectory (:mod:`envhub.trainers.turn_rewards`)."""
+    if trajectory.masked or trajectory.reward is None:
+        return {"envhub_token_rewards": None, "envhub_returns": None}
+    cut, end = row.prompt_length, row.prompt_length + len(response_mask)
+    rewards = row_token_rewards(row, turn_rewards(trajectory))[cut:end]
+    returns = row_token_advantages(row, turn_returns(trajectory, gamma))[cut:end]
+    return {
+        "envhub_token_rewards": [r * m for r, m in zip(rewards, response_mask, strict=True)],
+        "envhub_returns": [r * m for r, m in zip(returns, response_mask, strict=True)],
     }
 
 
@@ -145,13 +193,19 @@ def agent_loop_outputs(
     *,
     tree: TreeEstimator | None = None,
     response_length: int | None = None,
+    gamma: float | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`agent_loop_output` of each trajectory; with ``tree``, the members of tree
     groups get per-node advantages and shared turns masked, a tree with a masked or
     missing leaf gets ``response_mask`` all 0 (as ``build_batch`` drops it), and every
     output carries ``envhub_token_advantages`` (``None`` outside tree groups)."""
+    if gamma is not None:
+        gamma = check_gamma(gamma)
     if tree is None:
-        return [agent_loop_output(t, response_length=response_length) for t in trajectories]
+        return [
+            agent_loop_output(t, response_length=response_length, gamma=gamma)
+            for t in trajectories
+        ]
     per_turn = batch_turn_advantages(trajectories, tree)
     broken = broken_trees(trajectories)
     outputs = []
@@ -161,6 +215,7 @@ def agent_loop_outputs(
             response_length=response_length,
             turn_advantages=per_turn.get(t.trajectory_id),
             untrained=(t.tree_id or "") in broken,
+            gamma=gamma,
         )
         output["extra_fields"].setdefault("envhub_token_advantages", None)
         outputs.append(output)
