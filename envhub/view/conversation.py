@@ -1,5 +1,6 @@
 """One trajectory as the episode page shows it: chat entries, tool calls with pretty JSON
-arguments, tool results (errors and truncations marked) and per-turn tokens.
+arguments, tool results (errors and truncations marked), per-turn tokens and the
+environment's reward of each turn that has one (:attr:`envhub.trajectory.Turn.reward`).
 
 What the page reads of the record is type-checked (:func:`envhub.view.record.
 check_record`, as the index checked it); the record is also validated as a whole
@@ -59,6 +60,7 @@ class ChatEntry:
     is_error: bool = False
     truncated: bool = False
     turn: int | None = None  # the turn whose model call wrote this assistant message
+    turn_reward: float | None = None  # the environment's reward for that turn, if any
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class TurnTokens:
     prefix_ok: bool | None
     latency_s: float
     policy_version: int | None
+    reward: float | None = None  # the environment's reward for the turn, if any
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,10 @@ def _validated(record: dict[str, Any]) -> str | None:
     return None
 
 
+def _turn_reward(fields: ViewedRecord, turn: int | None) -> float | None:
+    return None if turn is None else fields.turns[turn].reward
+
+
 def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
     """The episode page of ``record`` (raises :class:`~envhub.view.record.BadRecord` for
     one the index would not take)."""
@@ -180,6 +187,7 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
                 is_error=is_error,
                 truncated=truncated,
                 turn=turn_of.get(index),
+                turn_reward=_turn_reward(fields, turn_of.get(index)),
             )
         )
     tokens = [
@@ -190,6 +198,7 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
             prefix_ok=t.prefix_ok,
             latency_s=t.latency_s,
             policy_version=t.policy_version,
+            reward=t.reward,
         )
         for i, t in enumerate(fields.turns)
     ]
