@@ -354,5 +354,5 @@ def test_gymnasium_step_rewards_sum_to_the_undiscounted_return() -> None:
         infos.append(info["turn_reward"])
     _, reward, terminated, _, _ = env.step(json.dumps({"tool_calls": [{"name": "submit"}]}))
     env.close()
-    assert rewards + [reward] == [0.5, -0.25, 0.5, 0.0 + FINAL] and terminated
+    assert [*rewards, reward] == [0.5, -0.25, 0.5, 0.0 + FINAL] and terminated
     assert infos == [0.5, -0.25, 0.5]
