@@ -168,6 +168,24 @@ def test_view(tmp_path: Path) -> None:
     assert "calc-b.html" in outputs[2] and (tmp_path / "calc-b.html").stat().st_size > 10_000
 
 
+def test_turn_rewards(tmp_path: Path) -> None:
+    """The scripted model (a, a again, b, submit) stands in for vLLM; the printed rewards,
+    returns and token positions are the ones the page shows."""
+    from tests.rollout.turn_reward_env import SCRIPT
+
+    env = tutorial_env(tmp_path)
+    with ScriptedServer(ScriptConfig(turns=list(SCRIPT), token_ids=True),
+                        port=int(env["VLLM_PORT"])):  # fmt: skip
+        outputs = run_tutorial(TUTORIALS / "turn-rewards.md", tmp_path, env)
+    page = (TUTORIALS / "turn-rewards.md").read_text()
+    by_hand, curl, _, batch = outputs
+    for output in (by_hand, curl, batch):
+        assert output.strip() in page, output  # the page shows what the commands print
+    assert '"turn_reward":0.5' in curl
+    assert "returns, gamma 0.5: [0.625, 0.25, 1.0, 1.0]" in batch
+    assert len(list(read_trajectories(tmp_path / "runs" / "mark.jsonl"))) == 2
+
+
 @pytest.mark.slow
 def test_train(tmp_path: Path) -> None:
     """One TRL GRPO step of the tiny model (the example's CPU smoke run), verl's dataset,
