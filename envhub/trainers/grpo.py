@@ -187,11 +187,6 @@ def _pad_torch(
     def padded(name: str, code: str, dtype: torch.dtype, fill: float) -> torch.Tensor:
         return _padded_tensor([getattr(row, name) for row in rows], length, code, dtype, fill)
 
-    def padded_lists(
-        lists: Sequence[Sequence[Any]], code: str, dtype: torch.dtype, fill: float
-    ) -> torch.Tensor:
-        return _padded_tensor(lists, length, code, dtype, fill)
-
     if not rows:
         empty = torch.zeros((0, length), dtype=torch.long)
         return {name: empty.clone() for name in _TENSOR_FIELDS} | {
@@ -204,7 +199,7 @@ def _pad_torch(
         advantage = torch.tensor(list(row_advantages), dtype=torch.float32).unsqueeze(1)
         advantages = advantage * loss_mask
     else:
-        advantages = padded_lists(token_advantages, "f", torch.float32, 0.0)
+        advantages = _padded_tensor(token_advantages, length, "f", torch.float32, 0.0)
     return {
         "input_ids": padded("input_ids", "q", torch.long, pad_token_id),
         "attention_mask": (torch.arange(length).unsqueeze(0) < lengths.unsqueeze(1)).long(),
