@@ -7,7 +7,8 @@ faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang
 ``"malformed"`` (a tool call whose arguments are not JSON). It counts requests and those
 in flight (``GET /stats``, which the saturation benchmark samples), counts requests per
 session id header (``X-Session-ID``), and with ``record_bodies`` keeps each request body
-(what the policy sent: messages, tools). With a :class:`PrefixCache` it models a server's
+(what the policy sent: messages, tools). A request that offers no tools (a context
+compaction's summary call) is answered ``summary_reply`` where one is set. With a :class:`PrefixCache` it models a server's
 automatic prefix cache: prompt tokens it has not cached add latency (``us_per_token``
 each) and are counted as recomputed (the prefix-affinity benchmark and sticky-routing
 tests compare routings by them).
@@ -68,6 +69,7 @@ class ScriptConfig:
     distinct_samples: bool = False  # a random note in each reply, as sampling would differ
     session_header: str = "x-session-id"
     seed: int = 0
+    summary_reply: str | None = None  # the answer to a request offering no tools
 
 
 @dataclass
@@ -236,6 +238,8 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
         if delay:
             await asyncio.sleep(delay)
         step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
+        if config.summary_reply is not None and not body.get("tools"):
+            step = {"content": config.summary_reply}
         calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
         content = step.get("content")
         if config.distinct_samples:
