@@ -95,10 +95,11 @@ from envhub.types import EnvironmentInfo, Message, StopReason
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Compaction",
     "EnvRef",
     "ErrorInfo",
     "SessionCall",
-    "Compaction",
+    "SummaryCall",
     "Timings",
     "Trajectory",
     "TrajectoryMetrics",

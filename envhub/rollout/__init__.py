@@ -26,8 +26,8 @@ from __future__ import annotations
 from envhub.rollout.breaker import CircuitBreaker as CircuitBreaker
 from envhub.rollout.check import CheckFailure as CheckFailure
 from envhub.rollout.check import CheckReport as CheckReport
-from envhub.rollout.compaction import CompactionConfig as CompactionConfig
 from envhub.rollout.check import check_tasks as check_tasks
+from envhub.rollout.compaction import CompactionConfig as CompactionConfig
 from envhub.rollout.dispatcher import dispatch as dispatch
 from envhub.rollout.dispatcher import plan_episodes as plan_episodes
 from envhub.rollout.dispatcher import run_rollout as run_rollout

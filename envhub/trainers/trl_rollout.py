@@ -13,6 +13,14 @@ key beyond ``prompt_ids``/``completion_ids``/``logprobs`` TRL keeps it per sampl
 passes it to the reward functions as a keyword (``envhub_reward`` accepts and ignores
 it), so a trainer subclass can weight each token by its own version's importance ratio.
 
+Context compaction (:mod:`envhub.rollout.compaction`): :meth:`EnvhubRollout.to_trl`
+gives a compacted trajectory one sample per context segment (``segment`` numbers them,
+each carries the trajectory's ``env_reward`` and ``trajectory_id``), its ``prompt_ids``
+the compacted context the segment started from and ``env_mask`` 1 on that segment's
+sampled tokens only. TRL's ``GRPOTrainer`` wants exactly ``num_generations`` samples per
+prompt, so :class:`EnvhubRollout` itself does not compact; segments are for a trainer
+that groups samples by ``trajectory_id`` (trajectories from ``envhub.rollout.run``).
+
 Trees (:meth:`EnvhubRollout.to_trl` with ``tree="treerl"``, for tree rollouts' leaves):
 each sample also carries ``tree_id``, ``parent_id``, ``branch_turn`` and
 ``token_advantages``, the per-node advantages of :mod:`envhub.trainers.tree_advantages`
@@ -233,10 +241,11 @@ class EnvhubRollout:
         *,
         tree: TreeEstimator | None = None,
     ) -> dict[str, list[Any]]:
-        """The ``rollout_func`` output for trajectories (one sample each, in order);
-        ``tree`` adds the tree fields and per-token advantages (module docstring)."""
+        """The ``rollout_func`` output for trajectories (one sample each, in order; one
+        per context segment of a compacted one, numbered by ``segment``); ``tree`` adds
+        the tree fields and per-token advantages (module docstring)."""
         keys = ["prompt_ids", "completion_ids", "logprobs", "env_mask", "policy_versions",
-                "env_reward", "trajectory_id"]  # fmt: skip
+                "env_reward", "trajectory_id", "segment"]  # fmt: skip
         if tree is not None:
             keys += ["tree_id", "parent_id", "branch_turn", "token_advantages"]
         out: dict[str, list[Any]] = {key: [] for key in keys}
@@ -245,20 +254,24 @@ class EnvhubRollout:
         for trajectory in trajectories:
             # TRL takes one sample per prompt: a drifted trajectory cannot be split into
             # rows, so its tokens are masked (its reward still counts in the group)
+            # (a compacted one: one sample per context segment, module docstring)
             turns = per_turn.get(trajectory.trajectory_id)
-            row = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turns is not None)[0]
-            sample = trl_sample(row, eos_token_id)
-            if (trajectory.tree_id or "") in broken:
-                sample["env_mask"] = [0] * len(sample["env_mask"])
-            for key, value in sample.items():
-                out[key].append(value)
-            out["env_reward"].append(None if trajectory.masked else trajectory.reward)
-            out["trajectory_id"].append(trajectory.trajectory_id)
-            if tree is not None:
-                out["tree_id"].append(trajectory.tree_id)
-                out["parent_id"].append(trajectory.parent_id)
-                out["branch_turn"].append(trajectory.branch_turn)
-                out["token_advantages"].append(_completion_advantages(row, turns, sample))
+            for row in trajectory_rows(
+                trajectory, drift="mask", mask_shared_prefix=turns is not None
+            ):
+                sample = trl_sample(row, eos_token_id)
+                if (trajectory.tree_id or "") in broken:
+                    sample["env_mask"] = [0] * len(sample["env_mask"])
+                for key, value in sample.items():
+                    out[key].append(value)
+                out["env_reward"].append(None if trajectory.masked else trajectory.reward)
+                out["trajectory_id"].append(trajectory.trajectory_id)
+                out["segment"].append(row.segment)
+                if tree is not None:
+                    out["tree_id"].append(trajectory.tree_id)
+                    out["parent_id"].append(trajectory.parent_id)
+                    out["branch_turn"].append(trajectory.branch_turn)
+                    out["token_advantages"].append(_completion_advantages(row, turns, sample))
         return out
 
 

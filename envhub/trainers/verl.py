@@ -21,6 +21,13 @@ earlier turns differently (token drift) is kept with ``response_mask`` all 0 and
 failures) get ``reward_score=None`` and ``extra_fields["envhub_masked"] = True`` and
 should be filtered before advantage estimation rather than scored 0.
 
+Context compaction (:mod:`envhub.rollout.compaction`): a compacted trajectory is one
+output per context segment (:func:`agent_loop_outputs`), each with the segment's prompt
+(the compacted context it started from) and its turns' sampled spans in the response;
+``extra_fields["envhub_segment"]`` numbers them and ``envhub_segments`` counts them,
+and all carry the trajectory's reward. :func:`agent_loop_output` (one output, verl's
+agent loop) refuses a compacted trajectory.
+
 Per-token policy versions: ``extra_fields["envhub_policy_versions"]`` has one entry per
 ``response_ids`` token, the version that sampled it (a turn split by a mid-rollout weight
 update carries several, :attr:`~envhub.trajectory.Turn.completion_versions`) and ``-1``
@@ -52,8 +59,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from envhub.errors import InvalidRequest
 from envhub.tokens.sample import Sample, Sampler
-from envhub.trainers.token_rows import trajectory_rows
+from envhub.trainers.token_rows import TokenRow, trajectory_rows
 from envhub.trainers.tree_advantages import (
     TreeEstimator,
     batch_turn_advantages,
@@ -83,9 +91,37 @@ def agent_loop_output(
     turns and adds ``envhub_token_advantages``; ``untrained`` sets ``response_mask`` all 0
     (a member of a tree that is not trained on).
     """
-    row = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turn_advantages is not None)[
-        0
+    outputs = _outputs(trajectory, response_length, turn_advantages, untrained)
+    if len(outputs) > 1:
+        raise InvalidRequest(
+            f"trajectory {trajectory.trajectory_id} was compacted into {len(outputs)} "
+            "segments, one output each: convert it with agent_loop_outputs"
+        )
+    return outputs[0]
+
+
+def _outputs(
+    trajectory: Trajectory,
+    response_length: int | None,
+    turn_advantages: Sequence[float] | None,
+    untrained: bool,
+) -> list[dict[str, Any]]:
+    """The outputs of one trajectory: one per context segment (module docstring)."""
+    rows = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turn_advantages is not None)
+    return [
+        _row_output(trajectory, row, len(rows), response_length, turn_advantages, untrained)
+        for row in rows
     ]
+
+
+def _row_output(
+    trajectory: Trajectory,
+    row: TokenRow,
+    segments: int,
+    response_length: int | None,
+    turn_advantages: Sequence[float] | None,
+    untrained: bool,
+) -> dict[str, Any]:
     cut = row.prompt_length
     prompt_ids = row.input_ids[:cut]
     response_ids = row.input_ids[cut:]
@@ -132,6 +168,8 @@ def agent_loop_output(
             "envhub_mask_reason": row.mask_reason,
             "envhub_truncated": truncated,
             "envhub_policy_versions": policy_versions,
+            "envhub_segment": row.segment,
+            "envhub_segments": segments,
             "envhub_reward_components": dict(trajectory.reward_components),
             "turn_scores": [],
             "tool_rewards": [],
@@ -146,24 +184,22 @@ def agent_loop_outputs(
     tree: TreeEstimator | None = None,
     response_length: int | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`agent_loop_output` of each trajectory; with ``tree``, the members of tree
+    """:func:`agent_loop_output` of each trajectory, or of each context segment of a
+    compacted one (module docstring), in order; with ``tree``, the members of tree
     groups get per-node advantages and shared turns masked, a tree with a masked or
     missing leaf gets ``response_mask`` all 0 (as ``build_batch`` drops it), and every
     output carries ``envhub_token_advantages`` (``None`` outside tree groups)."""
     if tree is None:
-        return [agent_loop_output(t, response_length=response_length) for t in trajectories]
+        return [o for t in trajectories for o in _outputs(t, response_length, None, False)]
     per_turn = batch_turn_advantages(trajectories, tree)
     broken = broken_trees(trajectories)
     outputs = []
     for t in trajectories:
-        output = agent_loop_output(
-            t,
-            response_length=response_length,
-            turn_advantages=per_turn.get(t.trajectory_id),
-            untrained=(t.tree_id or "") in broken,
-        )
-        output["extra_fields"].setdefault("envhub_token_advantages", None)
-        outputs.append(output)
+        for output in _outputs(
+            t, response_length, per_turn.get(t.trajectory_id), (t.tree_id or "") in broken
+        ):
+            output["extra_fields"].setdefault("envhub_token_advantages", None)
+            outputs.append(output)
     return outputs
 
 

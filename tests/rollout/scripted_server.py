@@ -8,10 +8,10 @@ faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang
 in flight (``GET /stats``, which the saturation benchmark samples), counts requests per
 session id header (``X-Session-ID``), and with ``record_bodies`` keeps each request body
 (what the policy sent: messages, tools). A request that offers no tools (a context
-compaction's summary call) is answered ``summary_reply`` where one is set. With a :class:`PrefixCache` it models a server's
-automatic prefix cache: prompt tokens it has not cached add latency (``us_per_token``
-each) and are counted as recomputed (the prefix-affinity benchmark and sticky-routing
-tests compare routings by them).
+compaction's summary call) is answered ``summary_reply`` where one is set. With a
+:class:`PrefixCache` it models a server's automatic prefix cache: prompt tokens it has
+not cached add latency (``us_per_token`` each) and are counted as recomputed (the
+prefix-affinity benchmark and sticky-routing tests compare routings by them).
 
 In-process: ``with ScriptedServer(ScriptConfig(...)) as server: server.base_url``.
 As a process (benchmarks): ``python tests/rollout/scripted_server.py --port 8123``.
