@@ -9,7 +9,8 @@ strategies (:data:`STRATEGIES`; others by the ``envhub.compaction_strategies`` e
 group or as ``module:Name``):
 
 - ``drop-tool-outputs``: the tool results older than the last ``keep`` turns are
-  replaced by a placeholder; every message stays, so tool calls keep their results.
+  replaced by a placeholder (those longer than it); every message stays, so tool calls
+  keep their results.
 - ``keep-last-k``: the opening messages (system prompt, task) and the last ``keep``
   turns; the turns between are dropped.
 - ``summarize``: like ``keep-last-k``, with the dropped turns replaced by a summary the
@@ -54,7 +55,7 @@ __all__ = [
     "make_strategy",
 ]
 
-DROPPED_OUTPUT = "[tool output dropped by context compaction]"
+DROPPED_OUTPUT = "[dropped]"
 SUMMARY_HEADER = "Summary of the earlier conversation (compacted to save context):\n"
 SUMMARY_INSTRUCTION = (
     "Summarize the conversation so far for yourself: the task, what you tried, the tool "
@@ -144,7 +145,8 @@ def _split(context: list[Message], keep: int) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class DropToolOutputs:
-    """Replace the tool results older than the last ``keep`` turns by a placeholder."""
+    """Replace the tool results older than the last ``keep`` turns by a placeholder
+    (:data:`DROPPED_OUTPUT`), where it is shorter than they are."""
 
     keep: int = 2
     name: str = "drop-tool-outputs"
@@ -158,7 +160,7 @@ class DropToolOutputs:
         messages = []
         for index, message in enumerate(request.context):
             old = message.get("role") == "tool" and index < tail
-            if old and message.get("content") != DROPPED_OUTPUT:
+            if old and len(str(message.get("content") or "")) > len(DROPPED_OUTPUT):
                 message = {**message, "content": DROPPED_OUTPUT}
                 changed = True
             messages.append(message)

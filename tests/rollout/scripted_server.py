@@ -321,6 +321,7 @@ def main() -> None:
     parser.add_argument("--token-ids", action="store_true")
     parser.add_argument("--calc-turns", type=int, help="calc_script(N) (default: CALC_SCRIPT)")
     parser.add_argument("--distinct-samples", action="store_true")
+    parser.add_argument("--summary-reply", help="the answer to a request offering no tools")
     parser.add_argument(
         "--prefix-cache-us-per-token",
         type=float,
@@ -335,6 +336,7 @@ def main() -> None:
         token_ids=args.token_ids,
         turns=list(CALC_SCRIPT) if args.calc_turns is None else calc_script(args.calc_turns),
         distinct_samples=args.distinct_samples,
+        summary_reply=args.summary_reply,
         prefix_cache=None
         if args.prefix_cache_us_per_token is None
         else PrefixCache(us_per_token=args.prefix_cache_us_per_token),

@@ -39,7 +39,8 @@ SUMMARY = "I multiplied 1..8 by 7 with the calculate tool."
 
 
 def _server(**options: Any) -> ScriptedServer:
-    config = ScriptConfig(turns=calc_script(TURNS + 1), token_ids=True, record_bodies=True,
+    options.setdefault("turns", calc_script(TURNS + 1))
+    config = ScriptConfig(token_ids=True, record_bodies=True,
                           summary_reply=SUMMARY, **options)  # fmt: skip
     return ScriptedServer(config).start()
 
@@ -195,14 +196,20 @@ async def test_token_threshold_and_the_other_strategies(
     env: envhub.LocalEnvironment,
 ) -> None:
     server = _server()
+    divisions = [  # results of 12 characters, some of 3 ("1.0", "2.0")
+        {"tool_calls": [{"name": "calculate", "arguments": f'{{"expression": "{i} / 7"}}'}]}
+        for i in range(1, TURNS + 1)
+    ]
+    dividing = _server(turns=divisions)
     try:
         # the scripted server counts 10 prompt tokens per message (+7 completion tokens)
         kept = await _episode(env, server, CompactionConfig.of("tokens:200", "keep-last-k",
                                                                 keep=1))  # fmt: skip
-        dropped = await _episode(env, server, CompactionConfig.of("turns:5",
-                                                                  "drop-tool-outputs"))  # fmt: skip
+        dropping = CompactionConfig.of("turns:5", "drop-tool-outputs")
+        dropped = await _episode(env, dividing, dropping)
     finally:
         server.stop()
+        dividing.stop()
     for trajectory in (kept, dropped):
         assert not trajectory.masked, trajectory.error
         assert len(trajectory.turns) == TURNS
@@ -212,12 +219,15 @@ async def test_token_threshold_and_the_other_strategies(
         assert sum(m["role"] == "assistant" for m in compaction.messages) == 1
     # 2 opening messages + 2 per turn: 200 tokens at 10 turns, then at 9 more each time
     assert [c.turn for c in kept.compactions or []] == [10, 19, 28, 37]
-    # drop-tool-outputs keeps every message, with the old results replaced
+    # drop-tool-outputs keeps every message, with the old results replaced where longer
     for compaction in dropped.compactions or []:
         assert len(compaction.messages) == compaction.replaced_messages
         contents = [m["content"] for m in compaction.messages if m["role"] == "tool"]
-        assert contents[:-2] == [DROPPED_OUTPUT] * (len(contents) - 2)
-        assert DROPPED_OUTPUT not in contents[-2:]
+        originals = [m["content"] for m in dropped.messages if m["role"] == "tool"]
+        for content, original in zip(contents[:-2], originals, strict=False):
+            assert content == (DROPPED_OUTPUT if len(original) > len(DROPPED_OUTPUT)
+                               else original)  # fmt: skip
+        assert contents[-2:] == originals[len(contents) - 2 : len(contents)]
     assert [c.turn for c in dropped.compactions or []] == [5, 10, 15, 20, 25, 30, 35]
 
 
