@@ -122,9 +122,11 @@ class Compacted:
 
 class CompactionStrategy(Protocol):
     """Makes a context shorter. :meth:`compact` returns ``None`` when it has nothing to
-    drop (the episode then goes on as it is, and is asked again before the next call)."""
+    drop (the episode then goes on as it is, and is asked again before the next call).
+    ``name`` is recorded on each compaction (:attr:`~envhub.trajectory.Compaction.strategy`)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     async def compact(self, request: CompactionRequest) -> Compacted | None: ...
 
