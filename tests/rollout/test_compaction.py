@@ -22,14 +22,19 @@ import pytest
 
 import envhub
 from envhub.errors import InvalidRequest
-from envhub.rollout import CompactionConfig, run
+from envhub.rollout import CompactionConfig, run, stream
 from envhub.rollout.compaction import DROPPED_OUTPUT, SUMMARY_HEADER, CompactAt, make_strategy
 from envhub.runtime.sync import run_sync
 from envhub.trainers.grpo import build_batch
 from envhub.trainers.token_rows import TokenRow, trajectory_rows
 from envhub.trainers.trl_rollout import EnvhubRollout
 from envhub.trainers.verl import agent_loop_output, agent_loop_outputs
-from envhub.trajectory import Trajectory, TrajectoryWriter, read_trajectories
+from envhub.trajectory import (
+    Trajectory,
+    TrajectoryWriter,
+    export_trajectories,
+    read_trajectories,
+)
 from envhub.types import chat_message
 from tests.rollout.helpers import openai_policy
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer, calc_script, tokenize
@@ -181,13 +186,17 @@ def test_the_record_round_trips_and_old_lines_still_read(
     trajectory, _ = summarized
     path = tmp_path / "t.jsonl"
     old = trajectory.model_dump(mode="json")
-    del old["compactions"]  # a line written before compaction existed
+    old_compactions = old.pop("compactions")  # a line written before compaction existed
     with TrajectoryWriter(path) as writer:
         writer.write(trajectory)
     with path.open("a") as fh:
         fh.write(json.dumps(old) + "\n")
     again, before = read_trajectories(path)
     assert again == trajectory
+    export_trajectories(path, tmp_path / "t.export.jsonl", "jsonl")
+    exported = [json.loads(line) for line in (tmp_path / "t.export.jsonl").open()]
+    assert json.loads(exported[0]["compactions"]) == old_compactions
+    assert exported[1]["compactions"] is None
     assert before.compactions is None and before.segment_starts() == [0]
     assert len(trajectory_rows(before, drift="split")) > 1  # no segments: drift splits
 
@@ -252,6 +261,25 @@ async def test_a_separate_summarizer_and_its_failures(env: envhub.LocalEnvironme
     finally:
         for server in (model, summarizer, empty):
             server.stop()
+
+
+async def test_the_stream_compacts_and_builds_a_batch_per_segment(
+    env: envhub.LocalEnvironment,
+) -> None:
+    server = _server()
+    policy = openai_policy(server.base_url)
+    try:
+        async with stream(env, policy, (await env.task_ids())[:1], group_size=2, batch_size=1,
+                          max_turns=12, compaction=CompactionConfig.of("turns:5",
+                                                                       "keep-last-k")) as rollouts:
+            [group] = await rollouts.next_batch()
+    finally:
+        await policy.aclose()
+        server.stop()
+    assert [[c.turn for c in t.compactions or []] for t in group.trajectories] == [[5, 10]] * 2
+    batch = build_batch(group.trajectories, drop_zero_variance=False, pad_token_id=0,
+                        return_tensors=None)  # fmt: skip
+    assert len(batch.input_ids) == 2 * 3  # three segments per episode
 
 
 async def test_unsupported_combinations_and_bad_specs_are_typed_errors(
