@@ -36,7 +36,7 @@ from typing import Literal, Protocol
 
 from envhub.errors import InvalidRequest, PolicyError
 from envhub.policies.base import Completion, GenerateRequest, Policy, end_episode
-from envhub.registry import PluginKind, load_plugin
+from envhub.registry import PluginKind, load_plugin, plugin_names
 from envhub.trajectory import SummaryCall
 from envhub.types import Message
 
@@ -223,7 +223,8 @@ class Summarize:
             end_episode(request.summarizer, call_id)
         text = (completion.content or "").strip()
         if not text:
-            raise PolicyError("the summarizer wrote no summary", code="compaction_error")
+            raise PolicyError(f"the summarizer ({request.summarizer.model}) wrote no summary "
+                              "text", code="compaction_error")  # fmt: skip
         text = text[: self.max_chars]
         summary = SummaryCall(
             model=request.summarizer.model, text=text, latency_s=time.perf_counter() - started,
@@ -242,9 +243,8 @@ STRATEGIES: dict[str, Callable[..., CompactionStrategy]] = {
 """The built-in strategies by name; each takes ``keep`` (turns kept verbatim)."""
 
 STRATEGY_PLUGINS: PluginKind[Callable[..., CompactionStrategy]] = PluginKind(
-    "envhub.compaction_strategies", "compaction strategy",
-    hint=f"built in: {', '.join(STRATEGIES)}",
-)  # fmt: skip
+    "envhub.compaction_strategies", "compaction strategy"
+)
 """Third-party strategies: a factory taking ``keep=`` that returns a strategy."""
 
 
@@ -253,7 +253,13 @@ def make_strategy(name: str, *, keep: int = 2) -> CompactionStrategy:
     entry point, or ``module:Name``) keeping ``keep`` turns verbatim."""
     if keep < 0:
         raise InvalidRequest(f"turns kept by compaction must be >= 0, not {keep}")
-    factory = STRATEGIES.get(name) or load_plugin(STRATEGY_PLUGINS, name)
+    factory = STRATEGIES.get(name)
+    if factory is None:
+        if ":" not in name and name not in plugin_names(STRATEGY_PLUGINS):
+            known = ", ".join([*STRATEGIES, *plugin_names(STRATEGY_PLUGINS)])
+            raise InvalidRequest(f"unknown compaction strategy {name!r}; choose one of "
+                                 f"{known}, or a module:Name")  # fmt: skip
+        factory = load_plugin(STRATEGY_PLUGINS, name)
     return factory(keep=keep)
 
 

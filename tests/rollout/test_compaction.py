@@ -288,8 +288,13 @@ async def test_unsupported_combinations_and_bad_specs_are_typed_errors(
     for spec in ("turns", "turns:0", "words:3", "tokens:-1"):
         with pytest.raises(InvalidRequest, match="turns:N or tokens:N"):
             CompactAt.parse(spec)
-    with pytest.raises(InvalidRequest, match="unknown compaction strategy"):
+    with pytest.raises(InvalidRequest, match="unknown compaction strategy 'fold'; choose one "
+                       "of drop-tool-outputs, keep-last-k, summarize"):
         make_strategy("fold")
+    with pytest.raises(InvalidRequest, match="must be >= 0"):
+        make_strategy("summarize", keep=-1)
+    # a strategy of one's own, by module:Name (or the envhub.compaction_strategies group)
+    assert make_strategy("envhub.rollout.compaction:KeepLastTurns", keep=3).keep == 3  # type: ignore[attr-defined]
     from envhub.rollout import TreeConfig, make_branch_rule
 
     policy = openai_policy("http://127.0.0.1:9/v1")
