@@ -23,7 +23,13 @@ import pytest
 import envhub
 from envhub.errors import InvalidRequest
 from envhub.rollout import CompactionConfig, run, stream
-from envhub.rollout.compaction import DROPPED_OUTPUT, SUMMARY_HEADER, CompactAt, make_strategy
+from envhub.rollout.compaction import (
+    DROPPED_OUTPUT,
+    SUMMARY_HEADER,
+    CompactAt,
+    KeepLastTurns,
+    make_strategy,
+)
 from envhub.runtime.sync import run_sync
 from envhub.trainers.grpo import build_batch
 from envhub.trainers.token_rows import TokenRow, trajectory_rows
@@ -294,7 +300,8 @@ async def test_unsupported_combinations_and_bad_specs_are_typed_errors(
     with pytest.raises(InvalidRequest, match="must be >= 0"):
         make_strategy("summarize", keep=-1)
     # a strategy of one's own, by module:Name (or the envhub.compaction_strategies group)
-    assert make_strategy("envhub.rollout.compaction:KeepLastTurns", keep=3).keep == 3  # type: ignore[attr-defined]
+    own = make_strategy("envhub.rollout.compaction:KeepLastTurns", keep=3)
+    assert isinstance(own, KeepLastTurns) and own.keep == 3
     from envhub.rollout import TreeConfig, make_branch_rule
 
     policy = openai_policy("http://127.0.0.1:9/v1")
