@@ -488,23 +488,18 @@ class PolicyLoop:
         for played in record.turns:
             tools = played.tools if played.tools is not None else tools
         changed_tools: list[dict[str, Any]] | None = None  # recorded on the next turn
-        # the model's context: the last compaction's messages + those recorded since
-        last = record.compactions[-1] if record.compactions else None
-        segment_turns = turn - (last.turn if last is not None else 0)
+        # model calls on the current context, and the last one's tokens (the thresholds)
+        segment_turns = turn - (record.compactions[-1].turn if record.compactions else 0)
         last_tokens: int | None = None
         while True:
             if runner.max_turns is not None and turn >= runner.max_turns:
                 return "max_turns"
             compaction = runner.compaction
             if compaction is not None and compaction.at.reached(segment_turns, last_tokens):
-                compacted = await _compact(runner, spec, record, tools, turn, last_tokens)
-                if compacted is not None:
-                    last, segment_turns, previous_ids = compacted, 0, None
+                if await _compact(runner, spec, record, tools, turn, last_tokens):
+                    segment_turns, previous_ids = 0, None  # a new context: no prefix
             request = GenerateRequest(
-                messages=(
-                    record.messages if last is None
-                    else [*last.messages, *record.messages[last.message_index :]]
-                ),
+                messages=_context(record),
                 tools=tools,
                 turn=turn,
                 task_id=spec.task_id,
@@ -513,7 +508,7 @@ class PolicyLoop:
                 episode_id=record.trajectory_id,
                 group_id=spec.group_id,
                 segment=len(record.compactions),
-            )  # fmt: skip
+            )
             if runner.gate is not None:
                 await runner.gate.wait_open()  # no new generation during a weight update
             version = runner.policy_version()
@@ -560,6 +555,16 @@ class PolicyLoop:
                 await runner.branch(spec, record, session)
 
 
+def _context(record: EpisodeRecord) -> list[Message]:
+    """What the model is fed: the conversation, or since the last compaction its context
+    followed by the messages recorded after it
+    (:meth:`~envhub.trajectory.Trajectory.segment_context`)."""
+    if not record.compactions:
+        return record.messages
+    last = record.compactions[-1]
+    return [*last.messages, *record.messages[last.message_index :]]
+
+
 async def _compact(
     runner: EpisodeRunner,
     spec: EpisodeSpec,
@@ -567,17 +572,13 @@ async def _compact(
     tools: list[dict[str, Any]],
     turn: int,
     tokens_before: int | None,
-) -> Compaction | None:
+) -> bool:
     """Compact the episode's context before call ``turn`` with the runner's strategy and
-    record it (``None``: the strategy had nothing to drop). A summarizer's failure is a
-    :class:`ModelFailure`, as for the episode's own calls."""
+    record it; ``False`` when the strategy had nothing to drop. A summarizer's failure
+    is a :class:`ModelFailure`, as for the episode's own calls."""
     config = runner.compaction
     assert config is not None
-    last = record.compactions[-1] if record.compactions else None
-    context = (
-        record.messages if last is None
-        else [*last.messages, *record.messages[last.message_index :]]
-    )  # fmt: skip
+    context = _context(record)
     summarizer = config.summarizer or runner.policy
     request = CompactionRequest(
         context=context, tools=tools, turn=turn, segment=len(record.compactions) + 1,
@@ -587,26 +588,26 @@ async def _compact(
     )  # fmt: skip
     try:
         compacted = await config.strategy.compact(request)
+        if compacted is None:
+            return False
+        compaction = Compaction(
+            turn=turn, message_index=len(record.messages), strategy=config.strategy.name,
+            trigger=str(config.at), replaced_messages=len(context),
+            tokens_before=tokens_before, messages=compacted.messages, summary=compacted.summary,
+        )  # fmt: skip
     except GenerationDropped:
         raise
     except PolicyError as exc:
         raise ModelFailure(f"compaction: {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
+    except Exception as exc:  # a strategy's bug, or a context that is not messages
         raise ModelFailure(f"compaction bug: {type(exc).__name__}: {exc}") from exc
-    if compacted is None:
-        return None
-    summary = compacted.summary
+    summary = compaction.summary
     if summary is not None:
         record.llm_s += summary.latency_s
         record.prompt_tokens += summary.prompt_tokens
         record.completion_tokens += summary.completion_tokens
-    compaction = Compaction(
-        turn=turn, message_index=len(record.messages), strategy=config.strategy.name,
-        trigger=str(config.at), replaced_messages=len(context), tokens_before=tokens_before,
-        messages=compacted.messages, summary=summary,
-    )  # fmt: skip
     record.compactions.append(compaction)
-    return compaction
+    return True
 
 
 def record_turn(
