@@ -96,9 +96,10 @@ class CompactAt:
 @dataclass(frozen=True, slots=True)
 class CompactionRequest:
     """What a strategy compacts: the model's current ``context`` and the ``tools`` it is
-    offered, for episode ``episode_id`` (group ``group_id``) before its call ``turn``;
-    ``generate`` is the summarizer (the policy's own calls, through the run's weight
-    gate, unless an operator configured another endpoint)."""
+    offered, for episode ``episode_id`` (group ``group_id``) before its call ``turn``,
+    starting context segment ``segment``. ``summarizer`` is the policy that writes
+    summaries (the episode's own, unless an operator configured another endpoint) and
+    ``generate`` calls it (the episode's own through the run's weight gate)."""
 
     context: list[Message]
     tools: list[dict[str, object]]
