@@ -73,10 +73,21 @@ copied from its parent), and skip a tree that has fewer than ``tree_size`` recor
 a writer killed in the middle of a tree leaves; ``--resume`` runs that tree again and
 compaction drops it), so exports and trainers see full trajectories and never part of
 a tree.
+
+Context compaction (:mod:`envhub.rollout.compaction`) is additive, ``schema_version`` 1:
+``messages`` stay the whole conversation as it happened, and each compaction is a
+:class:`Compaction` in ``compactions`` saying before which turn it happened and which
+messages replaced the model's context there. Compaction ``k`` starts segment ``k + 1``;
+the model's context in a segment is its compaction's ``messages`` followed by
+``messages[message_index:]`` (:meth:`Trajectory.segment_context`), and its first turn has
+``prefix_ok`` ``None``, since its prompt does not extend the previous turn's. Trainers
+build one row per segment (:mod:`envhub.trainers.token_rows`). A file without the field
+reads as before: ``compactions`` is ``None``, one segment.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -92,9 +103,11 @@ from envhub.types import EnvironmentInfo, Message, StopReason
 
 __all__ = [
     "SCHEMA_VERSION",
+    "Compaction",
     "EnvRef",
     "ErrorInfo",
     "SessionCall",
+    "SummaryCall",
     "Timings",
     "Trajectory",
     "TrajectoryMetrics",
@@ -208,6 +221,37 @@ class Turn(BaseModel):
         return [self.policy_version] * len(self.completion_token_ids or [])
 
 
+class SummaryCall(BaseModel):
+    """The model call that wrote a compaction's summary (``summarize`` strategy)."""
+
+    model: str
+    text: str = Field(description="the summary as it entered the context")
+    latency_s: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    endpoint: str | None = None
+
+
+class Compaction(BaseModel):
+    """One context compaction: before model call ``turn`` the model's context was
+    replaced by ``messages``, starting a new segment (module docstring)."""
+
+    turn: int = Field(ge=1, description="index in `turns` of the first turn of the new segment")
+    message_index: int = Field(
+        ge=0, description="len(messages) at the compaction: the model's context from here on "
+        "is `messages` (below) + the trajectory's messages[message_index:]"
+    )
+    strategy: str = Field(description="the registered strategy that compacted")
+    trigger: str = Field(description="the threshold that was passed: turns:N or tokens:N")
+    replaced_messages: int = Field(ge=0, description="messages of the context it replaced")
+    tokens_before: int | None = Field(
+        None, description="prompt + completion tokens of the last call before it (None: the "
+        "server reported none)"
+    )
+    messages: list[Message] = Field(description="the context the new segment starts from")
+    summary: SummaryCall | None = None
+
+
 class SessionCall(BaseModel):
     """One tool call as the session ran it, whoever sent it (:attr:`Trajectory.session_calls`)."""
 
@@ -297,6 +341,30 @@ class Trajectory(BaseModel):
         0, ge=0, description="the first gold_prefix_turns turns were replayed from the task's "
         "gold actions (a restart from a gold prefix), not sampled: trainers mask them"
     )
+    compactions: list[Compaction] | None = Field(
+        None, description="the context compactions, in order (None: never compacted); "
+        "compaction k starts segment k + 1"
+    )
+
+    def segment_starts(self) -> list[int]:
+        """The index in ``turns`` of each segment's first turn (``[0]`` without compaction)."""
+        return [0, *(c.turn for c in self.compactions or [])]
+
+    def segment_turns(self, turn: int) -> range:
+        """The indexes in ``turns`` of the segment that holds turn ``turn``."""
+        starts = self.segment_starts()
+        segment = bisect.bisect_right(starts, turn) - 1
+        end = starts[segment + 1] if segment + 1 < len(starts) else len(self.turns)
+        return range(starts[segment], end)
+
+    def segment_context(self, segment: int) -> tuple[list[Message], int]:
+        """The model's context in ``segment``, as messages, and the shift that maps a turn's
+        :attr:`Turn.message_index` into it (its index there is ``message_index + shift``)."""
+        if segment == 0:
+            return self.messages, 0
+        compaction = (self.compactions or [])[segment - 1]
+        context = list(compaction.messages) + self.messages[compaction.message_index :]
+        return context, len(compaction.messages) - compaction.message_index
 
     def turn_tools(self) -> list[list[dict[str, Any]]]:
         """The tools in force at each turn (``tools``, replaced where a turn records a
@@ -566,9 +634,10 @@ def export_trajectories(
 
     Fixed-shape fields (turns with token ids, metrics, timings, usage, error) stay typed
     columns; ``messages``, ``tools``, ``sampling``, ``reward_components``,
-    ``metrics.errors_by_kind``, ``metrics.retried_errors``, a turn's changed ``tools`` and
-    ``session_calls`` become JSON strings (a turn's ``tools`` stays null where they did not
-    change, ``session_calls`` where the trajectory has none).
+    ``metrics.errors_by_kind``, ``metrics.retried_errors``, a turn's changed ``tools``,
+    ``session_calls`` and ``compactions`` become JSON strings (a turn's ``tools`` stays
+    null where they did not change, ``session_calls`` and ``compactions`` where the
+    trajectory has none).
     """
     import datasets
 
@@ -584,6 +653,8 @@ def export_trajectories(
                 turn["tools"] = json.dumps(turn["tools"], ensure_ascii=False)
         if row["session_calls"] is not None:  # arguments are a string or an object
             row["session_calls"] = json.dumps(row["session_calls"], ensure_ascii=False)
+        if row["compactions"] is not None:  # each holds the messages of a context
+            row["compactions"] = json.dumps(row["compactions"], ensure_ascii=False)
         rows.append(row)
     features = _export_features()
     dataset = datasets.Dataset.from_list(rows, features=features)
@@ -661,5 +732,6 @@ def _export_features() -> Any:
             "branch_message": Value("int64"),
             "tree_size": Value("int64"),
             "gold_prefix_turns": Value("int64"),
+            "compactions": Value("string"),
         }
     )

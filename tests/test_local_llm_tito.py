@@ -6,8 +6,10 @@ a ``calc`` variant whose scripted user asks again after every final answer, a tu
 of three, and a short ``max_tokens`` (a cut-off answer or tool call still ends the turn).
 The test checks the token stream, not the model: each turn's prompt extends the previous
 prompt and completion, the recorded ids decode to the text the server says it sampled,
-and the trainer's rows are those ids. Skipped without ``llama-server`` or the model,
-unless ``ENVHUB_REQUIRE_LOCAL_LLM=1`` (CI) makes that a failure.
+and the trainer's rows are those ids. A second episode on the same server is compacted
+before its third call: that prompt is the compacted context rendered afresh (issue 34).
+Skipped without ``llama-server`` or the model, unless ``ENVHUB_REQUIRE_LOCAL_LLM=1`` (CI)
+makes that a failure.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from envhub.cli.llama_server import MODEL_NAME, llama_server_binary, local_llm_s
 from envhub.clients.local import LocalEnvironment
 from envhub.policies import SamplingParams
 from envhub.policies.tito import LlamaCppBackend, TitoPolicy
+from envhub.rollout.compaction import CompactionConfig
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.tokens.tool_call_parsers import parse_hermes
-from envhub.trainers.token_rows import trajectory_rows
+from envhub.trainers.token_rows import template_message, trajectory_rows
 
 
 def _missing() -> str | None:
@@ -64,6 +67,29 @@ class RecordingLlamaCpp(LlamaCppBackend):
         return super().parse(data)
 
 
+def _check_compacted(trajectory: Any, replies: list[dict[str, Any]], tokenizer: Any) -> None:
+    """A three-turn episode compacted before its third call (keep-last-k, one turn
+    kept): the third prompt is the compacted context rendered afresh, and every prompt
+    recorded is what the server evaluated."""
+    assert not trajectory.masked, trajectory.error
+    turns = trajectory.turns
+    assert len(turns) == len(replies) == 3
+    assert [c.turn for c in trajectory.compactions] == [2]
+    assert [t.prefix_ok for t in turns] == [None, True, None]
+    for turn, reply in zip(turns, replies, strict=True):
+        assert reply["tokens_evaluated"] == len(turn.prompt_token_ids)
+        assert tokenizer.decode(turn.completion_token_ids, skip_special_tokens=True) == (
+            reply["content"]
+        )
+    context, shift = trajectory.segment_context(1)
+    fresh = tokenizer.apply_chat_template(
+        [template_message(m) for m in context[: turns[2].message_index + shift]],
+        tools=trajectory.tools, add_generation_prompt=True, tokenize=True, return_dict=False,
+    )  # fmt: skip
+    assert turns[2].prompt_token_ids == list(fresh)
+    assert len(trajectory_rows(trajectory, drift="mask", tokenizer=_NoTokenizer())) == 2
+
+
 class _NoTokenizer:
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"the batch builder used the tokenizer ({name}) for recorded ids")
@@ -83,10 +109,15 @@ async def test_three_turn_episode_extends_the_sampled_ids_on_llama_server() -> N
             sampling=sampling, request_timeout_s=120,
         )  # fmt: skip
         runner = EpisodeRunner(env, policy, max_turns=3)
+        compacting = EpisodeRunner(env, policy, max_turns=3, compaction=CompactionConfig.of(
+            "turns:2", "keep-last-k", keep=1))  # fmt: skip
         try:
             trajectory = await runner.run(EpisodeSpec((await env.task_ids())[0], 0, "g0"))
+            compacted = await compacting.run(EpisodeSpec((await env.task_ids())[1], 0, "g1"))
         finally:
             await policy.aclose()
+    _check_compacted(compacted, backend.replies[3:], tokenizer)
+    del backend.replies[3:]
 
     assert not trajectory.masked, trajectory.error
     assert trajectory.stop_reason == "max_turns"

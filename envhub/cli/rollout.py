@@ -36,7 +36,7 @@ from envhub.cli.targets import (
     FleetNamespaceOption,
     local_task_source,
 )
-from envhub.errors import EnvhubError, RolloutFailed
+from envhub.errors import EnvhubError, InvalidRequest, RolloutFailed
 
 if TYPE_CHECKING:
     import asyncio
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from envhub.policies.openai_compat import TokenIdMode
     from envhub.policies.transport import TransportOptions
     from envhub.protocol import EnvironmentClient
+    from envhub.rollout.compaction import CompactionConfig
     from envhub.rollout.episode import TurnLoop
     from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
@@ -208,6 +209,31 @@ def rollout_command(
         int | None, typer.Option(help="with --tree: episodes (leaves) per tree, at most; a "
                                  "fork past it is not taken")
     ] = None,
+    compact_at: Annotated[
+        str | None, typer.Option(help="compact an episode's context before the model call "
+                                 "after N calls on it (turns:N) or once the last call's "
+                                 "prompt + completion reached N tokens (tokens:N)")
+    ] = None,
+    compact_strategy: Annotated[
+        str, typer.Option(help="with --compact-at: summarize (the older turns become a "
+                          "summary) | keep-last-k (they are dropped) | drop-tool-outputs "
+                          "(their tool results are) | module:Name")
+    ] = "summarize",
+    compact_keep: Annotated[
+        int, typer.Option(help="with --compact-at: the last turns kept verbatim")
+    ] = 2,
+    summary_base_url: Annotated[
+        list[str] | None, typer.Option(help="with --compact-strategy summarize: an "
+                                       "OpenAI-compatible endpoint that writes the summaries "
+                                       "(repeatable; default: the policy itself)")
+    ] = None,
+    summary_model: Annotated[
+        str | None, typer.Option(help="with --summary-base-url: its model name")
+    ] = None,
+    summary_api_key: Annotated[
+        str | None, typer.Option(envvar="ENVHUB_SUMMARY_API_KEY", show_envvar=True,
+                                 help="with --summary-base-url: its bearer key")
+    ] = None,
     concurrency: Annotated[
         int, typer.Option(help="episodes in flight (with --tree: trees in flight)")
     ] = 64,
@@ -353,6 +379,11 @@ def rollout_command(
     storing only its turns after the branch point; a tree is written whole, so --resume
     runs again every tree that is missing or has a masked episode.
 
+    Compaction: with --compact-at, an episode whose context passed the threshold goes on
+    from a shorter one (--compact-strategy, keeping the last --compact-keep turns); each
+    compaction starts a new segment of the trajectory, trained as its own row. Not
+    combined with --tree, --gold-restart-after or --agent in this release.
+
     SIGINT (Ctrl-C) or SIGTERM stops the run as --time-limit does: the episodes in flight
     are cancelled, OUTPUT keeps whole lines, the summary is written and printed with the
     command that resumes the run (--resume), and the exit status is 130 (SIGINT) or 143
@@ -384,6 +415,19 @@ def rollout_command(
                                      depth=tree_depth, max_leaves=tree_budget)  # fmt: skip
         except EnvhubError as exc:
             raise _fail(str(exc)) from None
+    from envhub.rollout.compaction import check_combination
+
+    compaction = None
+    if compact_at is not None:
+        try:
+            compaction = _compaction(compact_at, compact_strategy, compact_keep,
+                                     summary_base_url, summary_model, summary_api_key)
+            check_combination(compaction, tree=tree, turn_loop=agent is not None,
+                              gold_restarts=gold_restart_after is not None)  # fmt: skip
+        except EnvhubError as exc:
+            raise _fail(str(exc)) from None
+    elif summary_base_url:
+        raise _fail("--summary-base-url writes compaction summaries: give --compact-at too")
     if env_transport not in ("ws", "http", None):
         raise _fail(f"--env-transport must be ws or http, not {env_transport!r}")
     try:
@@ -437,20 +481,26 @@ def rollout_command(
         ) -> RolloutResult:
             from envhub.rollout.run import run
 
-            return await run(
-                env_client, chosen, tasks, pin=pin, group_size=group_size,
-                concurrency=concurrency,
-                output=output, resume=resume, time_limit_s=time_limit, stop=stop,
-                max_turns=max_turns,
-                max_env_attempts=max_env_attempts, policy_version=policy_version,
-                success_threshold=success_threshold, max_masked_fraction=max_masked_fraction,
-                max_consecutive_masked=max_consecutive_masked or None,
-                gc_threshold=gc_threshold, on_result=on_result, on_plan=on_plan,
-                tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
-                sampler=sampler, sampler_seed=sampler_seed, groups=groups,
-                gates=[UniformRewardGate()] if drop_uniform_groups else [],
-                tree=tree_config, gold_restart_after=gold_restart_after, gold_prefix=prefix,
-            )  # fmt: skip
+            try:
+                return await run(
+                    env_client, chosen, tasks, pin=pin, group_size=group_size,
+                    concurrency=concurrency,
+                    output=output, resume=resume, time_limit_s=time_limit, stop=stop,
+                    max_turns=max_turns,
+                    max_env_attempts=max_env_attempts, policy_version=policy_version,
+                    success_threshold=success_threshold,
+                    max_masked_fraction=max_masked_fraction,
+                    max_consecutive_masked=max_consecutive_masked or None,
+                    gc_threshold=gc_threshold, on_result=on_result, on_plan=on_plan,
+                    tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
+                    sampler=sampler, sampler_seed=sampler_seed, groups=groups,
+                    gates=[UniformRewardGate()] if drop_uniform_groups else [],
+                    tree=tree_config, gold_restart_after=gold_restart_after,
+                    gold_prefix=prefix, compaction=compaction,
+                )  # fmt: skip
+            finally:  # the operator's summary endpoint, if any
+                if compaction is not None and compaction.summarizer is not None:
+                    await compaction.summarizer.aclose()
 
         with _warnings_on_stderr():
             result, received = run_async(_rollout(
@@ -509,6 +559,25 @@ def _resume_command(ctx: typer.Context) -> str:
             for item in value if param.multiple else (value,):
                 words += [param.opts[0], str(item)]
     return shlex.join([*words, "--resume"]) + note
+
+
+def _compaction(
+    at: str, strategy: str, keep: int, base_urls: list[str] | None, model: str | None,
+    api_key: str | None,
+) -> CompactionConfig:  # fmt: skip
+    """``--compact-*``'s configuration; the summarizer endpoint is the operator's own
+    OpenAI-compatible policy (its retries and balancing), with its own key."""
+    from envhub.policies import make_policy
+    from envhub.rollout.compaction import CompactionConfig
+
+    summarizer = None
+    if base_urls:
+        if strategy != "summarize":
+            raise InvalidRequest("--summary-base-url writes summaries: it takes "
+                                 "--compact-strategy summarize")  # fmt: skip
+        summarizer = make_policy("openai", model=model, base_urls=base_urls,
+                                 transport={"api_key": api_key})  # fmt: skip
+    return CompactionConfig.of(at, strategy, keep=keep, summarizer=summarizer)
 
 
 async def _rollout(

@@ -46,7 +46,12 @@ class GenerateRequest:
     """One model call of one episode.
 
     ``task`` is set when the environment is in-process (the reference policy needs its
-    gold actions); ``turn`` counts the assistant messages already in ``messages``.
+    gold actions); ``turn`` counts the episode's model calls before this one (the
+    assistant messages in ``messages``, unless the context was compacted).
+    ``segment`` counts the context compactions before this call
+    (:mod:`envhub.rollout.compaction`): ``messages`` is then a new context, not the
+    previous call's extended, and a policy that extends an episode's token ids from call
+    to call (``tito``) renders it afresh when ``segment`` changes.
     ``episode_id`` (the trajectory id) and ``group_id`` (its GRPO group) name the
     session: endpoint pools route by them and servers or routers receive them.
     ``messages`` are the trajectory's: tool results carry ``is_error`` and ``truncated``,
@@ -61,6 +66,7 @@ class GenerateRequest:
     task: Task | None = None
     episode_id: str | None = None
     group_id: str | None = None
+    segment: int = 0
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ from envhub.rollout.breaker import CircuitBreaker as CircuitBreaker
 from envhub.rollout.check import CheckFailure as CheckFailure
 from envhub.rollout.check import CheckReport as CheckReport
 from envhub.rollout.check import check_tasks as check_tasks
+from envhub.rollout.compaction import CompactionConfig as CompactionConfig
 from envhub.rollout.dispatcher import dispatch as dispatch
 from envhub.rollout.dispatcher import plan_episodes as plan_episodes
 from envhub.rollout.dispatcher import run_rollout as run_rollout
@@ -63,6 +64,7 @@ __all__ = [
     "CheckFailure",
     "CheckReport",
     "CircuitBreaker",
+    "CompactionConfig",
     "EpisodeRecord",
     "EpisodeRunner",
     "EpisodeSpec",

@@ -26,6 +26,11 @@ and the session in alternation) by default, :class:`envhub.agents.AgentLoop` for
 external agent framework, or any object with the protocol's two methods. The runner owns
 the rest (session, retries, masking, the trajectory's shared fields), so every loop gets
 ``--resume``, the circuit breaker and the summary.
+
+Context compaction (:mod:`envhub.rollout.compaction`, the runner's ``compaction``) is a
+step of :class:`PolicyLoop`: before a model call, once the context passed the threshold,
+the strategy replaces it and the loop records a :class:`~envhub.trajectory.Compaction`;
+the call and the later ones of that segment are fed the new context.
 """
 
 from __future__ import annotations
@@ -54,9 +59,11 @@ from envhub.policies.gate import (
 )
 from envhub.policies.retry import RetryPolicy
 from envhub.protocol import EnvironmentClient, SessionHandle
+from envhub.rollout.compaction import CompactionConfig, CompactionRequest
 from envhub.runtime.cleanup import abort_quietly
 from envhub.task import Task
 from envhub.trajectory import (
+    Compaction,
     EnvRef,
     ErrorInfo,
     SessionCall,
@@ -125,6 +132,7 @@ class EpisodeRecord:
     tools: list[dict[str, Any]] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     session_calls: list[SessionCall] | None = None  # an external agent's: the session's log
+    compactions: list[Compaction] = field(default_factory=list)
     llm_s: float = 0.0
     env_s: float = 0.0
     prompt_tokens: int = 0
@@ -135,7 +143,8 @@ class EpisodeRecord:
         retries yet), under ``trajectory_id`` on ``served_by``."""
         return EpisodeRecord(
             trajectory_id, {}, served_by=served_by, messages=list(self.messages),
-            tools=list(self.tools), turns=list(self.turns), llm_s=self.llm_s,
+            tools=list(self.tools), turns=list(self.turns),
+            compactions=list(self.compactions), llm_s=self.llm_s,
             env_s=self.env_s, prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
         )  # fmt: skip
@@ -191,7 +200,8 @@ class EpisodeRunner:
     ``turn_loop`` plays each episode's turns (default: :class:`PolicyLoop`); it checks
     ``policy`` here. ``branch`` (set by a tree rollout, :mod:`envhub.rollout.tree`) is
     awaited by :class:`PolicyLoop` after every step that did not end the episode, with
-    the live session: the point where an episode may be forked.
+    the live session: the point where an episode may be forked. ``compaction``: compact
+    the context of long episodes (:mod:`envhub.rollout.compaction`; the policy loop's).
     """
 
     def __init__(
@@ -209,6 +219,7 @@ class EpisodeRunner:
         tasks_from: EnvironmentClient | None = None,
         metrics: RolloutMetrics | None = None,
         turn_loop: TurnLoop | None = None,
+        compaction: CompactionConfig | None = None,
     ) -> None:
         self.turn_loop = turn_loop or PolicyLoop()
         self.turn_loop.check(policy)
@@ -232,6 +243,7 @@ class EpisodeRunner:
         self.metrics = metrics
         self.gate: GenerationGate | None = None
         self.branch: BranchHook | None = None
+        self.compaction = compaction
 
     async def run(self, spec: EpisodeSpec, *, trajectory_id: str | None = None) -> Trajectory:
         """Run the episode to completion; never raises for env or model failures.
@@ -444,6 +456,7 @@ class EpisodeRunner:
             tools=record.tools,
             turns=record.turns,
             session_calls=record.session_calls,
+            compactions=record.compactions or None,
             timings=_timings(record, started),
             usage=Usage(
                 prompt_tokens=record.prompt_tokens, completion_tokens=record.completion_tokens
@@ -477,11 +490,18 @@ class PolicyLoop:
         for played in record.turns:
             tools = played.tools if played.tools is not None else tools
         changed_tools: list[dict[str, Any]] | None = None  # recorded on the next turn
+        # model calls on the current context, and the last one's tokens (the thresholds)
+        segment_turns = turn - (record.compactions[-1].turn if record.compactions else 0)
+        last_tokens: int | None = None
         while True:
             if runner.max_turns is not None and turn >= runner.max_turns:
                 return "max_turns"
+            compaction = runner.compaction
+            if compaction is not None and compaction.at.reached(segment_turns, last_tokens):
+                if await _compact(runner, spec, record, tools, turn, last_tokens):
+                    segment_turns, previous_ids = 0, None  # a new context: no prefix
             request = GenerateRequest(
-                messages=record.messages,
+                messages=_context(record),
                 tools=tools,
                 turn=turn,
                 task_id=spec.task_id,
@@ -489,6 +509,7 @@ class PolicyLoop:
                 task=task,
                 episode_id=record.trajectory_id,
                 group_id=spec.group_id,
+                segment=len(record.compactions),
             )
             if runner.gate is not None:
                 await runner.gate.wait_open()  # no new generation during a weight update
@@ -512,6 +533,8 @@ class PolicyLoop:
                 tools=changed_tools,
             )  # fmt: skip
             changed_tools = None
+            segment_turns += 1
+            last_tokens = completion.prompt_tokens + completion.completion_tokens or None
             record.messages.append(completion.to_message())
             env_started = time.perf_counter()
             result = await session.step(
@@ -533,6 +556,61 @@ class PolicyLoop:
                 return None
             if runner.branch is not None:
                 await runner.branch(spec, record, session)
+
+
+def _context(record: EpisodeRecord) -> list[Message]:
+    """What the model is fed: the conversation, or since the last compaction its context
+    followed by the messages recorded after it
+    (:meth:`~envhub.trajectory.Trajectory.segment_context`)."""
+    if not record.compactions:
+        return record.messages
+    last = record.compactions[-1]
+    return [*last.messages, *record.messages[last.message_index :]]
+
+
+async def _compact(
+    runner: EpisodeRunner,
+    spec: EpisodeSpec,
+    record: EpisodeRecord,
+    tools: list[dict[str, Any]],
+    turn: int,
+    tokens_before: int | None,
+) -> bool:
+    """Compact the episode's context before call ``turn`` with the runner's strategy and
+    record it; ``False`` when the strategy had nothing to drop. A summarizer's failure
+    is a :class:`ModelFailure`, as for the episode's own calls."""
+    config = runner.compaction
+    assert config is not None
+    context = _context(record)
+    summarizer = config.summarizer or runner.policy
+    request = CompactionRequest(
+        context=context, tools=tools, turn=turn, segment=len(record.compactions) + 1,
+        task_id=spec.task_id, sample_index=spec.sample_index,
+        episode_id=record.trajectory_id, group_id=spec.group_id, summarizer=summarizer,
+        generate=runner.generate if config.summarizer is None else summarizer.generate,
+    )  # fmt: skip
+    try:
+        compacted = await config.strategy.compact(request)
+        if compacted is None:
+            return False
+        compaction = Compaction(
+            turn=turn, message_index=len(record.messages), strategy=config.strategy.name,
+            trigger=str(config.at), replaced_messages=len(context),
+            tokens_before=tokens_before, messages=compacted.messages, summary=compacted.summary,
+        )  # fmt: skip
+    except GenerationDropped:
+        raise
+    except PolicyError as exc:
+        raise ModelFailure(f"compaction: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # a strategy's bug, or a context that is not messages
+        raise ModelFailure(f"compaction bug: {type(exc).__name__}: {exc}") from exc
+    summary = compaction.summary
+    if summary is not None:
+        record.llm_s += summary.latency_s
+        record.prompt_tokens += summary.prompt_tokens
+        record.completion_tokens += summary.completion_tokens
+    record.compactions.append(compaction)
+    return True
 
 
 def record_turn(

@@ -32,6 +32,7 @@ from envhub.errors import InvalidRequest, RolloutFailed
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
+from envhub.rollout.compaction import CompactionConfig, check_combination
 from envhub.rollout.curriculum import DrawnPlan
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner, TurnLoop
@@ -95,6 +96,7 @@ async def run(
     tree: TreeConfig | None = None,
     gold_restart_after: int | None = None,
     gold_prefix: int | Literal["half"] = "half",
+    compaction: CompactionConfig | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -151,6 +153,12 @@ async def run(
     tree, its group, ``concurrency`` trees in flight; a tree is written whole and
     ``resume`` runs again every tree with a masked or missing episode. It takes the
     policy loop (no ``turn_loop``), ``group_size`` 1 and no curriculum.
+
+    ``compaction``: compact the context of long episodes
+    (``CompactionConfig.of("turns:8", "summarize")``, :mod:`envhub.rollout.compaction`);
+    each compaction starts a new segment of the trajectory, trained as its own row. It
+    takes the policy loop, and is not combined with ``tree`` or gold restarts in this
+    release (an :class:`~envhub.errors.InvalidRequest` before any episode runs).
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
@@ -160,6 +168,8 @@ async def run(
             "a tree rollout is one tree per task (the tree is the group) played by the "
             "policy loop: drop --group-size, --agent and the curriculum options"
         )
+    check_combination(compaction, tree=tree is not None, turn_loop=turn_loop is not None,
+                      gold_restarts=gold_restart_after is not None)  # fmt: skip
     deadline = None if time_limit_s is None else time.monotonic() + time_limit_s
     env_ref = EnvRef.of(env.name, await env.info())
     if pin is not None:
@@ -187,6 +197,7 @@ async def run(
         tasks_from=tasks_from,
         metrics=metrics,
         turn_loop=turn_loop,
+        compaction=compaction,
     )
     plan: DrawnPlan | None = None
     if sampler is not None or groups is not None or gates:

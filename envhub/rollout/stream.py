@@ -61,6 +61,7 @@ from envhub.policies.base import Policy
 from envhub.policies.gate import GateAware, GenerationDropped, GenerationGate
 from envhub.policies.weight_sync import NoopSync, WeightSync
 from envhub.protocol import EnvironmentClient
+from envhub.rollout.compaction import CompactionConfig, check_combination
 from envhub.rollout.dispatcher import group_id
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.rollout.sampling import Gate, Sampler, UniformSampler, make_sampler
@@ -404,6 +405,7 @@ def stream(
     tasks_from: EnvironmentClient | None = None,
     metrics_port: int | None = None,
     tree: TreeConfig | None = None,
+    compaction: CompactionConfig | None = None,
 ) -> RolloutStream:
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
     times, or forever), delivered in completion order. Use as ``async with``.
@@ -420,7 +422,10 @@ def stream(
     ``gates``: the curriculum (module docstring). ``tree``
     (:class:`~envhub.rollout.tree.TreeConfig`, with ``group_size=1``): each group is
     one tree of the task (:mod:`envhub.rollout.tree`), its episodes the tree's leaves,
-    whole trajectories with their tree fields; ``concurrency`` counts trees."""
+    whole trajectories with their tree fields; ``concurrency`` counts trees.
+    ``compaction``: compact long episodes' contexts, as in :func:`envhub.rollout.run`
+    (the summaries go through the stream's weight gate; not combined with ``tree``)."""
+    check_combination(compaction, tree=tree is not None, gold_restarts=False, turn_loop=False)
     metrics = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
         from envhub.rollout.metrics import RolloutMetrics
@@ -435,6 +440,7 @@ def stream(
         max_env_attempts=max_env_attempts,
         tasks_from=tasks_from,
         metrics=metrics,
+        compaction=compaction,
     )
     return RolloutStream(
         runner,

@@ -252,7 +252,9 @@ def generator_output(
     group's baseline), and with ``tree`` so are the other leaves of their tree (their
     nodes' values would be means over the leaves that happened not to fail). A
     trajectory whose turns drifted (:mod:`envhub.trainers.token_rows`) keeps its reward
-    with ``loss_masks`` all 0. ``rollout_logprobs`` is ``None`` unless every trajectory
+    with ``loss_masks`` all 0. A compacted trajectory (:mod:`envhub.rollout.compaction`)
+    gives one entry per context segment, each with the trajectory's reward (numbered
+    in ``envhub_segments``). ``rollout_logprobs`` is ``None`` unless every trajectory
     recorded them. With ``tree`` every trajectory must belong to a group that holds a
     tree (SkyRL's rewards are all per trajectory or all per token).
 
@@ -276,11 +278,18 @@ def generator_output(
         key: []
         for key in ("prompt_token_ids", "response_ids", "rewards", "loss_masks",
                     "stop_reasons", "rollout_logprobs", "envhub_trajectory_ids",
-                    "envhub_tree_ids", "envhub_parent_ids", "envhub_branch_turns")
+                    "envhub_tree_ids", "envhub_parent_ids", "envhub_branch_turns",
+                    "envhub_segments")
     }  # fmt: skip
-    for t in kept:
+    rows = [
+        (t, row)
+        for t in kept
+        for row in trajectory_rows(
+            t, drift="mask", mask_shared_prefix=per_turn.get(t.trajectory_id) is not None
+        )
+    ]  # one per context segment of a compacted trajectory
+    for t, row in rows:
         turns = per_turn.get(t.trajectory_id)
-        row = trajectory_rows(t, drift="mask", mask_shared_prefix=turns is not None)[0]
         cut = row.prompt_length
         mask = row.loss_mask[cut:] if row.mask_reason is None else [0] * (len(row) - cut)
         if turn_level:
@@ -300,6 +309,7 @@ def generator_output(
         out["envhub_tree_ids"].append(t.tree_id)
         out["envhub_parent_ids"].append(t.parent_id)
         out["envhub_branch_turns"].append(t.branch_turn)
+        out["envhub_segments"].append(row.segment)
     if not all(turn.completion_logprobs is not None for t in kept for turn in t.turns):
         out["rollout_logprobs"] = None
     out["rollout_metrics"] = None
@@ -307,11 +317,12 @@ def generator_output(
 
 
 def _token_rewards(trajectory: Trajectory, row: TokenRow, cut: int) -> list[float]:
-    """``turn_level`` rewards of one response: each turn's on its last sampled token; a
-    drifted row (no trained spans) keeps their sum on its last token, as the flat form
-    keeps a drifted trajectory's reward."""
+    """``turn_level`` rewards of one response (one context segment's of a compacted
+    trajectory): each turn's on its last sampled token; a drifted row (the trajectory's
+    only one, no trained spans) keeps their sum on its last token, as the flat form keeps
+    a drifted trajectory's reward."""
     per_turn = turn_rewards(trajectory)
     per_token = row_token_rewards(row, per_turn)[cut:]
-    if not row.spans and per_token:
+    if row.mask_reason is not None and per_token:  # one row for the whole trajectory
         per_token[-1] = sum(per_turn)
     return per_token

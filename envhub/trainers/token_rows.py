@@ -29,6 +29,13 @@ User turns (``user`` messages an environment added after a final answer) are nev
 sampled: in recorded ids they lie inside a later turn's prompt, and in rebuilt ids
 between assistant spans, so ``loss_mask`` is 0 on them as on tool results.
 
+Context compaction (:mod:`envhub.rollout.compaction`) starts a new segment whose first
+prompt is a new context, not the previous turn's extended: every segment is its own row
+(recorded ids: the segment's last turn's sequence, its sampled spans marked; rebuilt ids:
+the segment's context rendered), also with ``drift="mask"``, which masks a trajectory
+for a break inside a segment only. The ids before a segment's first sampled token (the
+compacted context, a summary included) are ``loss_mask`` 0 like a prompt.
+
 Turns the policy did not sample in this episode are not trained either: the first
 ``gold_prefix_turns`` (replayed from the task's gold actions) always, and with
 ``mask_shared_prefix`` the turns a tree child shares with its parent (before
@@ -38,6 +45,7 @@ tokens stay in the row as context, with ``loss_mask`` 0 like a tool result.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -63,7 +71,8 @@ NOT_SAMPLED = -1  # policy_versions entry of a token the policy did not sample
 
 @dataclass(slots=True)
 class TokenRow:
-    """One training sequence cut from a trajectory (several when a split one drifted).
+    """One training sequence cut from a trajectory (several when a split one drifted or
+    its context was compacted; ``segment`` numbers them within the trajectory).
 
     ``old_logprobs[i]`` is the server's logprob of ``input_ids[i]`` where ``loss_mask`` is
     1 (NaN when retokenized) and 0.0 elsewhere; ``policy_versions[i]`` is the version that
@@ -150,15 +159,21 @@ def _extends(turn: Turn, previous: Turn) -> bool:
     )
 
 
-def _contiguous_runs(turns: list[Turn]) -> list[list[tuple[int, Turn]]]:
-    """Maximal runs of turns each extending the previous one, with their indexes."""
+def _contiguous_runs(
+    turns: list[Turn], starts: frozenset[int]
+) -> tuple[list[list[tuple[int, Turn]]], bool]:
+    """Maximal runs of turns each extending the previous one, with their indexes, a run
+    also starting at each segment start in ``starts``; and whether a run starts
+    elsewhere (token drift)."""
     runs = [[(0, turns[0])]]
+    drifted = False
     for index, (previous, turn) in enumerate(itertools.pairwise(turns), start=1):
-        if _extends(turn, previous):
+        if index not in starts and _extends(turn, previous):
             runs[-1].append((index, turn))
         else:
+            drifted = drifted or index not in starts
             runs.append([(index, turn)])
-    return runs
+    return runs, drifted
 
 
 def _run_row(
@@ -201,8 +216,8 @@ def _recorded_rows(trajectory: Trajectory, drift: DriftPolicy, first: int) -> li
             last = turns[-1]
             ids = (last.prompt_token_ids or []) + (last.completion_token_ids or [])
             return [_row(trajectory, 0, ids, mask_reason="length_mismatch")]
-    runs = _contiguous_runs(turns)
-    if len(runs) > 1 and drift == "mask":
+    runs, drifted = _contiguous_runs(turns, frozenset(trajectory.segment_starts()))
+    if drifted and drift == "mask":
         last = turns[-1]
         ids = (last.prompt_token_ids or []) + (last.completion_token_ids or [])
         return [_row(trajectory, 0, ids, mask_reason="token_drift")]
@@ -226,20 +241,26 @@ def _render(
 
 
 def _retokenized_rows(trajectory: Trajectory, tokenizer: Any, first: int) -> list[TokenRow]:
-    """One row per run of turns offered the same tools: chat templates render the tools
-    at the top of the prompt, so a user turn that changed them starts a new sequence."""
-    messages = [template_message(m) for m in trajectory.messages]
-    runs: list[tuple[list[dict[str, Any]], list[tuple[int, Turn]]]] = []
+    """One row per run of turns of one context segment offered the same tools: chat
+    templates render the tools at the top of the prompt, so a user turn that changed
+    them starts a new sequence, as does a compaction."""
+    starts = trajectory.segment_starts()
+    runs: list[tuple[int, list[dict[str, Any]], list[tuple[int, Turn]]]] = []
     for index, (turn, tools) in enumerate(
         zip(trajectory.turns, trajectory.turn_tools(), strict=True)
     ):
-        if runs and runs[-1][0] == tools:
-            runs[-1][1].append((index, turn))
+        segment = bisect.bisect_right(starts, index) - 1
+        if runs and runs[-1][:2] == (segment, tools):
+            runs[-1][2].append((index, turn))
         else:
-            runs.append((tools, [(index, turn)]))
+            runs.append((segment, tools, [(index, turn)]))
+    contexts = {}
+    for segment in {run[0] for run in runs}:
+        context, shift = trajectory.segment_context(segment)
+        contexts[segment] = ([template_message(m) for m in context], shift)
     return [
-        _retokenized_row(trajectory, segment, messages, tools, turns, tokenizer, first)
-        for segment, (tools, turns) in enumerate(runs)
+        _retokenized_row(trajectory, row, *contexts[segment], tools, turns, tokenizer, first)
+        for row, (segment, tools, turns) in enumerate(runs)
     ]
 
 
@@ -247,12 +268,15 @@ def _retokenized_row(
     trajectory: Trajectory,
     segment: int,
     messages: list[dict[str, Any]],
+    shift: int,
     tools: list[dict[str, Any]],
     turns: list[tuple[int, Turn]],
     tokenizer: Any,
     first: int,
 ) -> TokenRow:
-    indices = [turn.message_index for _, turn in turns]
+    """``messages``: the context of the turns' segment, where a turn's message is at
+    ``message_index + shift``."""
+    indices = [turn.message_index + shift for _, turn in turns]
     full = _render(tokenizer, messages[: indices[-1] + 1], tools, False)
     n = len(full)
     loss_mask = [0] * n

@@ -13,6 +13,14 @@ key beyond ``prompt_ids``/``completion_ids``/``logprobs`` TRL keeps it per sampl
 passes it to the reward functions as a keyword (``envhub_reward`` accepts and ignores
 it), so a trainer subclass can weight each token by its own version's importance ratio.
 
+Context compaction (:mod:`envhub.rollout.compaction`): :meth:`EnvhubRollout.to_trl`
+gives a compacted trajectory one sample per context segment (``segment`` numbers them,
+each carries the trajectory's ``env_reward`` and ``trajectory_id``), its ``prompt_ids``
+the compacted context the segment started from and ``env_mask`` 1 on that segment's
+sampled tokens only. TRL's ``GRPOTrainer`` wants exactly ``num_generations`` samples per
+prompt, so :class:`EnvhubRollout` itself does not compact; segments are for a trainer
+that groups samples by ``trajectory_id`` (trajectories from ``envhub.rollout.run``).
+
 Trees (:meth:`EnvhubRollout.to_trl` with ``tree="treerl"``, for tree rollouts' leaves):
 each sample also carries ``tree_id``, ``parent_id``, ``branch_turn`` and
 ``token_advantages``, the per-node advantages of :mod:`envhub.trainers.tree_advantages`
@@ -36,7 +44,8 @@ each turn's reward on the last token it sampled
 (the final reward added at the last turn's) and each turn's discounted return on every
 token it sampled (:mod:`envhub.trainers.turn_rewards`). TRL's own advantages use
 ``env_reward`` only; a trainer subclass that turns ``returns`` into per-token advantages
-trains on them.
+trains on them. A compacted trajectory's samples carry their own segment's turns (the
+final reward on the last segment's; a return still counts the later segments' rewards).
 """
 
 from __future__ import annotations
@@ -55,12 +64,7 @@ from envhub.trainers.tree_advantages import (
     broken_trees,
     row_token_advantages,
 )
-from envhub.trainers.turn_rewards import (
-    check_gamma,
-    row_token_rewards,
-    turn_returns,
-    turn_rewards,
-)
+from envhub.trainers.turn_rewards import TurnValues, check_gamma
 from envhub.trajectory import Trajectory
 from envhub.types import Message
 
@@ -252,11 +256,12 @@ class EnvhubRollout:
         tree: TreeEstimator | None = None,
         gamma: float | None = None,
     ) -> dict[str, list[Any]]:
-        """The ``rollout_func`` output for trajectories (one sample each, in order);
-        ``tree`` adds the tree fields and per-token advantages, ``gamma`` the per-token
-        turn rewards and discounted returns (module docstring)."""
+        """The ``rollout_func`` output for trajectories (one sample each, in order; one
+        per context segment of a compacted one, numbered by ``segment``); ``tree`` adds
+        the tree fields and per-token advantages, ``gamma`` the per-token turn rewards and
+        discounted returns (module docstring)."""
         keys = ["prompt_ids", "completion_ids", "logprobs", "env_mask", "policy_versions",
-                "env_reward", "trajectory_id"]  # fmt: skip
+                "env_reward", "trajectory_id", "segment"]  # fmt: skip
         if tree is not None:
             keys += ["tree_id", "parent_id", "branch_turn", "token_advantages"]
         if gamma is not None:
@@ -268,46 +273,30 @@ class EnvhubRollout:
         for trajectory in trajectories:
             # TRL takes one sample per prompt: a drifted trajectory cannot be split into
             # rows, so its tokens are masked (its reward still counts in the group)
+            # (a compacted one: one sample per context segment, module docstring)
             turns = per_turn.get(trajectory.trajectory_id)
-            row = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turns is not None)[0]
-            sample = trl_sample(row, eos_token_id)
-            if (trajectory.tree_id or "") in broken:
-                sample["env_mask"] = [0] * len(sample["env_mask"])
-            for key, value in sample.items():
-                out[key].append(value)
-            out["env_reward"].append(None if trajectory.masked else trajectory.reward)
-            out["trajectory_id"].append(trajectory.trajectory_id)
-            if tree is not None:
-                out["tree_id"].append(trajectory.tree_id)
-                out["parent_id"].append(trajectory.parent_id)
-                out["branch_turn"].append(trajectory.branch_turn)
-                out["token_advantages"].append(_completion_advantages(row, turns, sample))
-            if gamma is not None:
-                rewards, returns = _completion_turn_values(trajectory, row, sample, gamma)
-                out["token_rewards"].append(rewards)
-                out["returns"].append(returns)
+            values = TurnValues.of(trajectory, gamma) if gamma is not None else None
+            for row in trajectory_rows(
+                trajectory, drift="mask", mask_shared_prefix=turns is not None
+            ):
+                sample = trl_sample(row, eos_token_id)
+                if (trajectory.tree_id or "") in broken:
+                    sample["env_mask"] = [0] * len(sample["env_mask"])
+                for key, value in sample.items():
+                    out[key].append(value)
+                out["env_reward"].append(None if trajectory.masked else trajectory.reward)
+                out["trajectory_id"].append(trajectory.trajectory_id)
+                out["segment"].append(row.segment)
+                if tree is not None:
+                    out["tree_id"].append(trajectory.tree_id)
+                    out["parent_id"].append(trajectory.parent_id)
+                    out["branch_turn"].append(trajectory.branch_turn)
+                    out["token_advantages"].append(_completion_advantages(row, turns, sample))
+                if values is not None:
+                    rewards, returns = values.on_response(row, sample["env_mask"])
+                    out["token_rewards"].append(rewards)
+                    out["returns"].append(returns)
         return out
-
-
-def _completion_turn_values(
-    trajectory: Trajectory, row: TokenRow, sample: dict[str, Any], gamma: float
-) -> tuple[list[float] | None, list[float] | None]:
-    """Per ``completion_ids`` token, its turn's reward (on the turn's last token) and
-    discounted return (on all its tokens), 0 where ``env_mask`` is 0
-    (:mod:`envhub.trainers.turn_rewards`); ``None`` for a masked trajectory."""
-    if trajectory.masked or trajectory.reward is None:
-        return None, None
-    cut, mask = row.prompt_length, sample["env_mask"]
-
-    def on_completion(per_token: list[float]) -> list[float]:
-        if len(per_token) - cut != len(mask):  # the EOS stand-in of an empty completion
-            return [0.0] * len(mask)
-        return [v * m for v, m in zip(per_token[cut:], mask, strict=True)]
-
-    return (
-        on_completion(row_token_rewards(row, turn_rewards(trajectory))),
-        on_completion(row_token_advantages(row, turn_returns(trajectory, gamma))),
-    )
 
 
 def _completion_advantages(

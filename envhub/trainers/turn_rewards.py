@@ -23,6 +23,12 @@ turns' rewards), and :func:`~envhub.trainers.tree_advantages.row_token_advantage
 made from). A turn the row does not train (a gold prefix, a tree child's shared turns)
 has no span there, so its values are on no token of that row.
 
+A compacted trajectory (:mod:`envhub.rollout.compaction`) has one row per context
+segment; a row's spans index the trajectory's turns, so each segment's row carries its
+own turns' values (the final reward on the last segment's), and a turn's return still
+counts the rewards of the segments after it: compaction changes what the model saw, not
+what the episode earned.
+
 Masked trajectories have no final reward and are never trained on; asking for their
 returns raises :class:`~envhub.errors.InvalidRequest` (every adapter drops or zeroes them
 first).
@@ -32,12 +38,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from envhub.errors import InvalidRequest
 from envhub.trainers.token_rows import TokenRow
+from envhub.trainers.tree_advantages import row_token_advantages
 from envhub.trajectory import Trajectory
 
-__all__ = ["check_gamma", "row_token_rewards", "turn_returns", "turn_rewards"]
+__all__ = ["TurnValues", "check_gamma", "row_token_rewards", "turn_returns", "turn_rewards"]
 
 
 def check_gamma(gamma: float) -> float:
@@ -81,3 +89,42 @@ def row_token_rewards(row: TokenRow, per_turn: Sequence[float]) -> list[float]:
         if end > start:
             rewards[end - 1] = per_turn[turn]
     return rewards
+
+
+@dataclass(frozen=True, slots=True)
+class TurnValues:
+    """A trajectory's ``reward_t`` and ``return_t`` per turn, computed once for all its
+    rows (one per context segment); both ``None`` for a masked trajectory, which has
+    none. The adapters that give a row's response tokens (TRL, verl) place them with
+    :meth:`on_response`."""
+
+    rewards: list[float] | None
+    returns: list[float] | None
+
+    @classmethod
+    def of(cls, trajectory: Trajectory, gamma: float) -> TurnValues:
+        if trajectory.masked or trajectory.reward is None:
+            return cls(None, None)
+        return cls(turn_rewards(trajectory), turn_returns(trajectory, gamma))
+
+    def on_response(
+        self, row: TokenRow, mask: Sequence[int]
+    ) -> tuple[list[float] | None, list[float] | None]:
+        """Per token of ``row`` after its prompt, cut to ``len(mask)`` (a response
+        length), the turn's reward (on its last sampled token) and return (on all its
+        sampled tokens), 0 where ``mask`` is 0; all 0 where the response is not the
+        row's (TRL's EOS stand-in for an empty completion); ``(None, None)`` masked."""
+        if self.rewards is None or self.returns is None:
+            return None, None
+        cut = row.prompt_length
+
+        def on_mask(per_token: list[float]) -> list[float]:
+            values = per_token[cut : cut + len(mask)]
+            if len(values) != len(mask):
+                return [0.0] * len(mask)
+            return [v * m for v, m in zip(values, mask, strict=True)]
+
+        return (
+            on_mask(row_token_rewards(row, self.rewards)),
+            on_mask(row_token_advantages(row, self.returns)),
+        )

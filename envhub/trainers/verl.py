@@ -21,6 +21,13 @@ earlier turns differently (token drift) is kept with ``response_mask`` all 0 and
 failures) get ``reward_score=None`` and ``extra_fields["envhub_masked"] = True`` and
 should be filtered before advantage estimation rather than scored 0.
 
+Context compaction (:mod:`envhub.rollout.compaction`): a compacted trajectory is one
+output per context segment (:func:`agent_loop_outputs`), each with the segment's prompt
+(the compacted context it started from) and its turns' sampled spans in the response;
+``extra_fields["envhub_segment"]`` numbers them and ``envhub_segments`` counts them,
+and all carry the trajectory's reward. :func:`agent_loop_output` (one output, verl's
+agent loop) refuses a compacted trajectory.
+
 Per-token policy versions: ``extra_fields["envhub_policy_versions"]`` has one entry per
 ``response_ids`` token, the version that sampled it (a turn split by a mid-rollout weight
 update carries several, :attr:`~envhub.trajectory.Turn.completion_versions`) and ``-1``
@@ -56,7 +63,9 @@ token it sampled (the final reward added at the last turn's: verl's
 ``token_level_rewards`` form) and each turn's discounted return on every token it
 sampled (:mod:`envhub.trainers.turn_rewards`). ``reward_score`` stays the episode's
 reward, so verl's own estimators are unchanged; a trainer copies ``envhub_token_rewards``
-into ``token_level_rewards`` (e.g. for GAE) to train on the turns' rewards.
+into ``token_level_rewards`` (e.g. for GAE) to train on the turns' rewards. A compacted
+trajectory's output carries its own segment's turns in all three (the final reward on
+the last segment's; a return still counts the later segments' rewards).
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from envhub.errors import InvalidRequest
 from envhub.tokens.sample import Sample, Sampler
 from envhub.trainers.token_rows import TokenRow, trajectory_rows
 from envhub.trainers.tree_advantages import (
@@ -72,12 +82,7 @@ from envhub.trainers.tree_advantages import (
     broken_trees,
     row_token_advantages,
 )
-from envhub.trainers.turn_rewards import (
-    check_gamma,
-    row_token_rewards,
-    turn_returns,
-    turn_rewards,
-)
+from envhub.trainers.turn_rewards import TurnValues, check_gamma
 from envhub.trajectory import Trajectory
 
 __all__ = ["agent_loop_output", "agent_loop_outputs", "verl_sampler"]
@@ -103,9 +108,46 @@ def agent_loop_output(
     (a member of a tree that is not trained on). ``gamma`` adds the per-token turn
     rewards and discounted returns (module docstring).
     """
-    row = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turn_advantages is not None)[
-        0
+    if gamma is not None:
+        gamma = check_gamma(gamma)
+    outputs = _outputs(trajectory, response_length, turn_advantages, untrained, gamma)
+    if len(outputs) > 1:
+        raise InvalidRequest(
+            f"trajectory {trajectory.trajectory_id} was compacted into {len(outputs)} "
+            "segments, one output each: convert it with agent_loop_outputs"
+        )
+    return outputs[0]
+
+
+def _outputs(
+    trajectory: Trajectory,
+    response_length: int | None,
+    turn_advantages: Sequence[float] | None,
+    untrained: bool,
+    gamma: float | None,
+) -> list[dict[str, Any]]:
+    """The outputs of one trajectory: one per context segment (module docstring), each
+    with its segment's turn values when ``gamma`` is given."""
+    rows = trajectory_rows(trajectory, drift="mask", mask_shared_prefix=turn_advantages is not None)
+    values = TurnValues.of(trajectory, gamma) if gamma is not None else None
+    return [
+        _row_output(
+            trajectory, row, len(rows), response_length, turn_advantages, untrained, values
+        )
+        for row in rows
     ]
+
+
+def _row_output(
+    trajectory: Trajectory,
+    row: TokenRow,
+    segments: int,
+    response_length: int | None,
+    turn_advantages: Sequence[float] | None,
+    untrained: bool,
+    values: TurnValues | None,
+) -> dict[str, Any]:
+    """One segment's output (``values``: the trajectory's turn values, with ``gamma``)."""
     cut = row.prompt_length
     prompt_ids = row.input_ids[:cut]
     response_ids = row.input_ids[cut:]
@@ -136,8 +178,9 @@ def agent_loop_output(
     }
     if turn_advantages is not None:
         extra["envhub_token_advantages"] = advantages
-    if gamma is not None:
-        extra.update(_turn_values(trajectory, row, response_mask, gamma))
+    if values is not None:
+        rewards, returns = values.on_response(row, response_mask)
+        extra["envhub_token_rewards"], extra["envhub_returns"] = rewards, returns
     return {
         "prompt_ids": prompt_ids,
         "response_ids": response_ids,
@@ -154,38 +197,26 @@ def agent_loop_output(
             "envhub_mask_reason": row.mask_reason,
             "envhub_truncated": truncated,
             "envhub_policy_versions": policy_versions,
+            "envhub_segment": row.segment,
+            "envhub_segments": segments,
             "envhub_reward_components": dict(trajectory.reward_components),
-            "turn_scores": _turn_scores(trajectory),
+            "turn_scores": _turn_scores(trajectory, row),
             "tool_rewards": [],
             **extra,
         },
     }
 
 
-def _turn_scores(trajectory: Trajectory) -> list[float]:
+def _turn_scores(trajectory: Trajectory, row: TokenRow) -> list[float]:
     """verl's ``turn_scores``: the environment's reward of each turn (0.0 for a turn
-    without one), or ``[]`` when it gave none (as verl's own loop without an
-    interaction)."""
+    without one) of the row's context segment (every turn without compaction, or for a
+    drifted row: the trajectory's only one), or ``[]`` when the environment gave none (as
+    verl's own loop without an interaction)."""
     if all(turn.reward is None for turn in trajectory.turns):
         return []
-    return [turn.reward or 0.0 for turn in trajectory.turns]
-
-
-def _turn_values(
-    trajectory: Trajectory, row: TokenRow, response_mask: list[int], gamma: float
-) -> dict[str, list[float] | None]:
-    """``envhub_token_rewards`` and ``envhub_returns``, one per ``response_ids`` token
-    (``response_mask``, cut to ``response_length`` or not) and 0 where the mask is 0;
-    ``None`` for a masked trajectory (:mod:`envhub.trainers.turn_rewards`)."""
-    if trajectory.masked or trajectory.reward is None:
-        return {"envhub_token_rewards": None, "envhub_returns": None}
-    cut, end = row.prompt_length, row.prompt_length + len(response_mask)
-    rewards = row_token_rewards(row, turn_rewards(trajectory))[cut:end]
-    returns = row_token_advantages(row, turn_returns(trajectory, gamma))[cut:end]
-    return {
-        "envhub_token_rewards": [r * m for r, m in zip(rewards, response_mask, strict=True)],
-        "envhub_returns": [r * m for r, m in zip(returns, response_mask, strict=True)],
-    }
+    turns = len(trajectory.turns)
+    indexes = trajectory.segment_turns(row.spans[0][0]) if row.spans else range(turns)
+    return [trajectory.turns[t].reward or 0.0 for t in indexes]
 
 
 def agent_loop_outputs(
@@ -195,7 +226,8 @@ def agent_loop_outputs(
     response_length: int | None = None,
     gamma: float | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`agent_loop_output` of each trajectory; with ``tree``, the members of tree
+    """:func:`agent_loop_output` of each trajectory, or of each context segment of a
+    compacted one (module docstring), in order; with ``tree``, the members of tree
     groups get per-node advantages and shared turns masked, a tree with a masked or
     missing leaf gets ``response_mask`` all 0 (as ``build_batch`` drops it), and every
     output carries ``envhub_token_advantages`` (``None`` outside tree groups)."""
@@ -203,22 +235,21 @@ def agent_loop_outputs(
         gamma = check_gamma(gamma)
     if tree is None:
         return [
-            agent_loop_output(t, response_length=response_length, gamma=gamma)
-            for t in trajectories
+            o for t in trajectories for o in _outputs(t, response_length, None, False, gamma)
         ]
     per_turn = batch_turn_advantages(trajectories, tree)
     broken = broken_trees(trajectories)
     outputs = []
     for t in trajectories:
-        output = agent_loop_output(
+        for output in _outputs(
             t,
-            response_length=response_length,
-            turn_advantages=per_turn.get(t.trajectory_id),
-            untrained=(t.tree_id or "") in broken,
-            gamma=gamma,
-        )
-        output["extra_fields"].setdefault("envhub_token_advantages", None)
-        outputs.append(output)
+            response_length,
+            per_turn.get(t.trajectory_id),
+            (t.tree_id or "") in broken,
+            gamma,
+        ):
+            output["extra_fields"].setdefault("envhub_token_advantages", None)
+            outputs.append(output)
     return outputs
 
 

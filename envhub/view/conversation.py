@@ -15,6 +15,11 @@ that lacks the flag (a record written before it existed, or another writer's) fa
 to a guess from the text: the ``Error: `` prefix the session gives every error
 observation, or the session's ``[truncated N chars]`` marker. A tool may print either, so
 the flag, where present, is the truth.
+
+A compacted episode (:class:`envhub.trajectory.Compaction`) shows its whole conversation
+with a mark before the first message each new context was followed by: the segment it
+starts, the strategy and threshold, how many messages it replaced by how many, the
+summary where one was written, and the new context itself.
 """
 
 from __future__ import annotations
@@ -27,13 +32,19 @@ from typing import Any, Final
 import orjson
 from pydantic import ValidationError
 
-from envhub.trajectory import Trajectory
-from envhub.view.record import ViewedCall, ViewedMessage, ViewedRecord, check_record, describe
+from envhub.trajectory import Trajectory, Turn
+from envhub.view.record import (
+    ViewedCall,
+    ViewedMessage,
+    ViewedRecord,
+    check_record,
+    describe,
+)
 from envhub.view.token_text import Decoder, TokenCell, token_cells
 
 __all__ = [
-    "MAX_DEPTH", "ChatEntry", "Conversation", "ToolCallView", "TurnTokens", "conversation",
-    "laid_out", "pretty", "shown",
+    "MAX_DEPTH", "ChatEntry", "CompactionView", "Conversation", "ToolCallView", "TurnTokens",
+    "conversation", "laid_out", "pretty", "shown",
 ]  # fmt: skip
 
 MAX_DEPTH: Final = 32  # levels of nested JSON shown; deeper ones are cut
@@ -72,6 +83,25 @@ class TurnTokens:
     latency_s: float
     policy_version: int | None
     reward: float | None = None  # the environment's reward for the turn, if any
+    segment: int = 0  # the context segment (a compaction starts the next)
+
+
+@dataclass(frozen=True)
+class CompactionView:
+    """Where and how the context was compacted: the mark the page puts before message
+    ``message_index`` of the conversation (the first one the new context was followed by)."""
+
+    segment: int  # the segment it starts
+    turn: int
+    message_index: int
+    strategy: str
+    trigger: str | None
+    replaced: int | None  # messages of the context it replaced
+    kept: int  # messages of the new context
+    tokens_before: int | None
+    summary: str | None
+    summary_model: str | None
+    context: list[ChatEntry]  # the new context, as the model was fed it
 
 
 @dataclass(frozen=True)
@@ -81,6 +111,7 @@ class Conversation:
     invalid: str | None
     entries: list[ChatEntry]
     tokens: list[TurnTokens]
+    compactions: list[CompactionView] = field(default_factory=list)
 
 
 def laid_out(value: Any, depth: int = 0) -> Any:
@@ -159,18 +190,47 @@ def _validated(record: dict[str, Any]) -> str | None:
     return None
 
 
-def _turn_reward(fields: ViewedRecord, turn: int | None) -> float | None:
-    return None if turn is None else fields.turns[turn].reward
-
-
 def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
     """The episode page of ``record`` (raises :class:`~envhub.view.record.BadRecord` for
     one the index would not take)."""
     fields = check_record(record)
-    turn_of = {t.message_index: i for i, t in enumerate(fields.turns)}
+    entries = _entries(fields.messages, fields.turns)
+    starts = [c.turn for c in fields.compactions or []]
+    tokens = [
+        TurnTokens(
+            turn=i,
+            cells=token_cells(t.completion_token_ids, t.completion_logprobs, decoder),
+            prompt_tokens=len(t.prompt_token_ids) if t.prompt_token_ids else None,
+            prefix_ok=t.prefix_ok,
+            latency_s=t.latency_s,
+            policy_version=t.policy_version,
+            reward=t.reward,
+            segment=sum(1 for s in starts if s <= i),
+        )
+        for i, t in enumerate(fields.turns)
+    ]
+    compactions = [
+        CompactionView(
+            segment=k + 1, turn=c.turn, message_index=c.message_index, strategy=c.strategy,
+            trigger=c.trigger, replaced=c.replaced_messages, kept=len(c.messages),
+            tokens_before=c.tokens_before,
+            summary=None if c.summary is None else _text(c.summary.text),
+            summary_model=None if c.summary is None else c.summary.model,
+            context=_entries(c.messages, []),
+        )
+        for k, c in enumerate(fields.compactions or [])
+    ]  # fmt: skip
+    return Conversation(record, fields, _validated(record), entries,
+                        [t for t in tokens if t.cells], compactions)  # fmt: skip
+
+
+def _entries(messages: list[ViewedMessage], turns: list[Turn]) -> list[ChatEntry]:
+    """The chat entries of ``messages``; ``turns``: the turns whose model calls wrote
+    its assistant messages (their rewards shown on them)."""
+    turn_of = {t.message_index: i for i, t in enumerate(turns)}
     names: dict[str, str] = {}
     entries = []
-    for index, message in enumerate(fields.messages):
+    for index, message in enumerate(messages):
         calls = [_call(c) for c in message.tool_calls or []]
         names.update((c.id, c.name) for c in calls)
         content = _text(message.content)
@@ -187,19 +247,7 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
                 is_error=is_error,
                 truncated=truncated,
                 turn=turn_of.get(index),
-                turn_reward=_turn_reward(fields, turn_of.get(index)),
+                turn_reward=None if index not in turn_of else turns[turn_of[index]].reward,
             )
         )
-    tokens = [
-        TurnTokens(
-            turn=i,
-            cells=token_cells(t.completion_token_ids, t.completion_logprobs, decoder),
-            prompt_tokens=len(t.prompt_token_ids) if t.prompt_token_ids else None,
-            prefix_ok=t.prefix_ok,
-            latency_s=t.latency_s,
-            policy_version=t.policy_version,
-            reward=t.reward,
-        )
-        for i, t in enumerate(fields.turns)
-    ]
-    return Conversation(record, fields, _validated(record), entries, [t for t in tokens if t.cells])
+    return entries

@@ -33,8 +33,8 @@ from envhub.trajectory import (
 )
 
 __all__ = [
-    "BadRecord", "ViewedCall", "ViewedFunction", "ViewedMessage", "ViewedRecord",
-    "check_record", "describe",
+    "BadRecord", "ViewedCall", "ViewedCompaction", "ViewedFunction", "ViewedMessage",
+    "ViewedRecord", "ViewedSummary", "check_record", "describe",
 ]  # fmt: skip
 
 _SQLITE_INT: Final = range(-(2**63), 2**63)
@@ -76,6 +76,26 @@ class ViewedMessage(BaseModel):
     truncated: bool | None = None
 
 
+class ViewedSummary(BaseModel):
+    model: str | None = None
+    text: Any = None  # a model's text: shown laid out
+    latency_s: float | None = None
+
+
+class ViewedCompaction(BaseModel):
+    """A context compaction (:class:`envhub.trajectory.Compaction`), as the episode
+    page marks it in the conversation."""
+
+    turn: int
+    message_index: int
+    strategy: str
+    trigger: str | None = None
+    replaced_messages: int | None = None
+    tokens_before: int | None = None
+    messages: list[ViewedMessage] = Field(default_factory=list)
+    summary: ViewedSummary | None = None
+
+
 class ViewedRecord(BaseModel):
     """What the viewer reads of one line (other fields are ignored, whatever they hold)."""
 
@@ -98,6 +118,7 @@ class ViewedRecord(BaseModel):
     tree_id: str | None = None
     parent_id: str | None = None
     branch_turn: int | None = None
+    compactions: list[ViewedCompaction] | None = None
 
     def indexed_ints(self) -> dict[str, int | None]:
         """The integers the index stores, by field (each must fit an sqlite INTEGER)."""

@@ -26,7 +26,7 @@ from envhub.cli.llama_server import MODEL_NAME, llama_cpp_available
 from envhub.trajectory import read_trajectories
 from tests.docs.tutorials import ROOT, TUTORIALS, Block, BlockFailed, blocks, run_tutorial
 from tests.rollout.helpers import assert_well_formed
-from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
+from tests.rollout.scripted_server import ScriptConfig, ScriptedServer, calc_script
 
 PORT_NAMES = ("PORT", "LLM_PORT", "VLLM_PORT", "VIEW_PORT", "RAY_PORT")
 """The port variables the tutorials use; each is set to a free port of 127.0.0.1."""
@@ -184,6 +184,23 @@ def test_turn_rewards(tmp_path: Path) -> None:
     assert '"turn_reward":0.5' in curl
     assert "returns, gamma 0.5: [0.625, 0.25, 1.0, 1.0]" in batch
     assert len(list(read_trajectories(tmp_path / "runs" / "mark.jsonl"))) == 2
+
+
+def test_compaction(tmp_path: Path) -> None:
+    """The scripted OpenAI-compatible server stands in for vLLM (token ids, and a summary
+    for the requests that offer no tools: the summary calls)."""
+    env = tutorial_env(tmp_path)
+    config = ScriptConfig(turns=calc_script(25), token_ids=True,
+                          summary_reply="Computed 1 * 7 to 6 * 7 so far.")  # fmt: skip
+    with ScriptedServer(config, port=int(env["VLLM_PORT"])) as vllm:
+        _, segments, rows, api = run_tutorial(TUTORIALS / "compaction.md", tmp_path, env)
+    assert vllm.stats.models["summarizer"] > 0  # the separate summarizer was called
+    assert "max_turns 24 turns, segments start at [0, 8, 16]" in segments, segments
+    assert "segment 2: before turn 17, summarize at turns:8" in segments
+    assert "summary: Computed 1 * 7 to 6 * 7 so far." in segments
+    assert re.search(r"^row 2: turns 17-24, \d+ tokens", rows, re.M), rows
+    assert "3 verl outputs" in rows
+    assert api.count("'summarizer')") >= 2, api
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from envhub.policies import GenerateRequest, SamplingParams, TitoOptions, make_p
 from envhub.policies.base import EpisodeAware
 from envhub.policies.tito import TitoPolicy, VLLMBackend, tito_backend
 from envhub.policies.tito.backends import LlamaCppBackend, SGLangBackend
+from envhub.rollout.compaction import CompactionConfig
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.testing import serve_in_thread
 from envhub.tokens.tool_call_parsers import (
@@ -397,6 +398,35 @@ async def test_user_turns_extend_the_ids_and_new_tools_render_afresh(
         len((t.prompt_token_ids or []) + (t.completion_token_ids or []))
         for t in (turns[3], turns[5])
     ]
+
+
+async def test_a_compacted_context_is_rendered_afresh_and_then_extended(
+    server: tuple[str, _Model], tokenizer: Any, calc: LocalEnvironment
+) -> None:
+    url, model = server
+    model.requests.clear()
+    model.script = [SCRIPT[0]] * 3 + [SCRIPT[2]]
+    runner = EpisodeRunner(calc, _policy(url, "llama.cpp", tokenizer), max_turns=4,
+                           compaction=CompactionConfig.of("turns:2", "keep-last-k", keep=1))
+    try:
+        trajectory = await runner.run(EpisodeSpec((await calc.task_ids())[0], 0, "g0"))
+    finally:
+        await runner.policy.aclose()
+    assert not trajectory.masked, trajectory.error
+    turns = trajectory.turns
+    assert [c.turn for c in trajectory.compactions or []] == [2]
+    assert [t.prefix_ok for t in turns] == [None, True, None, True]
+    # the server got exactly the recorded ids; the new segment's first prompt is the
+    # compacted context rendered by the chat template, and its next turn extends it
+    assert [r[1]["prompt"] for r in model.requests] == [t.prompt_token_ids for t in turns]
+    context, shift = trajectory.segment_context(1)
+    fresh = tokenizer.apply_chat_template(
+        [template_message(m) for m in context[: turns[2].message_index + shift]],
+        tools=trajectory.tools, add_generation_prompt=True, tokenize=True, return_dict=False,
+    )  # fmt: skip
+    assert turns[2].prompt_token_ids == list(fresh)
+    rows = trajectory_rows(trajectory, drift="mask", tokenizer=_NoTokenizer())
+    assert [r.spans[0][0] for r in rows] == [0, 2] and all(r.mask_reason is None for r in rows)
 
 
 async def test_context_overflow_and_missing_episode_state(

@@ -356,3 +356,87 @@ def test_gymnasium_step_rewards_sum_to_the_undiscounted_return() -> None:
     env.close()
     assert [*rewards, reward] == [0.5, -0.25, 0.5, 0.0 + FINAL] and terminated
     assert infos == [0.5, -0.25, 0.5]
+
+
+COMPACTED_REWARDS = [0.5, -0.25, 0.5, -0.25, -0.25, 0.0]
+"""MarkEnv compacted at turns:3 keeping 1 turn: the scripted server indexes its script by
+the assistant messages it is sent, so the new segment's turns replay a, b (both repeats
+now), then submit."""
+COMPACTED_RETURNS = [0.484375, -0.03125, 0.4375, -0.125, 0.25, 1.0]  # gamma 0.5, by hand
+
+
+@pytest.fixture(scope="module")
+def compacted(model: ScriptedServer) -> Trajectory:
+    """One MarkEnv episode whose context was compacted once (two segments)."""
+    from envhub.rollout import CompactionConfig
+
+    async def episode() -> Trajectory:
+        policy = openai_policy(model.base_url)
+        try:
+            result = await envhub.rollout.run(
+                envhub.make(MarkEnv), policy, ["mark-0"],
+                compaction=CompactionConfig.of("turns:3", "keep-last-k", keep=1),
+            )  # fmt: skip
+        finally:
+            await policy.aclose()
+        assert result.trajectories is not None
+        return result.trajectories[0]
+
+    import asyncio
+
+    return asyncio.run(episode())
+
+
+def _segment_expected(trajectory: Trajectory, turns: range) -> tuple[list[float], list[float]]:
+    """Per token of the segment of ``turns`` (its last turn's sequence), by hand."""
+    last = trajectory.turns[turns[-1]]
+    length = len(last.prompt_token_ids or []) + len(last.completion_token_ids or [])
+    rewards, returns = [0.0] * length, [0.0] * length
+    finals = [*COMPACTED_REWARDS[:-1], COMPACTED_REWARDS[-1] + FINAL]
+    for index in turns:
+        turn = trajectory.turns[index]
+        start = len(turn.prompt_token_ids or [])
+        end = start + len(turn.completion_token_ids or [])
+        rewards[end - 1] = finals[index]
+        returns[start:end] = [COMPACTED_RETURNS[index]] * (end - start)
+    return rewards, returns
+
+
+def test_a_compacted_episodes_rows_carry_their_segments_turn_rewards(
+    compacted: Trajectory,
+) -> None:
+    from envhub.trainers.skyrl import generator_output
+    from envhub.trainers.trl_rollout import EnvhubRollout
+    from envhub.trainers.verl import agent_loop_outputs
+
+    assert not compacted.masked and compacted.reward == FINAL
+    assert compacted.segment_starts() == [0, 3]
+    assert [t.reward for t in compacted.turns] == COMPACTED_REWARDS
+    assert turn_returns(compacted, 0.5) == COMPACTED_RETURNS
+    segments = (range(0, 3), range(3, 6))
+    expected = [_segment_expected(compacted, turns) for turns in segments]
+    batch = build_batch([compacted], drop_zero_variance=False, return_tensors=None, gamma=0.5)
+    assert [row.segment for row in batch.rows] == [0, 1]
+    for row, (rewards, returns), padded_rewards, padded_returns in zip(
+        batch.rows, expected, batch.token_rewards, batch.returns, strict=True
+    ):
+        assert padded_rewards[: len(row)] == rewards and padded_returns[: len(row)] == returns
+    # the final reward is on the last segment's last sampled token only
+    assert sum(map(sum, batch.token_rewards)) == sum(turn_rewards(compacted))
+    cuts = [len(compacted.turns[turns[0]].prompt_token_ids or []) for turns in segments]
+    trl = EnvhubRollout(envhub.make(MarkEnv), policy=object()).to_trl(
+        [compacted], eos_token_id=0, gamma=0.5
+    )
+    assert trl["segment"] == [0, 1]
+    assert trl["token_rewards"] == [r[cut:] for (r, _), cut in zip(expected, cuts, strict=True)]
+    assert trl["returns"] == [r[cut:] for (_, r), cut in zip(expected, cuts, strict=True)]
+    verl = agent_loop_outputs([compacted], gamma=0.5)
+    assert [o["extra_fields"]["envhub_segment"] for o in verl] == [0, 1]
+    for output, (rewards, returns), cut in zip(verl, expected, cuts, strict=True):
+        assert output["extra_fields"]["envhub_token_rewards"] == rewards[cut:]
+        assert output["extra_fields"]["envhub_returns"] == returns[cut:]
+    assert [o["extra_fields"]["turn_scores"] for o in verl] == [
+        COMPACTED_REWARDS[:3], COMPACTED_REWARDS[3:]
+    ]
+    skyrl = generator_output([compacted], turn_level=True)
+    assert skyrl["rewards"] == [r[cut:] for (r, _), cut in zip(expected, cuts, strict=True)]

@@ -24,7 +24,10 @@ the ``max_episodes`` most recently active episodes are kept, and a later turn of
 was dropped fails with a :class:`~envhub.errors.PolicyError` (the trajectory is masked,
 nothing drifts). A turn offered other tools than the episode started with (a user turn
 changed them) renders its prompt afresh, since templates put the tools at the top: that
-turn's ``prefix_ok`` is false and trainers start a new row there.
+turn's ``prefix_ok`` is false and trainers start a new row there. So does the first turn
+after a context compaction (a new :attr:`~envhub.policies.base.GenerateRequest.segment`):
+its prompt is the compacted context rendered once, and the segment's later turns extend
+it as before.
 
 Requests go through an :class:`~envhub.policies.endpoints.EndpointPool` (balancing,
 sticky routing, ejection) with the session id header, as in
@@ -84,12 +87,14 @@ _PROBE_PATHS = {"llama.cpp": "/health", "sglang": "/health"}  # others: GET /mod
 @dataclass(slots=True)
 class _Episode:
     """What an episode's next prompt extends: the last prompt + completion ids, the
-    completion alone, how many messages they cover, and the tools of the first prompt."""
+    completion alone, how many messages they cover, the tools of the first prompt and the
+    context segment (a compaction starts a new one)."""
 
     ids: list[int]
     completion_ids: list[int]
     covered: int
     tools: list[dict[str, Any]]
+    segment: int = 0
 
 
 class TitoPolicy(PooledPolicy):
@@ -235,7 +240,8 @@ class TitoPolicy(PooledPolicy):
                 f"no token state for episode {request.episode_id} at turn {request.turn}: "
                 f"more than max_episodes={self.max_episodes} episodes were in flight"
             )
-        if request.tools != episode.tools:
+        if request.tools != episode.tools or request.segment != episode.segment:
+            # new tools at the top of the prompt, or a compacted context: render afresh
             return self.renderer.first_prompt(request.messages, request.tools)
         messages: list[Message] = request.messages
         if (
@@ -266,6 +272,7 @@ class TitoPolicy(PooledPolicy):
             completion_ids=list(completion_ids),
             covered=len(request.messages) + 1,  # the assistant message this completion becomes
             tools=request.tools,
+            segment=request.segment,
         )
         while len(self._episodes) > self.max_episodes:
             self._episodes.popitem(last=False)
