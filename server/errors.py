@@ -55,6 +55,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "internal": 500,
     "policy_error": 502,
     "policy_transient": 502,
+    "judge_error": 502,
     "sandbox_error": 503,
     "timeout": 504,
 }

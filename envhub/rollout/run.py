@@ -31,6 +31,7 @@ from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 from envhub.errors import InvalidRequest, RolloutFailed
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient
+from envhub.rewards.judge import GroupRanker
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
 from envhub.rollout.curriculum import DrawnPlan
 from envhub.rollout.dispatcher import run_rollout
@@ -95,6 +96,7 @@ async def run(
     tree: TreeConfig | None = None,
     gold_restart_after: int | None = None,
     gold_prefix: int | Literal["half"] = "half",
+    group_judge: GroupRanker | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -151,6 +153,11 @@ async def run(
     tree, its group, ``concurrency`` trees in flight; a tree is written whole and
     ``resume`` runs again every tree with a masked or missing episode. It takes the
     policy loop (no ``turn_loop``), ``group_size`` 1 and no curriculum.
+
+    ``group_judge``: a group-relative judge (:class:`~envhub.rewards.judge.GroupJudge`)
+    ranks each group's members in one request once they have all ended; its scores
+    replace their rewards, and a judge failure masks the group's scored members with
+    ``judge_error`` (:mod:`envhub.rollout.groups`). Not with a curriculum or ``tree``.
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
@@ -231,6 +238,7 @@ async def run(
             on_plan=planned,
             plan=plan,
             trees=None if tree is None else TreeRunner(runner, tree),
+            group_judge=group_judge,
         )
     result = RolloutResult(summary, kept, None if output is None else Path(output))
     failure = _failure(summary, max_masked_fraction)
