@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from envhub.errors import InvalidRequest
+from envhub.rewards.judge import GroupRanker
 from envhub.rollout.breaker import CircuitBreaker
 from envhub.rollout.curriculum import DrawnPlan, sampler_path
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
-from envhub.rewards.judge import GroupRanker
 from envhub.rollout.gold import GoldPrefixRunner
 from envhub.rollout.groups import GroupScoredRunner
 from envhub.rollout.pins import check_resume

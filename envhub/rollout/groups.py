@@ -53,10 +53,8 @@ def final_answer(trajectory: Trajectory) -> str:
         if message.get("role") == "assistant":
             content = message.get("content")
             text = content if isinstance(content, str) else ""
-            calls = [
-                f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})"
-                for c in message.get("tool_calls") or []
-            ]
+            functions = [c.get("function") or {} for c in message.get("tool_calls") or []]
+            calls = [f"{f.get('name')}({f.get('arguments')})" for f in functions]
             return "\n".join(part for part in (text, *calls) if part)
     return ""
 

@@ -31,7 +31,8 @@ from envhub.view.record import ViewedCall, ViewedMessage, ViewedRecord, check_re
 from envhub.view.token_text import Decoder, TokenCell, token_cells
 
 __all__ = [
-    "MAX_DEPTH", "ChatEntry", "Conversation", "ToolCallView", "TurnTokens", "conversation",
+    "MAX_DEPTH", "ChatEntry", "Conversation", "JudgeView", "ToolCallView", "TurnTokens",
+    "conversation",
     "laid_out", "pretty", "shown",
 ]  # fmt: skip
 
@@ -72,12 +73,50 @@ class TurnTokens:
 
 
 @dataclass(frozen=True)
+class JudgeView:
+    """One judge's call of ``reward_info["judges"]`` (:mod:`envhub.rewards.judge`), as
+    text: the line is written as a hostile record may hold anything there."""
+
+    name: str
+    summary: str
+    prompt: list[tuple[str, str]]  # (role, text)
+    output: str
+
+
+@dataclass(frozen=True)
 class Conversation:
     record: dict[str, Any]
     fields: ViewedRecord
     invalid: str | None
     entries: list[ChatEntry]
     tokens: list[TurnTokens]
+    judges: list[JudgeView] = field(default_factory=list)
+
+
+def judge_views(reward_info: Any) -> list[JudgeView]:
+    """The judges' calls of a record's ``reward_info``, whatever its shape (nothing for
+    a record without them)."""
+    judges = reward_info.get("judges") if isinstance(reward_info, dict) else None
+    if not isinstance(judges, dict):
+        return []
+    views = []
+    for name, call in judges.items():
+        call = call if isinstance(call, dict) else {"output": call}
+        summary = " · ".join(
+            f"{key} {shown(call[key])}"
+            for key in ("kind", "model", "score", "latency_s", "attempts", "cached", "index")
+            if key in call
+        )
+        prompt = call.get("prompt")
+        messages = prompt if isinstance(prompt, list) else [] if prompt is None else [prompt]
+        views.append(JudgeView(
+            name=str(name),
+            summary=summary,
+            prompt=[(shown(m.get("role", "")), _text(m.get("content"))) if isinstance(m, dict)
+                    else ("", shown(m)) for m in messages],
+            output=_text(call.get("output")),
+        ))  # fmt: skip
+    return views
 
 
 def laid_out(value: Any, depth: int = 0) -> Any:
@@ -193,4 +232,5 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
         )
         for i, t in enumerate(fields.turns)
     ]
-    return Conversation(record, fields, _validated(record), entries, [t for t in tokens if t.cells])
+    return Conversation(record, fields, _validated(record), entries, [t for t in tokens if t.cells],
+                        judge_views(record.get("reward_info")))  # fmt: skip

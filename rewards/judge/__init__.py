@@ -19,6 +19,7 @@ from envhub.rewards.judge.base import JudgeEndpointConfig as JudgeEndpointConfig
 from envhub.rewards.judge.base import JudgeReply as JudgeReply
 from envhub.rewards.judge.base import UnparseableVerdict as UnparseableVerdict
 from envhub.rewards.judge.base import Verdict as Verdict
+from envhub.rewards.judge.base import aclose_shared_judges as aclose_shared_judges
 from envhub.rewards.judge.base import fenced as fenced
 from envhub.rewards.judge.base import parse_unit_score as parse_unit_score
 from envhub.rewards.judge.base import shared_judge as shared_judge
@@ -44,6 +45,7 @@ __all__ = [
     "RubricJudge",
     "UnparseableVerdict",
     "Verdict",
+    "aclose_shared_judges",
     "fenced",
     "parse_correctness",
     "parse_criteria",

@@ -35,7 +35,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from string import Formatter
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -54,6 +54,7 @@ __all__ = [
     "JudgeReply",
     "UnparseableVerdict",
     "Verdict",
+    "aclose_shared_judges",
     "fenced",
     "parse_unit_score",
     "shared_judge",
@@ -362,6 +363,15 @@ def shared_judge(key: Hashable, build: Callable[[], J]) -> J:
         if judge is None:
             judge = _SHARED[key] = build()
         return judge  # type: ignore[no-any-return]
+
+
+async def aclose_shared_judges() -> None:
+    """Close the running loop's connections of every :func:`shared_judge` (an
+    environment's :meth:`~envhub.Environment.aclose_shared` calls it)."""
+    with _SHARED_LOCK:
+        judges = list(_SHARED.values())
+    for judge in judges:
+        await judge.aclose()
 
 
 def verdict_info(name: str, call: JudgeCall, **extra: Any) -> dict[str, Any]:

@@ -4,7 +4,8 @@ A real FastAPI app served by a real uvicorn on 127.0.0.1. Each reply follows a s
 indexed by the turn (the number of assistant messages in the request), with optional
 vLLM-style token ids and logprobs, injected latency (with a slow tail), and injected
 faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang_s``),
-``"malformed"`` (a tool call whose arguments are not JSON). It counts requests and those
+``"malformed"`` (a tool call whose arguments are not JSON); ``replies`` are contents
+consumed one per request before the script (a judge's verdicts). It counts requests and those
 in flight (``GET /stats``, which the saturation benchmark samples), counts requests per
 session id header (``X-Session-ID``), and with ``record_bodies`` keeps each request body
 (what the policy sent: messages, tools). With a :class:`PrefixCache` it models a server's
@@ -68,6 +69,7 @@ class ScriptConfig:
     distinct_samples: bool = False  # a random note in each reply, as sampling would differ
     session_header: str = "x-session-id"
     seed: int = 0
+    replies: deque[str] = field(default_factory=deque)  # contents, one per request, first
 
 
 @dataclass
@@ -236,6 +238,8 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
         if delay:
             await asyncio.sleep(delay)
         step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
+        if config.replies:  # a judge's answers: the next one, whatever the turn
+            step = {"content": config.replies.popleft()}
         calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
         content = step.get("content")
         if config.distinct_samples:
