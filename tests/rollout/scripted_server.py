@@ -321,6 +321,7 @@ def main() -> None:
     parser.add_argument("--token-ids", action="store_true")
     parser.add_argument("--calc-turns", type=int, help="calc_script(N) (default: CALC_SCRIPT)")
     parser.add_argument("--distinct-samples", action="store_true")
+    parser.add_argument("--reply", help="one reply's content, whatever the turn (a judge's)")
     parser.add_argument(
         "--prefix-cache-us-per-token",
         type=float,
@@ -333,7 +334,8 @@ def main() -> None:
         tail_latency_s=args.tail_latency,
         tail_fraction=args.tail_fraction,
         token_ids=args.token_ids,
-        turns=list(CALC_SCRIPT) if args.calc_turns is None else calc_script(args.calc_turns),
+        turns=[{"content": args.reply}] if args.reply is not None
+        else list(CALC_SCRIPT) if args.calc_turns is None else calc_script(args.calc_turns),
         distinct_samples=args.distinct_samples,
         prefix_cache=None
         if args.prefix_cache_us_per_token is None
