@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from envhub.policies.openai_compat import TokenIdMode
     from envhub.policies.transport import TransportOptions
     from envhub.protocol import EnvironmentClient
+    from envhub.rewards.judge import GroupJudge
     from envhub.rollout.episode import TurnLoop
     from envhub.rollout.run import RolloutResult
     from envhub.rollout.summary import RunSummary
@@ -68,6 +69,27 @@ NO_MODEL_HINT = (
     "--model smollm2-135m, point --base-url at any OpenAI-compatible server (vLLM, SGLang), "
     "or replay gold actions with --policy reference."
 )
+
+
+def _group_judge(spec: str) -> GroupJudge:
+    """``--group-judge``'s judge, from its endpoint config as JSON (the operator's)."""
+    from pydantic import ValidationError
+
+    from envhub.policies.judge import OpenAIJudgeEndpoint
+    from envhub.rewards.judge import GroupJudge, JudgeEndpointConfig
+
+    try:
+        config = JudgeEndpointConfig.model_validate_json(spec)
+    except ValidationError as exc:
+        reason = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        hint = '{"base_urls": [URL], "model": NAME}'
+        raise _fail(f"--group-judge takes {hint}: {reason}") from None
+    try:
+        return GroupJudge(OpenAIJudgeEndpoint(config))
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -207,6 +229,11 @@ def rollout_command(
     tree_budget: Annotated[
         int | None, typer.Option(help="with --tree: episodes (leaves) per tree, at most; a "
                                  "fork past it is not taken")
+    ] = None,
+    group_judge: Annotated[
+        str | None, typer.Option(help="rank each group in one request with an LLM judge "
+                                 "(RULER-style; its scores replace the rewards): its endpoint "
+                                 'as JSON, {"base_urls": [URL], "model": NAME}')
     ] = None,
     concurrency: Annotated[
         int, typer.Option(help="episodes in flight (with --tree: trees in flight)")
@@ -397,6 +424,7 @@ def rollout_command(
             "operator's (envhub serve --sandbox): drop --sandbox"
         )
     env_opts = env_options([env], env_arg, sandbox)[0]
+    ranker = None if group_judge is None else _group_judge(group_judge)
     if policy in ("openai", "tito") and not base_url:
         raise _fail(NO_MODEL_HINT)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
@@ -437,20 +465,25 @@ def rollout_command(
         ) -> RolloutResult:
             from envhub.rollout.run import run
 
-            return await run(
-                env_client, chosen, tasks, pin=pin, group_size=group_size,
-                concurrency=concurrency,
-                output=output, resume=resume, time_limit_s=time_limit, stop=stop,
-                max_turns=max_turns,
-                max_env_attempts=max_env_attempts, policy_version=policy_version,
-                success_threshold=success_threshold, max_masked_fraction=max_masked_fraction,
-                max_consecutive_masked=max_consecutive_masked or None,
-                gc_threshold=gc_threshold, on_result=on_result, on_plan=on_plan,
-                tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
-                sampler=sampler, sampler_seed=sampler_seed, groups=groups,
-                gates=[UniformRewardGate()] if drop_uniform_groups else [],
-                tree=tree_config, gold_restart_after=gold_restart_after, gold_prefix=prefix,
-            )  # fmt: skip
+            try:
+                return await run(
+                    env_client, chosen, tasks, pin=pin, group_size=group_size,
+                    concurrency=concurrency,
+                    output=output, resume=resume, time_limit_s=time_limit, stop=stop,
+                    max_turns=max_turns,
+                    max_env_attempts=max_env_attempts, policy_version=policy_version,
+                    success_threshold=success_threshold, max_masked_fraction=max_masked_fraction,
+                    max_consecutive_masked=max_consecutive_masked or None,
+                    gc_threshold=gc_threshold, on_result=on_result, on_plan=on_plan,
+                    tasks_from=tasks_from, turn_loop=turn_loop, metrics_port=metrics_port,
+                    sampler=sampler, sampler_seed=sampler_seed, groups=groups,
+                    gates=[UniformRewardGate()] if drop_uniform_groups else [],
+                    tree=tree_config, gold_restart_after=gold_restart_after, gold_prefix=prefix,
+                    group_judge=ranker,
+                )  # fmt: skip
+            finally:  # the judge's connections belong to this loop
+                if ranker is not None:
+                    await ranker.aclose()
 
         with _warnings_on_stderr():
             result, received = run_async(_rollout(

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 import envhub
+from envhub.cli import app
 from envhub.clients.local import LocalEnvironment
 from envhub.errors import InvalidRequest, JudgeError
 from envhub.policies import OpenAIPolicy, SamplingParams
@@ -278,3 +280,21 @@ def test_envhub_rollout_scores_with_the_judge_and_view_shows_it(
     page = report.read_text()
     assert "<h3>Judges</h3>" in page and "reference_judge" in page and "model judge-m" in page
     assert "VERDICT: CORRECT" in page and "prompt · system" in page
+
+
+def test_envhub_rollout_group_judge(
+    judge: Callable[..., JudgeEndpointConfig], judge_server: ScriptedServer,
+    policy_server: ScriptedServer, tmp_path: Path,
+) -> None:  # fmt: skip
+    config = judge("SCORES: 0.5, 1")
+    out = tmp_path / "ranked.jsonl"
+    common = ["rollout", "calc", "--base-url", policy_server.base_url, "--model", "policy-m",
+              "--tasks", "0:1", "--group-size", "2", "--output", str(out)]  # fmt: skip
+    done = CliRunner().invoke(app, [*common, "--group-judge", config.model_dump_json()])
+    assert done.exit_code == 0, done.output
+    assert [t.reward for t in read_trajectories(out)] == [0.5, 1.0]
+    assert judge_server.stats.requests == 1
+    bad = CliRunner().invoke(app, [*common, "--group-judge", '{"model": "m"}'])
+    assert bad.exit_code == 2
+    assert bad.output.count("\n") == 1 and "--group-judge takes" in bad.output
+    assert "base_urls: Field required" in bad.output
