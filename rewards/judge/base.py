@@ -362,7 +362,7 @@ def shared_judge(key: Hashable, build: Callable[[], J]) -> J:
         judge = _SHARED.get(key)
         if judge is None:
             judge = _SHARED[key] = build()
-        return judge  # type: ignore[no-any-return]
+        return judge
 
 
 async def aclose_shared_judges() -> None:
