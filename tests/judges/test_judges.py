@@ -35,6 +35,7 @@ from envhub.rewards.judge.reference import REFERENCE_SYSTEM
 from envhub.rollout import run
 from envhub.runtime.client_options import validate_client_options
 from envhub.trajectory import read_trajectories
+from envhub.view.conversation import judge_views
 from tests.judges.judge_envs import JudgedQA
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
@@ -298,3 +299,12 @@ def test_envhub_rollout_group_judge(
     assert bad.exit_code == 2
     assert bad.output.count("\n") == 1 and "--group-judge takes" in bad.output
     assert "base_urls: Field required" in bad.output
+
+
+def test_the_viewer_shows_judges_of_any_shape() -> None:
+    hostile = {"judges": {"a": 5, "b": {"prompt": "text", "output": [1, {"x": 2}]},
+                          "c": {"prompt": [3, {"role": [1], "content": None}], "score": "1e9"}}}
+    views = {v.name: v for v in judge_views(hostile)}
+    assert views["a"].output == "5" and views["b"].prompt == [("", "text")]
+    assert views["c"].prompt[0] == ("", "3") and "score 1e9" in views["c"].summary
+    assert judge_views({"judges": []}) == judge_views("nope") == []
