@@ -37,7 +37,7 @@ from envhub.runtime.client_options import validate_client_options
 from envhub.trajectory import read_trajectories
 from envhub.view.conversation import judge_views
 from tests.judges.judge_envs import JudgedQA
-from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
+from tests.rollout.scripted_server import ScriptConfig, ScriptedServer, ThreadedUvicorn
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "calc-0-00000"
@@ -308,3 +308,30 @@ def test_the_viewer_shows_judges_of_any_shape() -> None:
     assert views["a"].output == "5" and views["b"].prompt == [("", "text")]
     assert views["c"].prompt[0] == ("", "3") and "score 1e9" in views["c"].summary
     assert judge_views({"judges": []}) == judge_views("nope") == []
+
+
+def test_over_http_a_judge_error_masks_and_a_verdict_is_recorded(
+    judge: Callable[..., JudgeEndpointConfig], judge_server: ScriptedServer,
+    policy_server: ScriptedServer, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The environment on an envhub server: its operator set the judge; the judge's
+    failure crosses the wire as ``judge_error`` and its record as the reward's info."""
+    server_app = pytest.importorskip("envhub.server")
+    config = judge("No.", "No.", "Still no.", CORRECT)
+    hosted = server_app.create_app(
+        {"judged-qa": LocalEnvironment(JudgedQA, {"judge": config.model_dump()})}
+    )
+    out = tmp_path / "remote.jsonl"
+    with ThreadedUvicorn(hosted, lifespan="on") as env_server:
+        done = CliRunner().invoke(app, [
+            "rollout", "judged-qa", "--env-url", env_server.url, "--env-transport", "http",
+            "--model", "policy-m", "--base-url", policy_server.base_url, "--tasks", "q0,q1",
+            "--concurrency", "1", "--max-masked-fraction", "1", "--output", str(out),
+        ])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    first, second = read_trajectories(out)
+    assert first.masked and first.stop_reason == "judge_error"
+    assert first.error is not None and first.error.kind == "judge_error"
+    assert second.reward == 1.0
+    assert second.reward_info["judges"]["reference_judge"]["attempts"] == 1
+    assert judge_server.stats.requests == 4  # a failed reward is not asked again on close
