@@ -29,7 +29,7 @@ from envhub.rollout.breaker import CircuitBreaker
 from envhub.rollout.curriculum import DrawnPlan, sampler_path
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.rollout.gold import GoldPrefixRunner
-from envhub.rollout.groups import GroupScoredRunner
+from envhub.rollout.groups import GroupScoredRunner, GroupScoring
 from envhub.rollout.pins import check_resume
 from envhub.rollout.summary import RunSummary, summarize
 from envhub.rollout.tree import TreeRunner
@@ -200,7 +200,7 @@ async def run_rollout(
     on_plan: Callable[[int, int], None] | None = None,
     plan: DrawnPlan | None = None,
     trees: TreeRunner | None = None,
-    group_judge: GroupRanker | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> RunSummary:
     """Roll out ``group_size`` samples of each task and summarize them (with ``trees``,
     a tree runner over ``runner``: one tree per task, the group of its episodes, each
@@ -296,7 +296,7 @@ async def _run_planned(
     on_plan: Callable[[int, int], None] | None,
     plan: DrawnPlan | None = None,
     trees: TreeRunner | None = None,
-    group_judge: GroupRanker | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> tuple[int, float]:
     """Dispatch the episodes not in ``skip`` (with a ``plan``: the ones it draws, in
     rounds while dropped groups leave room for more; with ``trees``: a tree per spec),
@@ -335,7 +335,7 @@ async def _run_planned(
                 "a group judge ranks the groups of a plain run: drop --tree and the "
                 "curriculum options"
             )
-        runs = GroupScoredRunner(runner, group_judge, specs)
+        runs = GroupScoredRunner(runner, GroupScoring.of(group_judge), specs)
     started = time.perf_counter()
     try:
         while True:

@@ -1,16 +1,19 @@
 """The group seam: score a GRPO group once all its episodes are finished.
 
 A group-relative judge (:class:`~envhub.rewards.judge.GroupJudge`) needs every member of a
-group before it can score any of them, while the dispatcher runs episodes one by one and
-records each as it ends. :class:`GroupScoredRunner` sits between them: it runs each
+group before it can score any of them. A stream (:mod:`envhub.rollout.stream`) gathers a
+group before handing it over, and ranks it there (:meth:`GroupScoring.scored`); the
+dispatcher of ``run`` runs episodes one by one and records each as it ends, so
+:class:`GroupScoredRunner` sits between them: it runs each
 episode with the runner it wraps and holds the trajectory until the last member of its
 group ends; that member's call ranks the group in one request and returns the whole
 group, so the dispatcher records all members together (as it records a tree's episodes)
 and no worker ever waits for another's episode.
 
-What lands on each scored member: its score as the component ``ranker.name``, the record
-of the call in ``reward_info["judges"]``, and the reward ``env_weight * reward + weight *
-score`` (by default the judge's score replaces the environment's). Masked members are not
+What lands on each scored member (:class:`GroupScoring`): its score as the component
+``ranker.name``, the record of the call in ``reward_info["judges"]``, and the reward
+``env_weight * reward + weight * score`` (by default the judge's score replaces the
+environment's). Masked members are not
 shown to the judge and stay as they are. When the judge fails (its endpoint, or no
 verdict after its retries), every scored member of the group is masked with
 ``stop_reason="judge_error"``: a group is ranked whole or not at all.
@@ -22,7 +25,8 @@ held members; ``--resume`` runs them again, and ranks them among themselves.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from envhub.errors import JudgeError
@@ -30,7 +34,7 @@ from envhub.rewards.judge import GroupRanker
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.trajectory import ErrorInfo, Trajectory
 
-__all__ = ["GroupScoredRunner", "final_answer", "task_question"]
+__all__ = ["GroupScoredRunner", "GroupScoring", "final_answer", "task_question"]
 
 
 def task_question(trajectory: Trajectory) -> str:
@@ -59,42 +63,27 @@ def final_answer(trajectory: Trajectory) -> str:
     return ""
 
 
-class GroupScoredRunner:
-    """Runs episodes with ``runner`` and ranks each group with ``ranker`` once its
-    ``members`` (episodes this run plays, by group id) have all ended (module docstring).
-    ``answer_of`` and ``question_of`` say what the judge is shown of an episode."""
+@dataclass(frozen=True)
+class GroupScoring:
+    """How a group is ranked: by ``ranker``, each member's reward becoming ``env_weight *
+    reward + weight * score``; ``answer_of`` and ``question_of`` say what the judge is
+    shown of an episode."""
 
-    def __init__(
-        self,
-        runner: EpisodeRunner,
-        ranker: GroupRanker,
-        specs: Iterable[EpisodeSpec],
-        *,
-        weight: float = 1.0,
-        env_weight: float = 0.0,
-        answer_of: Callable[[Trajectory], str] = final_answer,
-        question_of: Callable[[Trajectory], str] = task_question,
-    ) -> None:
-        self.runner = runner
-        self.ranker = ranker
-        self.members = Counter(spec.group_id for spec in specs)
-        self.weight = weight
-        self.env_weight = env_weight
-        self.answer_of = answer_of
-        self.question_of = question_of
-        self._held: dict[str, list[Trajectory]] = {}
+    ranker: GroupRanker
+    weight: float = 1.0
+    env_weight: float = 0.0
+    answer_of: Callable[[Trajectory], str] = final_answer
+    question_of: Callable[[Trajectory], str] = task_question
 
-    async def run(self, spec: EpisodeSpec) -> list[Trajectory]:
-        """The whole group when ``spec`` is its last member to end, else nothing yet."""
-        trajectory = await self.runner.run(spec)
-        held = self._held.setdefault(spec.group_id, [])
-        held.append(trajectory)
-        if len(held) < self.members[spec.group_id]:
-            return []
-        del self._held[spec.group_id]
-        return await self._scored(sorted(held, key=lambda t: t.sample_index))
+    @classmethod
+    def of(cls, judge: GroupRanker | GroupScoring) -> GroupScoring:
+        """``judge`` as a scoring (a bare ranker: its scores replace the rewards)."""
+        return judge if isinstance(judge, GroupScoring) else cls(judge)
 
-    async def _scored(self, group: list[Trajectory]) -> list[Trajectory]:
+    async def scored(self, group: Sequence[Trajectory]) -> list[Trajectory]:
+        """``group`` (all of a group's members, ended) ranked in one request, in order of
+        ``sample_index`` (module docstring)."""
+        group = sorted(group, key=lambda t: t.sample_index)
         scored = [t for t in group if not t.masked]
         if not scored:
             return group
@@ -105,22 +94,46 @@ class GroupScoredRunner:
         except JudgeError as exc:
             masked = {t.trajectory_id: _judge_masked(t, exc) for t in scored}
             return [masked.get(t.trajectory_id, t) for t in group]
-        ranked = {t.trajectory_id: (t, v) for t, v in zip(scored, verdicts, strict=True)}
+        verdict_of = {t.trajectory_id: v for t, v in zip(scored, verdicts, strict=True)}
         out = []
         for trajectory in group:
-            if trajectory.trajectory_id not in ranked:
+            verdict = verdict_of.get(trajectory.trajectory_id)
+            if verdict is None:
                 out.append(trajectory)
                 continue
-            _, verdict = ranked[trajectory.trajectory_id]
-            env_reward = trajectory.reward or 0.0
             info: dict[str, Any] = dict(trajectory.reward_info)
             info["judges"] = {**info.get("judges", {}), **verdict.info["judges"]}
+            env_reward = trajectory.reward or 0.0
             out.append(trajectory.model_copy(update={
                 "reward": self.env_weight * env_reward + self.weight * verdict.score,
                 "reward_components": {**trajectory.reward_components, **verdict.components},
                 "reward_info": info,
             }))  # fmt: skip
         return out
+
+
+class GroupScoredRunner:
+    """Runs episodes with ``runner`` and ranks each group with ``scoring`` once its
+    members (the episodes of ``specs``, by group id: what this run plays) have all ended
+    (module docstring)."""
+
+    def __init__(
+        self, runner: EpisodeRunner, scoring: GroupScoring, specs: Iterable[EpisodeSpec]
+    ) -> None:
+        self.runner = runner
+        self.scoring = scoring
+        self.members = Counter(spec.group_id for spec in specs)
+        self._held: dict[str, list[Trajectory]] = {}
+
+    async def run(self, spec: EpisodeSpec) -> list[Trajectory]:
+        """The whole group when ``spec`` is its last member to end, else nothing yet."""
+        trajectory = await self.runner.run(spec)
+        held = self._held.setdefault(spec.group_id, [])
+        held.append(trajectory)
+        if len(held) < self.members[spec.group_id]:
+            return []
+        del self._held[spec.group_id]
+        return await self.scoring.scored(held)
 
 
 def _judge_masked(trajectory: Trajectory, exc: JudgeError) -> Trajectory:

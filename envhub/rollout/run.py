@@ -36,6 +36,7 @@ from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
 from envhub.rollout.curriculum import DrawnPlan
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner, TurnLoop
+from envhub.rollout.groups import GroupScoring
 from envhub.rollout.pins import check_pin
 from envhub.rollout.sampling import Gate, GoldRestarts, Sampler, make_sampler
 from envhub.rollout.summary import RunSummary
@@ -96,7 +97,7 @@ async def run(
     tree: TreeConfig | None = None,
     gold_restart_after: int | None = None,
     gold_prefix: int | Literal["half"] = "half",
-    group_judge: GroupRanker | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -156,7 +157,8 @@ async def run(
 
     ``group_judge``: a group-relative judge (:class:`~envhub.rewards.judge.GroupJudge`)
     ranks each group's members in one request once they have all ended; its scores
-    replace their rewards, and a judge failure masks the group's scored members with
+    replace their rewards (a :class:`~envhub.rollout.groups.GroupScoring` weighs them
+    with the environment's), and a judge failure masks the group's scored members with
     ``judge_error`` (:mod:`envhub.rollout.groups`). Not with a curriculum or ``tree``.
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:

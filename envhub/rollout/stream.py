@@ -61,8 +61,10 @@ from envhub.policies.base import Policy
 from envhub.policies.gate import GateAware, GenerationDropped, GenerationGate
 from envhub.policies.weight_sync import NoopSync, WeightSync
 from envhub.protocol import EnvironmentClient
+from envhub.rewards.judge import GroupRanker
 from envhub.rollout.dispatcher import group_id
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+from envhub.rollout.groups import GroupScoring
 from envhub.rollout.sampling import Gate, Sampler, UniformSampler, make_sampler
 from envhub.rollout.tree import TreeConfig, TreeRunner
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate, apply_update
@@ -105,6 +107,7 @@ class RolloutStream:
         sampler: Sampler | None = None,
         gates: Sequence[Gate] = (),
         tree: TreeConfig | None = None,
+        group_judge: GroupRanker | GroupScoring | None = None,
     ) -> None:
         if not task_ids:
             raise InvalidRequest("stream needs at least one task")
@@ -116,6 +119,7 @@ class RolloutStream:
             raise InvalidRequest("dropping groups whose rewards agree needs a group size >= 2")
         self.runner = runner
         self.trees = None if tree is None else TreeRunner(runner, tree)
+        self.group_scoring = None if group_judge is None else GroupScoring.of(group_judge)
         runner.policy_version = lambda: self.policy_version
         self.group_size = group_size
         self.batch_size = batch_size
@@ -347,7 +351,10 @@ class RolloutStream:
                         self.episodes_dropped += 1
 
         runs = await asyncio.gather(*(one(i) for i in range(self.group_size)))
-        group = Group(gid, task_id, round_index, start_version, [t for r in runs for t in r])
+        members = [t for r in runs for t in r]
+        if self.group_scoring is not None:  # ranked whole, before the sampler and gates
+            members = await self.group_scoring.scored(members)
+        group = Group(gid, task_id, round_index, start_version, members)
         rewards = [t.reward for t in group.scored if t.reward is not None]
         self.sampler.observe(task_id, rewards)
         if all(gate.admit(task_id, rewards) for gate in self.gates):
@@ -404,6 +411,7 @@ def stream(
     tasks_from: EnvironmentClient | None = None,
     metrics_port: int | None = None,
     tree: TreeConfig | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> RolloutStream:
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
     times, or forever), delivered in completion order. Use as ``async with``.
@@ -420,7 +428,10 @@ def stream(
     ``gates``: the curriculum (module docstring). ``tree``
     (:class:`~envhub.rollout.tree.TreeConfig`, with ``group_size=1``): each group is
     one tree of the task (:mod:`envhub.rollout.tree`), its episodes the tree's leaves,
-    whole trajectories with their tree fields; ``concurrency`` counts trees."""
+    whole trajectories with their tree fields; ``concurrency`` counts trees.
+    ``group_judge``: each group is ranked in one request once its episodes have ended,
+    before it is handed over (:mod:`envhub.rollout.groups`; a judge failure masks its
+    members with ``judge_error``)."""
     metrics = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
         from envhub.rollout.metrics import RolloutMetrics
@@ -452,4 +463,5 @@ def stream(
         else sampler,
         gates=gates,
         tree=tree,
+        group_judge=group_judge,
     )

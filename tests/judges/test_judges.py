@@ -32,7 +32,7 @@ from envhub.rewards.judge import (
     fenced,
 )
 from envhub.rewards.judge.reference import REFERENCE_SYSTEM
-from envhub.rollout import run
+from envhub.rollout import GroupScoring, run, stream
 from envhub.runtime.client_options import validate_client_options
 from envhub.trajectory import read_trajectories
 from envhub.view.conversation import judge_views
@@ -335,3 +335,28 @@ def test_over_http_a_judge_error_masks_and_a_verdict_is_recorded(
     assert second.reward == 1.0
     assert second.reward_info["judges"]["reference_judge"]["attempts"] == 1
     assert judge_server.stats.requests == 4  # a failed reward is not asked again on close
+
+
+async def test_a_stream_hands_over_groups_ranked_and_weighed(
+    judge: Callable[..., JudgeEndpointConfig], judge_server: ScriptedServer,
+    policy_server: ScriptedServer, calc_env: LocalEnvironment,
+) -> None:  # fmt: skip
+    ranker = GroupJudge(OpenAIJudgeEndpoint(judge("SCORES: 1, 0.5", "SCORES: 0, 0.5")))
+    policy = OpenAIPolicy("policy-m", [policy_server.base_url])
+    scoring = GroupScoring(ranker, weight=0.5, env_weight=2.0)
+    try:
+        async with stream(calc_env, policy, [TASK, "calc-0-00001"], group_size=2, batch_size=2,
+                          epochs=1, concurrency=4, group_judge=scoring) as rollouts:  # fmt: skip
+            groups = await rollouts.next_batch()
+    finally:
+        await policy.aclose()
+        await ranker.aclose()
+        await calc_env.aclose()
+    assert judge_server.stats.requests == 2
+    for group in groups:
+        rewards = [t.reward for t in group.trajectories]
+        judged = [t.reward_components["group_judge"] for t in group.trajectories]
+        env = [t.reward_components["correct"] for t in group.trajectories]
+        assert rewards == [2.0 * e + 0.5 * j for e, j in zip(env, judged, strict=True)]
+    assert sorted(t.reward_components["group_judge"] for g in groups
+                  for t in g.trajectories) == [0, 0.5, 0.5, 1]  # fmt: skip
