@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
+from typing import Any
 
 from envhub.errors import InvalidRequest
 from envhub.policies.base import GenerateRequest, SamplingParams
@@ -61,11 +62,13 @@ class OpenAIJudgeEndpoint:
             )
         return policy
 
-    async def complete(self, messages: list[Message]) -> JudgeReply:
-        request = GenerateRequest(messages=messages, tools=[], turn=0, task_id="judge",
-                                  sample_index=0)  # fmt: skip
+    async def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None = None
+    ) -> JudgeReply:
+        request = GenerateRequest(messages=messages, tools=tools or [], turn=0,
+                                  task_id="judge", sample_index=0)  # fmt: skip
         completion = await self._policy().generate(request)
-        return JudgeReply(text=completion.content or "", model=self.model)
+        return JudgeReply(completion.content or "", self.model, completion.tool_calls)
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()

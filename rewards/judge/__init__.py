@@ -6,6 +6,10 @@ request goes: cache, concurrency limit, retries, masking, the record in ``reward
 - :class:`GroupJudge`: the members of a GRPO group ranked in one request (RULER-style),
   through the rollout's group seam (``envhub.rollout.run(..., group_judge=)``).
 
+The reference and rubric judges can be given :class:`JudgeTool` s, bound to the episode's
+final state (its sandbox), so the judge model inspects that state instead of reading only
+the transcript.
+
 A judge is given a :class:`JudgeEndpoint`; ``envhub.policies.judge.OpenAIJudgeEndpoint``
 (any OpenAI-compatible server, from an operator's :class:`JudgeEndpointConfig`) is envhub's.
 """
@@ -17,6 +21,7 @@ from envhub.rewards.judge.base import JudgeCall as JudgeCall
 from envhub.rewards.judge.base import JudgeEndpoint as JudgeEndpoint
 from envhub.rewards.judge.base import JudgeEndpointConfig as JudgeEndpointConfig
 from envhub.rewards.judge.base import JudgeReply as JudgeReply
+from envhub.rewards.judge.base import JudgeTool as JudgeTool
 from envhub.rewards.judge.base import UnparseableVerdict as UnparseableVerdict
 from envhub.rewards.judge.base import Verdict as Verdict
 from envhub.rewards.judge.base import aclose_shared_judges as aclose_shared_judges
@@ -41,6 +46,7 @@ __all__ = [
     "JudgeEndpoint",
     "JudgeEndpointConfig",
     "JudgeReply",
+    "JudgeTool",
     "ReferenceJudge",
     "RubricJudge",
     "UnparseableVerdict",

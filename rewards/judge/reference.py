@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from envhub.rewards.judge.base import (
+    TOOLS_NOTE,
     Judge,
     JudgeEndpoint,
+    JudgeTool,
     UnparseableVerdict,
     Verdict,
     check_template,
@@ -68,14 +71,21 @@ class ReferenceJudge(Judge[float]):
         )
         self.system = system
 
-    async def judge(self, *, answer: str, reference: str, question: str = "") -> Verdict:
-        """The verdict on ``answer`` (untrusted: the policy wrote it); raises
+    async def judge(
+        self, *, answer: str, reference: str, question: str = "",
+        tools: Sequence[JudgeTool] = (),
+    ) -> Verdict:  # fmt: skip
+        """The verdict on ``answer`` (untrusted: the policy wrote it); ``tools`` let the
+        judge inspect the episode's final state (:class:`JudgeTool`). Raises
         :class:`~envhub.errors.JudgeError` when the judge gives none."""
         user = self.template.format(
             question=fenced("question", question),
             reference=fenced("reference", reference),
             answer=fenced("answer", str(answer)),
         )
-        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
-        score, call = await self.ask(messages, parse_correctness, format_hint=_FORMAT)
+        system = self.system + TOOLS_NOTE if tools else self.system
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        score, call = await self.ask(
+            messages, parse_correctness, format_hint=_FORMAT, tools=tools
+        )
         return Verdict(score, {self.name: score}, verdict_info(self.name, call, score=score))

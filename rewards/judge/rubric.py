@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from envhub.rewards.judge.base import (
+    TOOLS_NOTE,
     Judge,
     JudgeEndpoint,
+    JudgeTool,
     UnparseableVerdict,
     Verdict,
     check_template,
@@ -99,19 +101,25 @@ class RubricJudge(Judge[dict[str, float]]):
         ids = " ".join(f"`SCORE {c.id}: <0..1>`" for c in self.criteria)
         self._format = f"End your reply with one line per criterion: {ids}."
 
-    async def judge(self, *, answer: str, question: str = "", reference: str = "") -> Verdict:
-        """The verdict on ``answer`` (untrusted); raises :class:`~envhub.errors.JudgeError`
-        when the judge gives none."""
+    async def judge(
+        self, *, answer: str, question: str = "", reference: str = "",
+        tools: Sequence[JudgeTool] = (),
+    ) -> Verdict:  # fmt: skip
+        """The verdict on ``answer`` (untrusted); ``tools`` let the judge inspect the
+        episode's final state (:class:`JudgeTool`). Raises
+        :class:`~envhub.errors.JudgeError` when the judge gives none."""
         user = self.template.format(
             question=fenced("question", question),
             reference=fenced("reference", reference),
             answer=fenced("answer", str(answer)),
             criteria=self._listing,
         )
-        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+        system = self.system + TOOLS_NOTE if tools else self.system
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         ids = [c.id for c in self.criteria]
         scores, call = await self.ask(
-            messages, lambda output: parse_criteria(output, ids), format_hint=self._format
+            messages, lambda output: parse_criteria(output, ids), format_hint=self._format,
+            tools=tools,
         )
         total = sum(c.weight for c in self.criteria)
         score = sum(c.weight * scores[c.id] for c in self.criteria) / total
