@@ -15,7 +15,6 @@ its record. Then a run whose groups of 8 answer alike, the judge's cache hit rat
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import time
 from typing import Any
@@ -48,9 +47,9 @@ class BenchQA(Environment):
     def load_tasks(self) -> TaskSet:
         return TaskSet(
             Task(id=f"q{i}", prompt=[{"role": "user", "content": f"Question {i}?"}],
-                 answer="done", split="test")  # fmt: skip
+                 answer="done", split="test")
             for i in range(self.num_tasks)
-        )
+        )  # fmt: skip
 
     async def reward(self) -> Reward | float:
         answer = self.final_answer or ""
