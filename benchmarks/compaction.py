@@ -78,7 +78,7 @@ def main() -> None:
     arms: dict[str, list[int]] = {}
     compactions: dict[str, int] = {}
     with scripted_server_process("--calc-turns", str(args.turns + 1),
-                                 "--summary-reply", SUMMARY) as server:  # fmt: skip
+                                 "--reply", SUMMARY) as server:  # fmt: skip
         for name in ["none", *STRATEGIES]:
             config = (
                 None if name == "none"

@@ -18,6 +18,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     │   └── CapacityError        too many sessions                         (capacity)
     ├── SandboxError             a sandbox cannot start or run commands    (sandbox_error)
     ├── EnvironmentFailure       reset/reward/close of an environment raised  (internal)
+    ├── JudgeError               a reward's judge model failed or gave no verdict (judge_error)
     ├── PolicyError              the model endpoint failed
     │   ├── TransientPolicyError 429/5xx/timeouts: worth retrying
     │   └── ContextLengthExceeded the prompt no longer fits the model's context
@@ -51,6 +52,7 @@ __all__ = [
     "FileOperationError",
     "FleetError",
     "InvalidRequest",
+    "JudgeError",
     "NotDeterministic",
     "PackageIndexError",
     "PolicyError",
@@ -148,6 +150,16 @@ class CapacityError(SessionError):
 
 class SandboxError(EnvhubError):
     code = "sandbox_error"
+
+
+class JudgeError(EnvhubError):
+    """A judge (:mod:`envhub.rewards.judge`) could not score an episode: its model
+    endpoint failed after its retries, or none of its attempts answered a verdict in the
+    judge's format. Infrastructure, never the policy's doing: the rollout masks the episode
+    with ``stop_reason="judge_error"`` and does not run it again (the judge already
+    retried), so a broken judge never scores an answer 0."""
+
+    code = "judge_error"
 
 
 class PolicyError(EnvhubError):

@@ -314,6 +314,11 @@ class Trajectory(BaseModel):
     )
     reward: float | None = None
     reward_components: dict[str, float] = Field(default_factory=dict)
+    reward_info: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the reward's free-form details (Reward.info): a judge's prompt, "
+        "output, model and latency under `judges` (envhub.rewards.judge)",
+    )
     stop_reason: StopReason | None = None
     error: ErrorInfo | None = None
     masked: bool = False
@@ -624,7 +629,7 @@ def read_trajectories(path: str | Path) -> Iterator[Trajectory]:
 
 # Fields whose shape depends on the environment or the provider: exported as JSON text so
 # that one Arrow schema fits every environment (decode with ``json.loads``).
-_JSON_COLUMNS = ("messages", "tools", "sampling", "reward_components")
+_JSON_COLUMNS = ("messages", "tools", "sampling", "reward_components", "reward_info")
 
 
 def export_trajectories(
@@ -633,7 +638,7 @@ def export_trajectories(
     """Export a trajectory file for ``datasets.load_dataset``; returns the row count.
 
     Fixed-shape fields (turns with token ids, metrics, timings, usage, error) stay typed
-    columns; ``messages``, ``tools``, ``sampling``, ``reward_components``,
+    columns; ``messages``, ``tools``, ``sampling``, ``reward_components``, ``reward_info``,
     ``metrics.errors_by_kind``, ``metrics.retried_errors``, a turn's changed ``tools``,
     ``session_calls`` and ``compactions`` become JSON strings (a turn's ``tools`` stays
     null where they did not change, ``session_calls`` and ``compactions`` where the
@@ -709,6 +714,7 @@ def _export_features() -> Any:
             "session_calls": Value("string"),
             "reward": Value("float64"),
             "reward_components": Value("string"),
+            "reward_info": Value("string"),
             "stop_reason": Value("string"),
             "error": {"kind": Value("string"), "message": Value("string")},
             "masked": Value("bool"),

@@ -70,6 +70,7 @@ StopReason = (
         "context_length",  # the conversation outgrew the model's context: scored as it is
         "model_error",  # the model endpoint failed: masked
         "env_error",  # the environment, its sandbox or the transport failed: masked
+        "judge_error",  # the reward's judge model failed or gave no verdict: masked
     ]
     # the environment ended the episode from its own state: "env:goal_reached"
     | Annotated[str, StringConstraints(pattern=rf"^{ENV_STOP_PREFIX}{_ENV_REASON.pattern}$")]

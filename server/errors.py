@@ -53,6 +53,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "payload_too_large": 413,
     "capacity": 429,
     "internal": 500,
+    "judge_error": 500,  # the environment's judge failed: not a proxy's 502, never retried
     "policy_error": 502,
     "policy_transient": 502,
     "sandbox_error": 503,

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from envhub.policies.openai_compat import TokenIdMode
     from envhub.policies.transport import TransportOptions
     from envhub.protocol import EnvironmentClient
+    from envhub.rewards.judge import GroupJudge
     from envhub.rollout.compaction import CompactionConfig
     from envhub.rollout.episode import TurnLoop
     from envhub.rollout.run import RolloutResult
@@ -69,6 +70,27 @@ NO_MODEL_HINT = (
     "--model smollm2-135m, point --base-url at any OpenAI-compatible server (vLLM, SGLang), "
     "or replay gold actions with --policy reference."
 )
+
+
+def _group_judge(spec: str) -> GroupJudge:
+    """``--group-judge``'s judge, from its endpoint config as JSON (the operator's)."""
+    from pydantic import ValidationError
+
+    from envhub.policies.judge import OpenAIJudgeEndpoint
+    from envhub.rewards.judge import GroupJudge, JudgeEndpointConfig
+
+    try:
+        config = JudgeEndpointConfig.model_validate_json(spec)
+    except ValidationError as exc:
+        reason = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        hint = '{"base_urls": [URL], "model": NAME}'
+        raise _fail(f"--group-judge takes {hint}: {reason}") from None
+    try:
+        return GroupJudge(OpenAIJudgeEndpoint(config))
+    except EnvhubError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -233,6 +255,11 @@ def rollout_command(
     summary_api_key: Annotated[
         str | None, typer.Option(envvar="ENVHUB_SUMMARY_API_KEY", show_envvar=True,
                                  help="with --summary-base-url: its bearer key")
+    ] = None,
+    group_judge: Annotated[
+        str | None, typer.Option(help="rank each group in one request with an LLM judge "
+                                 "(RULER-style; its scores replace the rewards): its endpoint "
+                                 'as JSON, {"base_urls": [URL], "model": NAME}')
     ] = None,
     concurrency: Annotated[
         int, typer.Option(help="episodes in flight (with --tree: trees in flight)")
@@ -441,6 +468,7 @@ def rollout_command(
             "operator's (envhub serve --sandbox): drop --sandbox"
         )
     env_opts = env_options([env], env_arg, sandbox)[0]
+    ranker = None if group_judge is None else _group_judge(group_judge)
     if policy in ("openai", "tito") and not base_url:
         raise _fail(NO_MODEL_HINT)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
@@ -496,11 +524,13 @@ def rollout_command(
                     sampler=sampler, sampler_seed=sampler_seed, groups=groups,
                     gates=[UniformRewardGate()] if drop_uniform_groups else [],
                     tree=tree_config, gold_restart_after=gold_restart_after,
-                    gold_prefix=prefix, compaction=compaction,
+                    gold_prefix=prefix, compaction=compaction, group_judge=ranker,
                 )  # fmt: skip
-            finally:  # the operator's summary endpoint, if any
+            finally:  # the summary endpoint's and the judge's connections belong to this loop
                 if compaction is not None and compaction.summarizer is not None:
                     await compaction.summarizer.aclose()
+                if ranker is not None:
+                    await ranker.aclose()
 
         with _warnings_on_stderr():
             result, received = run_async(_rollout(

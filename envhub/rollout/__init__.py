@@ -16,6 +16,8 @@
 - :class:`TreeConfig` (with a :class:`BranchRule` from :func:`make_branch_rule`) makes
   :func:`run` and :func:`stream` roll out trees: episodes forked at branch points, the
   tree a group (:mod:`envhub.rollout.tree`).
+- :class:`GroupScoring` ranks each finished group with a group-relative LLM judge
+  (``group_judge=`` of :func:`run` and :func:`stream`; :mod:`envhub.rollout.groups`).
 - :func:`check_tasks` is ``envhub check``: reference scores 1, no-op scores 0.
 - :mod:`envhub.rollout.pins`: ``run(..., pin="==0.2.0")`` and the ``--resume`` checks
   (:class:`PinWarning` for what a resume allows but cannot vouch for).
@@ -37,6 +39,7 @@ from envhub.rollout.episode import EpisodeSpec as EpisodeSpec
 from envhub.rollout.episode import ModelFailure as ModelFailure
 from envhub.rollout.episode import PolicyLoop as PolicyLoop
 from envhub.rollout.episode import TurnLoop as TurnLoop
+from envhub.rollout.groups import GroupScoring as GroupScoring
 from envhub.rollout.pins import PinWarning as PinWarning
 from envhub.rollout.run import RolloutResult as RolloutResult
 from envhub.rollout.run import run as run
@@ -70,6 +73,7 @@ __all__ = [
     "EpisodeSpec",
     "Gate",
     "Group",
+    "GroupScoring",
     "ModelFailure",
     "PinWarning",
     "PolicyLoop",

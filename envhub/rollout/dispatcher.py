@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from envhub.errors import InvalidRequest
+from envhub.rewards.judge import GroupRanker
 from envhub.rollout.breaker import CircuitBreaker
 from envhub.rollout.curriculum import DrawnPlan, sampler_path
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.rollout.gold import GoldPrefixRunner
+from envhub.rollout.groups import GroupScoredRunner, GroupScoring
 from envhub.rollout.pins import check_resume
 from envhub.rollout.summary import RunSummary, summarize
 from envhub.rollout.tree import TreeRunner
@@ -198,6 +200,7 @@ async def run_rollout(
     on_plan: Callable[[int, int], None] | None = None,
     plan: DrawnPlan | None = None,
     trees: TreeRunner | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> RunSummary:
     """Roll out ``group_size`` samples of each task and summarize them (with ``trees``,
     a tree runner over ``runner``: one tree per task, the group of its episodes, each
@@ -225,6 +228,7 @@ async def run_rollout(
             runner, task_ids, set(), kept.extend, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
             on_result=on_result, on_plan=on_plan, plan=plan, trees=trees,
+            group_judge=group_judge,
         )  # fmt: skip
         kept_pairs = {(t.task_id, t.sample_index) for t in kept}
         summary = summarize(
@@ -255,6 +259,7 @@ async def run_rollout(
             runner, task_ids, skip, writer.write_tree, group_size=group_size,
             concurrency=concurrency, deadline=deadline, breaker=breaker, stop=stop,
             on_result=on_result, on_plan=on_plan, plan=plan, trees=trees,
+            group_judge=group_judge,
         )  # fmt: skip
     compact_trajectories(output)  # from here on, one record per pair: the latest
     wanted = set(task_ids) if plan is None else set(plan.rounds)
@@ -291,6 +296,7 @@ async def _run_planned(
     on_plan: Callable[[int, int], None] | None,
     plan: DrawnPlan | None = None,
     trees: TreeRunner | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> tuple[int, float]:
     """Dispatch the episodes not in ``skip`` (with a ``plan``: the ones it draws, in
     rounds while dropped groups leave room for more; with ``trees``: a tree per spec),
@@ -323,6 +329,13 @@ async def _run_planned(
 
     gold = None if plan is None or plan.restarts is None else GoldPrefixRunner(runner)
     runs: Runs[Trajectory | Sequence[Trajectory]] = trees or gold or runner
+    if group_judge is not None:
+        if plan is not None or trees is not None:
+            raise InvalidRequest(
+                "a group judge ranks the groups of a plain run: drop --tree and the "
+                "curriculum options"
+            )
+        runs = GroupScoredRunner(runner, GroupScoring.of(group_judge), specs)
     started = time.perf_counter()
     try:
         while True:

@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from envhub.errors import ContextLengthExceeded, EnvhubError, PolicyError
+from envhub.errors import ContextLengthExceeded, EnvhubError, JudgeError, PolicyError
 from envhub.policies.base import (
     Completion,
     GenerateRequest,
@@ -316,12 +316,15 @@ class EpisodeRunner:
     ) -> Trajectory | None:
         """The masked trajectory of a failed attempt, or ``None`` when it is retried
         (an environment failure while attempts remain: its kind is counted in
-        ``record.retried_errors``). A model failure is never retried."""
+        ``record.retried_errors``). A model failure is never retried, nor a judge's
+        (:class:`~envhub.errors.JudgeError`: masked ``judge_error``)."""
         if isinstance(exc, ModelFailure):
             cause = exc.__cause__
             kind = cause.code if isinstance(cause, EnvhubError) else "internal"
             return self._masked(spec, record, attempt, started, "model_error", kind, str(exc))
         kind = exc.code if isinstance(exc, EnvhubError) else type(exc).__name__
+        if isinstance(exc, JudgeError):  # the judge retried already: no second episode
+            return self._masked(spec, record, attempt, started, "judge_error", kind, str(exc))
         if final:
             message = f"{type(exc).__name__}: {exc}"
             return self._masked(spec, record, attempt, started, "env_error", kind, message)
@@ -391,6 +394,7 @@ class EpisodeRunner:
             started,
             reward=closed.reward,
             reward_components=closed.components,
+            reward_info=closed.info,
             stop_reason=stop_override or closed.stop_reason,
             metrics=TrajectoryMetrics(
                 turns=closed.metrics.turns,

@@ -31,11 +31,13 @@ from envhub._util.gc_tuning import DEFAULT_GC_THRESHOLD, gc_tuned_for_throughput
 from envhub.errors import InvalidRequest, RolloutFailed
 from envhub.policies.base import Policy
 from envhub.protocol import EnvironmentClient
+from envhub.rewards.judge import GroupRanker
 from envhub.rollout.breaker import DEFAULT_BREAKER_THRESHOLD, CircuitBreaker
 from envhub.rollout.compaction import CompactionConfig, check_combination
 from envhub.rollout.curriculum import DrawnPlan
 from envhub.rollout.dispatcher import run_rollout
 from envhub.rollout.episode import EpisodeRunner, TurnLoop
+from envhub.rollout.groups import GroupScoring
 from envhub.rollout.pins import check_pin
 from envhub.rollout.sampling import Gate, GoldRestarts, Sampler, make_sampler
 from envhub.rollout.summary import RunSummary
@@ -97,6 +99,7 @@ async def run(
     gold_restart_after: int | None = None,
     gold_prefix: int | Literal["half"] = "half",
     compaction: CompactionConfig | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> RolloutResult:
     """Roll out ``group_size`` samples of each selected task with ``concurrency`` episodes
     in flight.
@@ -159,6 +162,12 @@ async def run(
     each compaction starts a new segment of the trajectory, trained as its own row. It
     takes the policy loop, and is not combined with ``tree`` or gold restarts in this
     release (an :class:`~envhub.errors.InvalidRequest` before any episode runs).
+
+    ``group_judge``: a group-relative judge (:class:`~envhub.rewards.judge.GroupJudge`)
+    ranks each group's members in one request once they have all ended; its scores
+    replace their rewards (a :class:`~envhub.rollout.groups.GroupScoring` weighs them
+    with the environment's), and a judge failure masks the group's scored members with
+    ``judge_error`` (:mod:`envhub.rollout.groups`). Not with a curriculum or ``tree``.
     """
     if max_masked_fraction is not None and not 0.0 <= max_masked_fraction <= 1.0:
         raise InvalidRequest(f"max_masked_fraction must be in [0, 1], not {max_masked_fraction}")
@@ -242,6 +251,7 @@ async def run(
             on_plan=planned,
             plan=plan,
             trees=None if tree is None else TreeRunner(runner, tree),
+            group_judge=group_judge,
         )
     result = RolloutResult(summary, kept, None if output is None else Path(output))
     failure = _failure(summary, max_masked_fraction)

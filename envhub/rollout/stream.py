@@ -61,9 +61,11 @@ from envhub.policies.base import Policy
 from envhub.policies.gate import GateAware, GenerationDropped, GenerationGate
 from envhub.policies.weight_sync import NoopSync, WeightSync
 from envhub.protocol import EnvironmentClient
+from envhub.rewards.judge import GroupRanker
 from envhub.rollout.compaction import CompactionConfig, check_combination
 from envhub.rollout.dispatcher import group_id
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
+from envhub.rollout.groups import GroupScoring
 from envhub.rollout.sampling import Gate, Sampler, UniformSampler, make_sampler
 from envhub.rollout.tree import TreeConfig, TreeRunner
 from envhub.rollout.weights import UpdatePolicy, WeightUpdate, apply_update
@@ -106,6 +108,7 @@ class RolloutStream:
         sampler: Sampler | None = None,
         gates: Sequence[Gate] = (),
         tree: TreeConfig | None = None,
+        group_judge: GroupRanker | GroupScoring | None = None,
     ) -> None:
         if not task_ids:
             raise InvalidRequest("stream needs at least one task")
@@ -117,6 +120,7 @@ class RolloutStream:
             raise InvalidRequest("dropping groups whose rewards agree needs a group size >= 2")
         self.runner = runner
         self.trees = None if tree is None else TreeRunner(runner, tree)
+        self.group_scoring = None if group_judge is None else GroupScoring.of(group_judge)
         runner.policy_version = lambda: self.policy_version
         self.group_size = group_size
         self.batch_size = batch_size
@@ -348,7 +352,10 @@ class RolloutStream:
                         self.episodes_dropped += 1
 
         runs = await asyncio.gather(*(one(i) for i in range(self.group_size)))
-        group = Group(gid, task_id, round_index, start_version, [t for r in runs for t in r])
+        members = [t for r in runs for t in r]
+        if self.group_scoring is not None:  # ranked whole, before the sampler and gates
+            members = await self.group_scoring.scored(members)
+        group = Group(gid, task_id, round_index, start_version, members)
         rewards = [t.reward for t in group.scored if t.reward is not None]
         self.sampler.observe(task_id, rewards)
         if all(gate.admit(task_id, rewards) for gate in self.gates):
@@ -406,6 +413,7 @@ def stream(
     metrics_port: int | None = None,
     tree: TreeConfig | None = None,
     compaction: CompactionConfig | None = None,
+    group_judge: GroupRanker | GroupScoring | None = None,
 ) -> RolloutStream:
     """Groups of ``group_size`` episodes per task, cycling over ``task_ids`` (``epochs``
     times, or forever), delivered in completion order. Use as ``async with``.
@@ -424,7 +432,10 @@ def stream(
     one tree of the task (:mod:`envhub.rollout.tree`), its episodes the tree's leaves,
     whole trajectories with their tree fields; ``concurrency`` counts trees.
     ``compaction``: compact long episodes' contexts, as in :func:`envhub.rollout.run`
-    (the summaries go through the stream's weight gate; not combined with ``tree``)."""
+    (the summaries go through the stream's weight gate; not combined with ``tree``).
+    ``group_judge``: each group is ranked in one request once its episodes have ended,
+    before it is handed over (:mod:`envhub.rollout.groups`; a judge failure masks its
+    members with ``judge_error``)."""
     check_combination(compaction, tree=tree is not None, gold_restarts=False, turn_loop=False)
     metrics = None
     if metrics_port is not None:  # imported here: prometheus_client only when asked for
@@ -458,4 +469,5 @@ def stream(
         else sampler,
         gates=gates,
         tree=tree,
+        group_judge=group_judge,
     )

@@ -148,6 +148,7 @@ class Session(ClosingOnExit):
         self._deadline = self.created_at + budgets.episode_timeout_s
         self._start: SessionStart | None = None
         self._reward: Reward | None = None
+        self._reward_failure: EnvhubError | None = None
         self._close_result: CloseResult | None = None
         self._replies: OrderedDict[str, StepResult] = OrderedDict()
         self._lock = asyncio.Lock()
@@ -539,15 +540,24 @@ class Session(ClosingOnExit):
         return number
 
     async def _compute_reward(self) -> Reward:
+        """The episode's reward, computed once; a reward that failed fails again the same
+        way without running again (a close after the failing step would ask its judge,
+        or run its tests, a second time)."""
+        if self._reward_failure is not None:
+            raise self._reward_failure
         if self._reward is None:
             try:
                 if inspect.iscoroutinefunction(self.env.reward):
                     value = await self.env.reward()
                 else:  # sync rewards may run tests or queries: keep them off the event loop
                     value = await asyncio.to_thread(self.env.reward)
-            except EnvhubError:
+            except EnvhubError as exc:
+                self._reward_failure = exc
                 raise
             except Exception as exc:
-                raise EnvironmentFailure(f"reward failed: {type(exc).__name__}: {exc}") from exc
+                self._reward_failure = EnvironmentFailure(
+                    f"reward failed: {type(exc).__name__}: {exc}"
+                )
+                raise self._reward_failure from exc
             self._reward = value if isinstance(value, Reward) else Reward(value=float(value))
         return self._reward

@@ -43,8 +43,8 @@ from envhub.view.record import (
 from envhub.view.token_text import Decoder, TokenCell, token_cells
 
 __all__ = [
-    "MAX_DEPTH", "ChatEntry", "CompactionView", "Conversation", "ToolCallView", "TurnTokens",
-    "conversation", "laid_out", "pretty", "shown",
+    "MAX_DEPTH", "ChatEntry", "CompactionView", "Conversation", "JudgeView", "ToolCallView",
+    "TurnTokens", "conversation", "laid_out", "pretty", "shown",
 ]  # fmt: skip
 
 MAX_DEPTH: Final = 32  # levels of nested JSON shown; deeper ones are cut
@@ -105,6 +105,17 @@ class CompactionView:
 
 
 @dataclass(frozen=True)
+class JudgeView:
+    """One judge's call of ``reward_info["judges"]`` (:mod:`envhub.rewards.judge`), as
+    text: the line is written as a hostile record may hold anything there."""
+
+    name: str
+    summary: str
+    prompt: list[tuple[str, str]]  # (role, text)
+    output: str
+
+
+@dataclass(frozen=True)
 class Conversation:
     record: dict[str, Any]
     fields: ViewedRecord
@@ -112,6 +123,33 @@ class Conversation:
     entries: list[ChatEntry]
     tokens: list[TurnTokens]
     compactions: list[CompactionView] = field(default_factory=list)
+    judges: list[JudgeView] = field(default_factory=list)
+
+
+def judge_views(reward_info: Any) -> list[JudgeView]:
+    """The judges' calls of a record's ``reward_info``, whatever its shape (nothing for
+    a record without them)."""
+    judges = reward_info.get("judges") if isinstance(reward_info, dict) else None
+    if not isinstance(judges, dict):
+        return []
+    views = []
+    for name, call in judges.items():
+        call = call if isinstance(call, dict) else {"output": call}
+        summary = " · ".join(
+            f"{key} {shown(call[key])}"
+            for key in ("kind", "model", "score", "latency_s", "attempts", "cached", "index")
+            if key in call
+        )
+        prompt = call.get("prompt")
+        messages = prompt if isinstance(prompt, list) else [] if prompt is None else [prompt]
+        views.append(JudgeView(
+            name=str(name),
+            summary=summary,
+            prompt=[(shown(m.get("role", "")), _text(m.get("content"))) if isinstance(m, dict)
+                    else ("", shown(m)) for m in messages],
+            output=_text(call.get("output")),
+        ))  # fmt: skip
+    return views
 
 
 def laid_out(value: Any, depth: int = 0) -> Any:
@@ -221,7 +259,8 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
         for k, c in enumerate(fields.compactions or [])
     ]  # fmt: skip
     return Conversation(record, fields, _validated(record), entries,
-                        [t for t in tokens if t.cells], compactions)  # fmt: skip
+                        [t for t in tokens if t.cells], compactions,
+                        judge_views(record.get("reward_info")))  # fmt: skip
 
 
 def _entries(messages: list[ViewedMessage], turns: list[Turn]) -> list[ChatEntry]:

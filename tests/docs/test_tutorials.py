@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+from collections import deque
 from contextlib import suppress
 from pathlib import Path
 
@@ -160,6 +161,26 @@ def test_rollout(tmp_path: Path) -> None:
         assert_well_formed(trajectory, MODEL_NAME, max_turns=2)
 
 
+def test_judges(tmp_path: Path) -> None:
+    """The stand-ins: a scripted policy on $VLLM_PORT and a scripted judge on $LLM_PORT
+    whose one reply holds a verdict line and a group's SCORES line."""
+    env = tutorial_env(tmp_path)
+    verdicts = "They agree.\nVERDICT: CORRECT\nSCORES: 0.25, 1, 0.5, 0"
+    with (
+        ScriptedServer(ScriptConfig(turns=[{"content": "Paris"}]), port=int(env["VLLM_PORT"])),
+        ScriptedServer(ScriptConfig(turns=[{"content": verdicts}]), port=int(env["LLM_PORT"]))
+        as judge,
+    ):
+        outputs = run_tutorial(TUTORIALS / "judges.md", tmp_path, env)
+    # 2 tasks x 2 samples answering alike: 2 reference requests; then 2 groups: 2 more
+    assert judge.stats.requests == 4 and judge.stats.models["judge"] == 4
+    read, ranked = outputs[1], outputs[3]
+    assert read.count(" 1.0 judge ") == 4 and read.count("True") == 2  # one cached per task
+    assert "<h3>Judges</h3>" in (tmp_path / "report.html").read_text()
+    rewards = [float(line.split()[2]) for line in ranked.splitlines() if line.startswith("calc")]
+    assert sorted(rewards) == sorted([0.25, 1, 0.5, 0] * 2)
+
+
 def test_view(tmp_path: Path) -> None:
     outputs = run_tutorial(TUTORIALS / "view.md", tmp_path, tutorial_env(tmp_path))
     summary, failed = outputs[1].rsplit("}", 1)
@@ -191,7 +212,7 @@ def test_compaction(tmp_path: Path) -> None:
     for the requests that offer no tools: the summary calls)."""
     env = tutorial_env(tmp_path)
     config = ScriptConfig(turns=calc_script(25), token_ids=True,
-                          summary_reply="Computed 1 * 7 to 6 * 7 so far.")  # fmt: skip
+                          replies=deque(["Computed 1 * 7 to 6 * 7 so far."]))  # fmt: skip
     with ScriptedServer(config, port=int(env["VLLM_PORT"])) as vllm:
         _, segments, rows, api = run_tutorial(TUTORIALS / "compaction.md", tmp_path, env)
     assert vllm.stats.models["summarizer"] > 0  # the separate summarizer was called

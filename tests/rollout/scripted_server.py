@@ -7,8 +7,9 @@ faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang
 ``"malformed"`` (a tool call whose arguments are not JSON). It counts requests and those
 in flight (``GET /stats``, which the saturation benchmark samples), counts requests per
 session id header (``X-Session-ID``), and with ``record_bodies`` keeps each request body
-(what the policy sent: messages, tools). A request that offers no tools (a context
-compaction's summary call) is answered ``summary_reply`` where one is set. With a
+(what the policy sent: messages, tools). A request that offers no tools (a judge's, a
+context compaction's summary call, a one-message episode's) is answered from ``replies``
+where there are some: the next one, the last kept for the rest. With a
 :class:`PrefixCache` it models a server's automatic prefix cache: prompt tokens it has
 not cached add latency (``us_per_token`` each) and are counted as recomputed (the
 prefix-affinity benchmark and sticky-routing tests compare routings by them).
@@ -69,7 +70,8 @@ class ScriptConfig:
     distinct_samples: bool = False  # a random note in each reply, as sampling would differ
     session_header: str = "x-session-id"
     seed: int = 0
-    summary_reply: str | None = None  # the answer to a request offering no tools
+    # contents answering the requests that offer no tools, in order (the last one repeats)
+    replies: deque[str] = field(default_factory=deque)
 
 
 @dataclass
@@ -238,8 +240,9 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
         if delay:
             await asyncio.sleep(delay)
         step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
-        if config.summary_reply is not None and not body.get("tools"):
-            step = {"content": config.summary_reply}
+        if config.replies and not body.get("tools"):  # a judge's, a summarizer's answer
+            reply = config.replies.popleft() if len(config.replies) > 1 else config.replies[0]
+            step = {"content": reply}
         calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
         content = step.get("content")
         if config.distinct_samples:
@@ -321,7 +324,12 @@ def main() -> None:
     parser.add_argument("--token-ids", action="store_true")
     parser.add_argument("--calc-turns", type=int, help="calc_script(N) (default: CALC_SCRIPT)")
     parser.add_argument("--distinct-samples", action="store_true")
-    parser.add_argument("--summary-reply", help="the answer to a request offering no tools")
+    parser.add_argument(
+        "--reply",
+        action="append",
+        default=[],
+        help="answer requests that offer no tools with this (repeat: in order, the last kept)",
+    )
     parser.add_argument(
         "--prefix-cache-us-per-token",
         type=float,
@@ -336,7 +344,7 @@ def main() -> None:
         token_ids=args.token_ids,
         turns=list(CALC_SCRIPT) if args.calc_turns is None else calc_script(args.calc_turns),
         distinct_samples=args.distinct_samples,
-        summary_reply=args.summary_reply,
+        replies=deque(args.reply),
         prefix_cache=None
         if args.prefix_cache_us_per_token is None
         else PrefixCache(us_per_token=args.prefix_cache_us_per_token),

@@ -14,6 +14,7 @@ import itertools
 import json
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ SUMMARY = "I multiplied 1..8 by 7 with the calculate tool."
 def _server(**options: Any) -> ScriptedServer:
     options.setdefault("turns", calc_script(TURNS + 1))
     config = ScriptConfig(token_ids=True, record_bodies=True,
-                          summary_reply=SUMMARY, **options)  # fmt: skip
+                          replies=deque([SUMMARY]), **options)  # fmt: skip
     return ScriptedServer(config).start()
 
 
@@ -249,7 +250,7 @@ async def test_token_threshold_and_the_other_strategies(
 async def test_a_separate_summarizer_and_its_failures(env: envhub.LocalEnvironment) -> None:
     model, summarizer = _server(), _server()
     empty = _server()
-    empty.config.summary_reply = "   "
+    empty.config.replies = deque(["   "])
     try:
         config = CompactionConfig.of("turns:10", "summarize",
                                      summarizer=openai_policy(summarizer.base_url))  # fmt: skip

@@ -6,6 +6,7 @@ segment. Read over HTTP from the real viewer app under uvicorn."""
 from __future__ import annotations
 
 import html
+from collections import deque
 from pathlib import Path
 
 import httpx
@@ -30,7 +31,7 @@ SUMMARY = "So far: 1 * 7 and 2 * 7 <computed>."
 
 def test_the_episode_page_marks_each_compaction(tmp_path: Path) -> None:
     output = tmp_path / "compacted.jsonl"
-    config = ScriptConfig(turns=calc_script(13), token_ids=True, summary_reply=SUMMARY)
+    config = ScriptConfig(turns=calc_script(13), token_ids=True, replies=deque([SUMMARY]))
     with ScriptedServer(config) as server:
         policy = openai_policy(server.base_url)
         run_sync(envhub.make("calc", num_tasks=2, max_turns=12), policy, "0:1", max_turns=12,
