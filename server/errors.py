@@ -56,6 +56,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "policy_error": 502,
     "policy_transient": 502,
     "sandbox_error": 503,
+    "user_simulator_error": 502,
     "timeout": 504,
 }
 
