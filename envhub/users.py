@@ -115,7 +115,7 @@ class UserProfile(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            raise InvalidRequest(f"task {task.id!r}: bad user profile: {exc}") from None
+            raise InvalidRequest(f"task {task.id!r}: bad user profile: {_one_line(exc)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +163,23 @@ class UserEndpoint(BaseModel):
     max_attempts: int = Field(3, ge=1, le=20)
     request_timeout_s: float = Field(60.0, gt=0.0, le=3600.0)
 
+    def opener(self) -> Callable[[], UserModel]:
+        """A function that opens this endpoint's model (each call a new one, the caller's
+        to close). The kind's factory is looked up now, so an environment that takes the
+        endpoint as an option refuses an unknown kind when it is built, before any
+        episode: :class:`InvalidRequest` naming the installed kinds."""
+        factory = load_plugin(USER_MODELS, self.kind)
+        if self.kind != "scripted" and not self.model:
+            raise InvalidRequest(f"the {self.kind!r} user endpoint needs a model name")
+
+        def open_model() -> UserModel:
+            model = factory(self)
+            if not isinstance(model, UserModel):
+                raise InvalidRequest(f"user model {self.kind!r} built {model!r}, not a UserModel")
+            return model
+
+        return open_model
+
     @classmethod
     def parse(cls, value: UserEndpoint | Mapping[str, Any] | str) -> UserEndpoint:
         """An endpoint from an option's value: an endpoint, a mapping, a JSON object
@@ -170,13 +187,15 @@ class UserEndpoint(BaseModel):
         :class:`InvalidRequest` names what is wrong."""
         if isinstance(value, UserEndpoint):
             return value
-        if isinstance(value, str):
-            text = value.strip()
-            value = json.loads(text) if text.startswith("{") else {"kind": text}
         try:
+            if isinstance(value, str):
+                text = value.strip()
+                value = json.loads(text) if text.startswith("{") else {"kind": text}
             return cls.model_validate(value)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(f"bad user endpoint: not a JSON object: {exc}") from None
         except ValidationError as exc:
-            raise InvalidRequest(f"bad user endpoint: {exc}") from None
+            raise InvalidRequest(f"bad user endpoint: {_one_line(exc)}") from None
 
 
 UserModelFactory = Callable[[UserEndpoint], UserModel]
@@ -193,10 +212,7 @@ def user_model_names() -> list[str]:
 
 def open_user_model(endpoint: UserEndpoint) -> UserModel:
     """The user model ``endpoint`` names, built by its factory; the caller closes it."""
-    model = load_plugin(USER_MODELS, endpoint.kind)(endpoint)
-    if not isinstance(model, UserModel):
-        raise InvalidRequest(f"user model {endpoint.kind!r} built {model!r}, not a UserModel")
-    return model
+    return endpoint.opener()()
 
 
 class LLMUser:
@@ -292,8 +308,12 @@ class LLMUser:
 
     def state(self) -> dict[str, Any]:
         """The conversation as plain data, for an environment's snapshot."""
-        return {"history": [dict(m) for m in self.history], "turns": self.turns,
-                "stop_reason": self.stop_reason, "calls": [dict(c) for c in self.calls]}  # fmt: skip
+        return {
+            "history": [dict(m) for m in self.history],
+            "turns": self.turns,
+            "stop_reason": self.stop_reason,
+            "calls": [dict(c) for c in self.calls],
+        }
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Take up the conversation :meth:`state` returned (copied)."""
@@ -305,6 +325,11 @@ class LLMUser:
     async def aclose(self) -> None:
         if self.owns_model:
             await self.model.aclose()
+
+
+def _one_line(exc: ValidationError) -> str:
+    """Pydantic's errors as one line (a CLI error is one line): ``where: what; ...``."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in exc.errors())
 
 
 def _clean(text: object) -> str:

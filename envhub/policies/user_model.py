@@ -58,7 +58,9 @@ def openai_user_model(endpoint: UserEndpoint) -> PolicyUserModel:
     if endpoint.api_key_env:
         api_key = os.environ.get(endpoint.api_key_env)
         if not api_key:
-            raise InvalidRequest(f"the user endpoint's key variable {endpoint.api_key_env} is unset")
+            raise InvalidRequest(
+                f"the user endpoint's key variable {endpoint.api_key_env} is unset"
+            )
     policy = OpenAIPolicy(
         endpoint.model,
         list(endpoint.base_urls),

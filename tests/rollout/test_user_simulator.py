@@ -30,8 +30,11 @@ from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 pytest.importorskip("envhub_web")
 
 TASK = "support-0-00004"  # a test-split task
-NO_BREAKER: dict[str, Any] = {"max_env_attempts": 1, "max_masked_fraction": None,
-                              "max_consecutive_masked": None}  # one masked episode is the point
+NO_BREAKER: dict[str, Any] = {
+    "max_env_attempts": 1,
+    "max_masked_fraction": None,
+    "max_consecutive_masked": None,
+}  # one masked episode is the point
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,8 @@ def test_check_through_the_cli_with_a_scripted_server_as_the_customer(
     assert server.stats.requests == 4
     for body in server.stats.bodies:
         system, opening, *rest = body["messages"]
-        assert system["role"] == "system" and all(f.fact in system["content"] for f in profile.hidden)
+        assert system["role"] == "system"
+        assert all(fact.fact in system["content"] for fact in profile.hidden)
         assert opening == {"role": "assistant", "content": profile.opening}
         assert [m["role"] for m in rest] in (["user"], ["user", "assistant", "user"])
     gold_question = envhub.make("support").tasks.get(TASK).gold_actions[0].arguments["content"]

@@ -28,7 +28,7 @@ from pydantic import Field
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, UserTurn, tool
 from envhub.types import Message
-from envhub.users import LLMUser, UserEndpoint, UserModel, UserProfile, open_user_model
+from envhub.users import LLMUser, UserEndpoint, UserModel, UserProfile
 from envhub_web.catalog import Catalog, Product, load_catalog
 from envhub_web.shop_tasks import goal_of, shop_split_counts
 from envhub_web.support_tasks import generate_support_tasks
@@ -51,7 +51,7 @@ def _taskset(seed: int, size: int, count: int) -> TaskSet:
 
 
 def _describe(product: Product) -> str:
-    options = "\n".join(f"  {name}: {', '.join(values)}" for name, values in product.options.items())
+    options = "\n".join(f"  {name}: {', '.join(vs)}" for name, vs in product.options.items())
     return (
         f"{product.asin}: {product.title}\ncategory: {product.category}\n"
         f"type: {product.product_type}\nfeatures: {', '.join(product.attributes)}\n"
@@ -82,8 +82,11 @@ class SupportEnv(Environment):
         catalog_size: int = 3000,
         num_tasks: int = 500,
     ) -> None:
-        self._shared_user = user if isinstance(user, UserModel) else None
-        self.endpoint = None if self._shared_user else UserEndpoint.parse(user)  # type: ignore[arg-type]
+        if isinstance(user, UserModel):
+            self._shared_user: UserModel | None = user
+        else:  # an unknown kind or a malformed endpoint is refused here, before any episode
+            self._shared_user = None
+            self._open_model = UserEndpoint.parse(user).opener()
         self.catalog_seed, self.catalog_size = int(catalog_seed), int(catalog_size)
         self.num_tasks = int(num_tasks)
         self.user: LLMUser | None = None
@@ -104,8 +107,7 @@ class SupportEnv(Environment):
         if self._shared_user is not None:
             model, owned = self._shared_user, False
         else:
-            assert self.endpoint is not None
-            model, owned = open_user_model(self.endpoint), True
+            model, owned = self._open_model(), True
         return LLMUser(UserProfile.of_task(task), model, task_id=task.id, owns_model=owned)
 
     async def reset(self, task: Task) -> list[Message]:

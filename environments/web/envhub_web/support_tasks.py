@@ -53,12 +53,16 @@ def _profile(index: int, goal: dict[str, object]) -> UserProfile:
             keywords=_FEATURE_CUES,
         ),
         *(
-            HiddenFact(topic=option, fact=f"For the {option}, I want {value}.",
-                       keywords=(option, *_OPTION_CUES))  # fmt: skip
+            HiddenFact(
+                topic=option,
+                fact=f"For the {option}, I want {value}.",
+                keywords=(option, *_OPTION_CUES),
+            )
             for option, value in options.items()
         ),
-        HiddenFact(topic="budget", fact=f"My budget is {cap:.2f} dollars at most.",
-                   keywords=_BUDGET_CUES),  # fmt: skip
+        HiddenFact(
+            topic="budget", fact=f"My budget is {cap:.2f} dollars at most.", keywords=_BUDGET_CUES
+        ),
     ]
     return UserProfile(
         persona=PERSONAS[index % len(PERSONAS)],
@@ -74,15 +78,17 @@ def _gold(goal: dict[str, object], title: str) -> list[GoldCall]:
     options = dict(goal["options"])  # type: ignore[call-overload]
     asked = ", ".join(options) or "options"
     ordered = ", ".join(f"{k} {v}" for k, v in options.items())
-    return [
-        GoldCall(name="", arguments={"content": (
-            f"Happy to help you find a {name}. Which features do you need, which {asked} "
-            "do you want, and what is your budget?")}),  # fmt: skip
+    question = (
+        f"Happy to help you find a {name}. Which features do you need, which {asked} "
+        "do you want, and what is your budget?"
+    )
+    done = f"Done: I ordered the {title} ({goal['asin']}) for you, {ordered}."
+    return [  # a GoldCall without a name is a message to the customer
+        GoldCall(name="", arguments={"content": question}),
         GoldCall(name="search_catalog", arguments={"query": goal["search_query"]}),
         GoldCall(name="inspect_product", arguments={"asin": goal["asin"]}),
         GoldCall(name="place_order", arguments={"asin": goal["asin"], "options": options}),
-        GoldCall(name="", arguments={"content": (
-            f"Done: I ordered the {title} ({goal['asin']}) for you, {ordered}.")}),  # fmt: skip
+        GoldCall(name="", arguments={"content": done}),
     ]
 
 
