@@ -65,7 +65,9 @@ class SupportEnv(Environment):
     Options: ``user`` (who plays the customer: a :class:`~envhub.users.UserEndpoint`, its
     JSON or a kind such as ``"scripted"``; in Python also a ready
     :class:`~envhub.users.UserModel`, shared by the episodes and closed by its owner),
-    ``catalog_seed``/``catalog_size`` (MiniShop's seeded catalog), ``num_tasks``.
+    ``user_writes_opening`` (the customer's model writes its first message, as
+    tau-bench's user does, instead of the task's fixed one), ``catalog_seed``/
+    ``catalog_size`` (MiniShop's seeded catalog), ``num_tasks``.
     """
 
     name = "support"
@@ -78,6 +80,7 @@ class SupportEnv(Environment):
     def __init__(
         self,
         user: UserEndpoint | Mapping[str, Any] | str | UserModel = "scripted",
+        user_writes_opening: bool = False,
         catalog_seed: int = 0,
         catalog_size: int = 3000,
         num_tasks: int = 500,
@@ -87,6 +90,7 @@ class SupportEnv(Environment):
         else:  # an unknown kind or a malformed endpoint is refused here, before any episode
             self._shared_user = None
             self._open_model = UserEndpoint.parse(user).opener()
+        self.user_writes_opening = bool(user_writes_opening)
         self.catalog_seed, self.catalog_size = int(catalog_seed), int(catalog_size)
         self.num_tasks = int(num_tasks)
         self.user: LLMUser | None = None
@@ -108,7 +112,10 @@ class SupportEnv(Environment):
             model, owned = self._shared_user, False
         else:
             model, owned = self._open_model(), True
-        return LLMUser(UserProfile.of_task(task), model, task_id=task.id, owns_model=owned)
+        profile = UserProfile.of_task(task)
+        if self.user_writes_opening:
+            profile = profile.model_copy(update={"opening": None})
+        return LLMUser(profile, model, task_id=task.id, owns_model=owned)
 
     async def reset(self, task: Task) -> list[Message]:
         messages = await super().reset(task)
