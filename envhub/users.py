@@ -4,10 +4,10 @@ talks to.
 An environment whose episodes are conversations (customer support, tutoring) answers
 each final message of the agent from :meth:`Environment.next_user_turn` with the user's
 next message, written by an :class:`LLMUser`. The user knows who it is and what it wants
-(:class:`UserProfile`: a persona, a goal, an optional first message) and holds
-:class:`HiddenFact`\\ s, things only the user knows and tells only when asked; the agent
-learns them from the user's replies and from nowhere else (they live in the task's
-``metadata``, which a remote client never receives). The user ends the conversation by
+(:class:`UserProfile`: a persona, a goal, an optional first message) and holds hidden
+facts (:class:`HiddenFact`), things only the user knows and tells only when asked; the
+agent learns them from the user's replies and from nowhere else (they live in the
+task's ``metadata``, which a remote client never receives). The user ends the conversation by
 writing :data:`DONE_MARKER`, or runs out of its turn budget (``UserProfile.max_turns``).
 
 Which model plays the user is the operator's choice, never a client's: a

@@ -3,10 +3,11 @@
 Task ``i`` is MiniShop's task ``i`` (:func:`envhub_web.shop_tasks.generate_shop_tasks`: a
 target product, some of its attributes, one value per option, a price cap) told as a
 conversation. The customer's first message names only the kind of product; the
-attributes, each option and the budget are :class:`~envhub.users.HiddenFact`\\ s the
-customer tells when the agent asks about them. The gold path asks about all of them at
-once, searches with MiniShop's checked gold query, inspects the target, orders it with
-the wanted options and tells the customer, who is then done.
+attributes, each option and the budget are hidden facts
+(:class:`~envhub.users.HiddenFact`) the customer tells when the agent asks about them.
+The gold path asks about all of them at once, searches with MiniShop's checked gold
+query, inspects the target, orders it with the wanted options and tells the customer,
+who is then done.
 """
 
 from __future__ import annotations
