@@ -147,3 +147,20 @@ async def test_a_user_model_object_plays_the_customer() -> None:
 def test_a_bad_user_option_is_refused_before_any_episode(user: str) -> None:
     with pytest.raises(InvalidRequest, match="user"):
         envhub.make("support", user=user).tasks  # noqa: B018 - the first instance is built
+
+
+async def test_a_fork_carries_the_conversation_and_its_own_order_book(
+    env: envhub.LocalEnvironment,
+) -> None:
+    goal = env.tasks.get(TASK).metadata["goal"]
+    session = await env.open(TASK)
+    await session.reset()
+    await session.step([], content=ASK)  # the customer tells everything
+    [child] = await session.fork(1)
+    await child.step([_order(goal["asin"], goal["options"]).model_copy(update={"id": "o"})])
+    ended = await child.step([], content="Ordered.")  # all told, nothing new: done
+    assert ended.done and ended.stop_reason == "env:user_done"
+    assert (await child.close()).reward == 1.0
+    ended = await session.step([], content="Anything else?")
+    assert ended.done and ended.stop_reason == "env:user_done"
+    assert (await session.close()).reward == 0.0  # the child's order is not the parent's
