@@ -49,6 +49,7 @@ __all__ = [
     "ScriptedUserModel",
     "UserEndpoint",
     "UserModel",
+    "UserModelFactory",
     "UserProfile",
     "UserRequest",
     "open_user_model",
