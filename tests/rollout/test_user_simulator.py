@@ -19,6 +19,7 @@ import pytest
 import envhub
 from envhub._util.net import free_port
 from envhub.clients.remote import RemoteEnvironment
+from envhub.errors import InvalidRequest
 from envhub.policies import ReferencePolicy
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
@@ -121,6 +122,9 @@ async def test_a_failing_customer_endpoint_masks_the_episode(tmp_path: Path, whe
                 result = await envhub.rollout.run(
                     remote, policy, [TASK], output=output, tasks_from=local, **NO_BREAKER
                 )  # fmt: skip
+            async with RemoteEnvironment(url, "support", options={"user": "scripted"}) as client:
+                with pytest.raises(InvalidRequest, match="user"):  # the operator's, not a client's
+                    await client.open(TASK)
     [trajectory] = read_trajectories(output)
     assert trajectory.masked and trajectory.reward is None
     assert trajectory.stop_reason == "env_error"
