@@ -11,7 +11,8 @@ from envhub_web.catalog import load_catalog
 
 import envhub
 from envhub.errors import InvalidRequest
-from envhub.testing import check_environment
+from envhub.task import GoldCall
+from envhub.testing import check_environment, check_hostile_answers
 from envhub.types import ToolCall
 from envhub.users import DONE_MARKER, UserProfile, UserRequest
 
@@ -164,3 +165,25 @@ async def test_a_fork_carries_the_conversation_and_its_own_order_book(
     ended = await session.step([], content="Anything else?")
     assert ended.done and ended.stop_reason == "env:user_done"
     assert (await session.close()).reward == 0.0  # the child's order is not the parent's
+
+
+async def test_hostile_text_from_the_agent_scores_as_a_plain_one(
+    env: envhub.LocalEnvironment,
+) -> None:
+    """Each text of the shared hostile corpus said to the customer, searched for, looked
+    up and ordered as a product, around the gold purchase: every episode scores 1, as the
+    same episode with ``"0"`` does, and nothing runs on the host."""
+    gold = (await env.task(TASK)).gold_actions
+    purchase = [call for call in gold if call.name]  # search, inspect, order
+
+    def calls(text: str) -> list[GoldCall]:
+        return [
+            GoldCall(name="", arguments={"content": text}),
+            GoldCall(name="search_catalog", arguments={"query": text}),
+            GoldCall(name="inspect_product", arguments={"asin": text}),
+            GoldCall(name="place_order", arguments={"asin": text, "options": {text: text}}),
+            *purchase,
+            GoldCall(name="", arguments={"content": text}),
+        ]
+
+    await check_hostile_answers(env, TASK, calls, plain_wrong="0")
