@@ -93,9 +93,11 @@ class HiddenFact(BaseModel):
 
 
 class UserProfile(BaseModel):
-    """Who the simulated user is: a persona, a goal, the first message (``None``: the
-    model writes it), the hidden facts, and ``max_turns``, the replies it gives after the
-    first message before it stops answering. A task carries it in
+    """Who the simulated user is: a persona, a goal (an infinitive phrase, "to buy a
+    hoodie": the prompt says "What you want: ..." and the scripted user "I would like
+    ..."), the first message (``None``: the model writes it), the hidden facts, and
+    ``max_turns``, the replies it gives after the first message before it stops
+    answering. A task carries it in
     ``metadata["user"]`` (:meth:`of_task`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -344,11 +346,11 @@ _WORD = re.compile(r"[a-z0-9$]+")
 class ScriptedUserModel:
     """A deterministic user that needs no server: it reads the profile, not the prompt.
 
-    First message: the profile's goal. Then, to each agent message, the hidden facts
-    whose cue words (:meth:`HiddenFact.cues`) the message contains and that it has not
-    told yet; once every fact is told and the agent asks nothing new, :data:`DONE_MARKER`;
-    otherwise a nudge. Stateless (what it told is read from the conversation), so one
-    instance serves every episode.
+    First message: "Hi. I would like" and the profile's goal. Then, to each agent
+    message, the hidden facts whose cue words (:meth:`HiddenFact.cues`) the message
+    contains and that it has not told yet; once every fact is told and the agent asks
+    nothing new, :data:`DONE_MARKER`; otherwise a nudge. Stateless (what it told is read
+    from the conversation), so one instance serves every episode.
     """
 
     model = "scripted-user"
@@ -362,7 +364,7 @@ class ScriptedUserModel:
     async def reply(self, request: UserRequest) -> str:
         said = [m for m in request.messages if m.get("role") != "system"]
         if not said or said[-1].get("role") != "user" or said[-1]["content"] == _OPENING_CUE:
-            return f"Hi. {request.profile.goal}"
+            return f"Hi. I would like {request.profile.goal}."
         told = " ".join(str(m.get("content", "")) for m in said if m.get("role") == "assistant")
         words = " ".join(_WORD.findall(str(said[-1].get("content", "")).lower()))
         untold = [f for f in request.profile.hidden if f.fact not in told]

@@ -67,7 +67,7 @@ def _profile(index: int, goal: dict[str, object]) -> UserProfile:
     ]
     return UserProfile(
         persona=PERSONAS[index % len(PERSONAS)],
-        goal=f"buy one {name} with the features, options and budget below, nothing else",
+        goal=f"to buy one {name} that meets your requirements, and nothing else",
         opening=f"Hi! I would like to buy a {name}.",
         hidden=tuple(hidden),
         max_turns=6,

@@ -187,3 +187,14 @@ async def test_hostile_text_from_the_agent_scores_as_a_plain_one(
         ]
 
     await check_hostile_answers(env, TASK, calls, plain_wrong="0")
+
+
+async def test_the_customers_model_may_write_its_first_message() -> None:
+    session = await envhub.make("support", user_writes_opening=True).open(TASK)
+    start = await session.reset()
+    assert start.messages[-1] == {
+        "role": "user",
+        "content": "Hi. I would like to buy one hoodie that meets your requirements, "
+        "and nothing else.",
+    }
+    await session.abort()
