@@ -131,3 +131,17 @@ async def test_a_failing_customer_endpoint_masks_the_episode(tmp_path: Path, whe
     assert trajectory.error is not None and trajectory.error.kind == "user_simulator_error"
     assert "the user model 'scripted' failed" in trajectory.error.message
     assert result.summary.episodes == 1
+
+
+async def test_a_customer_that_says_nothing_twice_masks_the_episode(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    customer = scripted(ScriptConfig(turns=[{"content": "  "}] * 3))
+    env = envhub.make("support", user=user_option(customer.base_url))
+    result = await envhub.rollout.run(env, ReferencePolicy(), [TASK], **NO_BREAKER)
+    assert result.trajectories is not None
+    [trajectory] = result.trajectories
+    assert trajectory.masked and trajectory.error is not None
+    assert trajectory.error.kind == "user_simulator_error"
+    assert trajectory.error.message.endswith("the user model 'scripted' replied with nothing twice")
+    assert customer.stats.requests == 2
