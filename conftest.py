@@ -45,6 +45,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "tests/test_local_llm.py",
         "tests/test_local_llm_tito.py",
         "tests/rollout/test_local_llm_rollout.py",
+        "tests/rollout/test_local_llm_user.py",
         "tests/agents/test_local_llm_agent.py",
         "tests/judges/test_local_llm_judge.py",
         "environments/bfcl/tests/test_agreement.py",

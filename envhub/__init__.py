@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from envhub.types import Reward as Reward
     from envhub.types import StepResult as StepResult
     from envhub.types import ToolCall as ToolCall
+    from envhub.users import LLMUser as LLMUser
+    from envhub.users import UserEndpoint as UserEndpoint
+    from envhub.users import UserProfile as UserProfile
 
 _moved.install()  # old import paths (envhub.client, ...) keep working; see envhub._moved
 
@@ -56,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "Environment": "envhub.environment",
     "EnvironmentClient": "envhub.protocol",
     "GoldCall": "envhub.task",
+    "LLMUser": "envhub.users",
     "LocalEnvironment": "envhub.clients.local",
     "Observation": "envhub.types",
     "OpeningSession": "envhub.protocol",
@@ -69,6 +73,8 @@ _EXPORTS: dict[str, str] = {
     "TaskSet": "envhub.task",
     "ToolCall": "envhub.types",
     "ToolSpec": "envhub.tools",
+    "UserEndpoint": "envhub.users",
+    "UserProfile": "envhub.users",
     "UserTurn": "envhub.environment",
     "connect": "envhub.clients.connect",
     "describe_environments": "envhub.clients.describe",
@@ -87,6 +93,7 @@ __all__ = [
     "Environment",
     "EnvironmentClient",
     "GoldCall",
+    "LLMUser",
     "LocalEnvironment",
     "Observation",
     "OpeningSession",
@@ -100,6 +107,8 @@ __all__ = [
     "TaskSet",
     "ToolCall",
     "ToolSpec",
+    "UserEndpoint",
+    "UserProfile",
     "UserTurn",
     "connect",
     "describe_environments",

@@ -18,6 +18,7 @@ Every failure that crosses a module boundary is one of these, so callers catch
     │   └── CapacityError        too many sessions                         (capacity)
     ├── SandboxError             a sandbox cannot start or run commands    (sandbox_error)
     ├── EnvironmentFailure       reset/reward/close of an environment raised  (internal)
+    │   └── UserSimulatorError   a simulated user's model failed    (user_simulator_error)
     ├── JudgeError               a reward's judge model failed or gave no verdict (judge_error)
     ├── PolicyError              the model endpoint failed
     │   ├── TransientPolicyError 429/5xx/timeouts: worth retrying
@@ -72,6 +73,7 @@ __all__ = [
     "ToolTimeout",
     "TransientPolicyError",
     "Unauthorized",
+    "UserSimulatorError",
     "WeightUpdateFailed",
     "error_class",
 ]
@@ -260,6 +262,14 @@ class EnvironmentFailure(EnvhubError):
     masks the trajectory, unlike a tool exception, which the model gets to read."""
 
     code = "internal"
+
+
+class UserSimulatorError(EnvironmentFailure):
+    """The model that plays an episode's user (:class:`envhub.users.LLMUser`) failed after
+    its retries, or gave no usable reply. The user is part of the environment, so the
+    episode is masked like any environment failure: never scored 0 for the agent."""
+
+    code = "user_simulator_error"
 
 
 def error_class(code: str) -> type[EnvhubError] | None:

@@ -66,6 +66,7 @@ SHIPPED_PLUGINS: dict[str, str] = {
     "reasoning_gym": "envhub-rl-reasoning-gym",
     "search": "envhub-rl-search",
     "sql": "envhub-rl-sql",
+    "support": "envhub-rl-web",
     "swe": "envhub-rl-swe",
     "web": "envhub-rl-web",
 }

@@ -54,6 +54,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "capacity": 429,
     "internal": 500,
     "judge_error": 500,  # the environment's judge failed: not a proxy's 502, never retried
+    "user_simulator_error": 500,  # its user's model failed, after its retries: as judge_error
     "policy_error": 502,
     "policy_transient": 502,
     "sandbox_error": 503,

@@ -83,6 +83,7 @@ CASES = {
     "web-text": Case("web", {"mode": "text"}),
     "web-browser": Case("web", {"mode": "browser"}, problem=_chromium_problem),
     "miniwob": Case("miniwob", problem=_chromium_problem),
+    "support": Case("support"),
     "mcp": Case("mcp", {"task_set": "time-zones"}, task_ids=lambda: ["time-zones-01"]),
 }  # fmt: skip
 

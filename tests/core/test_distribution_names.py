@@ -117,7 +117,7 @@ def test_version_prints_the_core_and_each_plugin_distribution() -> None:
     assert lines[0] == f"envhub-rl {version('envhub-rl')}" == f"envhub-rl {_version()}"
     by_name = {line.split()[0]: line for line in lines[1:]}
     assert by_name["envhub-rl-calc"] == f"envhub-rl-calc {_version()} (calc)"
-    assert by_name["envhub-rl-web"].endswith("(miniwob, web)")
+    assert by_name["envhub-rl-web"].endswith("(miniwob, support, web)")
     assert set(by_name) <= OURS | {"envhub-broken"}, lines
 
 

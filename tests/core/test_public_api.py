@@ -37,6 +37,7 @@ PUBLIC_MODULES = (
     "envhub.testing",
     "envhub.trajectory",  # the trajectory format: what exporters read
     "envhub.types",
+    "envhub.users",  # simulated users: what a conversational environment builds on
 )
 
 PLUGIN_SOURCES = sorted(REPO.glob("environments/*/envhub_*/**/*.py"))

@@ -181,6 +181,31 @@ def test_judges(tmp_path: Path) -> None:
     assert sorted(rewards) == sorted([0.25, 1, 0.5, 0] * 2)
 
 
+def test_user_simulators(tmp_path: Path) -> None:
+    """The customer's model server of the text (vLLM) is the scripted server playing the
+    customer of the one task the text rolls out: every hidden fact, then done."""
+    pytest.importorskip("envhub_web")
+    import envhub
+    from envhub.users import DONE_MARKER, UserProfile
+
+    profile = UserProfile.of_task(envhub.make("support").tasks.get("support-0-00004"))
+    reveal = " ".join(fact.fact for fact in profile.hidden)
+    script = [{"content": "unused"}, {"content": reveal}, {"content": f"Thanks! {DONE_MARKER}"}]
+    env = tutorial_env(tmp_path)
+    with ScriptedServer(ScriptConfig(turns=script), port=int(env["VLLM_PORT"])) as customer:
+        check, _, conversation, _, dead, python, _ = run_tutorial(
+            TUTORIALS / "user-simulators.md", tmp_path, env
+        )
+    assert "ok: 20 tasks of support: reference scores 1, no-op scores 0" in check
+    assert conversation.startswith("support-0-00004 env:user_done 1.0\n     user: Hi!")
+    assert customer.stats.models["Qwen/Qwen2.5-1.5B-Instruct"] == 2  # the facts, then done
+    [trajectory] = read_trajectories(tmp_path / "runs" / "llm-user.jsonl")
+    assert trajectory.reward == 1.0 and trajectory.stop_reason == "env:user_done"
+    assert {"role": "user", "content": reveal} in trajectory.messages
+    assert "user_simulator_error: 1" in dead and dead.rstrip().endswith("exit code 1")
+    assert python.strip() == "env:user_done 1.0"
+
+
 def test_view(tmp_path: Path) -> None:
     outputs = run_tutorial(TUTORIALS / "view.md", tmp_path, tutorial_env(tmp_path))
     summary, failed = outputs[1].rsplit("}", 1)
