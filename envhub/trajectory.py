@@ -355,10 +355,14 @@ class Trajectory(BaseModel):
         """The index in ``turns`` of each segment's first turn (``[0]`` without compaction)."""
         return [0, *(c.turn for c in self.compactions or [])]
 
+    def segment_of(self, turn: int) -> int:
+        """The segment that holds turn ``turn`` (its index in ``turns``)."""
+        return bisect.bisect_right(self.segment_starts(), turn) - 1
+
     def segment_turns(self, turn: int) -> range:
         """The indexes in ``turns`` of the segment that holds turn ``turn``."""
         starts = self.segment_starts()
-        segment = bisect.bisect_right(starts, turn) - 1
+        segment = self.segment_of(turn)
         end = starts[segment + 1] if segment + 1 < len(starts) else len(self.turns)
         return range(starts[segment], end)
 

@@ -304,10 +304,11 @@ class LLMUser:
         raise UserSimulatorError(f"the user model {self.model.model!r} replied with nothing twice")
 
     def info(self) -> dict[str, Any]:
-        """What a reward's ``info`` records about the user: its model, replies, why it
-        stopped, and each model call's latency and output (the viewer shows them)."""
-        return {"user_model": self.model.model, "user_turns": self.turns,
-                "user_stop": self.stop_reason, "user_calls": self.calls}  # fmt: skip
+        """What a reward's ``info`` records about the user, under ``"user"``: its model,
+        replies, why it stopped, and each model call's latency and output (``envhub
+        view`` shows them beside the judges' calls)."""
+        return {"user": {"model": self.model.model, "turns": self.turns,
+                         "stop": self.stop_reason, "calls": self.calls}}  # fmt: skip
 
     def state(self) -> dict[str, Any]:
         """The conversation as plain data, for an environment's snapshot."""

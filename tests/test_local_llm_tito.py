@@ -29,7 +29,8 @@ from envhub.policies.tito import LlamaCppBackend, TitoPolicy
 from envhub.rollout.compaction import CompactionConfig
 from envhub.rollout.episode import EpisodeRunner, EpisodeSpec
 from envhub.tokens.tool_call_parsers import parse_hermes
-from envhub.trainers.token_rows import template_message, trajectory_rows
+from envhub.trainers.token_rows import trajectory_rows
+from tests.rollout.helpers import assert_segment_rendered_afresh
 
 
 def _missing() -> str | None:
@@ -81,12 +82,7 @@ def _check_compacted(trajectory: Any, replies: list[dict[str, Any]], tokenizer: 
         assert tokenizer.decode(turn.completion_token_ids, skip_special_tokens=True) == (
             reply["content"]
         )
-    context, shift = trajectory.segment_context(1)
-    fresh = tokenizer.apply_chat_template(
-        [template_message(m) for m in context[: turns[2].message_index + shift]],
-        tools=trajectory.tools, add_generation_prompt=True, tokenize=True, return_dict=False,
-    )  # fmt: skip
-    assert turns[2].prompt_token_ids == list(fresh)
+    assert_segment_rendered_afresh(trajectory, tokenizer)
     assert len(trajectory_rows(trajectory, drift="mask", tokenizer=_NoTokenizer())) == 2
 
 

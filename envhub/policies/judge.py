@@ -11,13 +11,11 @@ build this endpoint from the operator's
 from __future__ import annotations
 
 import asyncio
-import os
 import weakref
 from typing import Any
 
-from envhub.errors import InvalidRequest
 from envhub.policies.base import GenerateRequest, SamplingParams
-from envhub.policies.openai_compat import OpenAIPolicy
+from envhub.policies.openai_compat import OpenAIPolicy, api_key_from
 from envhub.policies.retry import RetryPolicy
 from envhub.rewards.judge import JudgeEndpointConfig, JudgeReply
 from envhub.types import Message
@@ -31,14 +29,9 @@ class OpenAIJudgeEndpoint:
     rollouts in one process may score on different loops)."""
 
     def __init__(self, config: JudgeEndpointConfig) -> None:
-        api_key = None
-        if config.api_key_env is not None:
-            api_key = os.environ.get(config.api_key_env)
-            if not api_key:
-                raise InvalidRequest(f"the judge's API key variable ${config.api_key_env} is unset")
         self.config = config
         self.model = config.model
-        self._api_key = api_key
+        self._api_key = api_key_from(config.api_key_env, "the judge")
         self._policies: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OpenAIPolicy] = (
             weakref.WeakKeyDictionary()
         )

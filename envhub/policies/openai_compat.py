@@ -34,6 +34,7 @@ as text (the token-in policy, which parses the whole completion itself, has no s
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any, Literal
 
 from envhub.errors import InvalidRequest, PolicyError, TransientPolicyError
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
     from envhub.policies.factory import PolicyConfig
 
-__all__ = ["OpenAIPolicy", "is_context_overflow", "parse_chat_response"]
+__all__ = ["OpenAIPolicy", "api_key_from", "is_context_overflow", "parse_chat_response"]
 
 TokenIdMode = Literal["auto", "on", "off"]
 _TOKEN_FIELDS = {"logprobs": True, "return_token_ids": True}
@@ -164,6 +165,20 @@ class OpenAIPolicy(PooledPolicy):
             return None
         self.token_ids = "off"
         return TransientPolicyError(f"{url}: rejected token-id fields, retrying without")
+
+
+def api_key_from(variable: str | None, who: str) -> str | None:
+    """The API key of an operator-configured endpoint inside an environment (a judge's, a
+    simulated user's), read from the environment variable its config names, so the key
+    itself appears in no option, trajectory or log; ``None`` when none is named (the
+    client's default, ``OPENAI_API_KEY``). :class:`InvalidRequest` naming ``who`` when the
+    variable is unset or empty."""
+    if not variable:
+        return None
+    key = os.environ.get(variable)
+    if not key:
+        raise InvalidRequest(f"{who}'s API key variable ${variable} is unset")
+    return key
 
 
 def _continuation(body: dict[str, Any], partial: list[Completion]) -> dict[str, Any]:

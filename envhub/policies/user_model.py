@@ -12,11 +12,9 @@ so the plugin contract imports no model client.
 
 from __future__ import annotations
 
-import os
-
 from envhub.errors import InvalidRequest
 from envhub.policies.base import GenerateRequest, Policy, SamplingParams
-from envhub.policies.openai_compat import OpenAIPolicy
+from envhub.policies.openai_compat import OpenAIPolicy, api_key_from
 from envhub.policies.retry import RetryPolicy
 from envhub.users import UserEndpoint, UserRequest
 
@@ -54,20 +52,13 @@ def openai_user_model(endpoint: UserEndpoint) -> PolicyUserModel:
     ``OPENAI_API_KEY``, as for the agent's policy)."""
     if not endpoint.model or not endpoint.base_urls:
         raise InvalidRequest("the openai user model needs a model and base_urls")
-    api_key = None
-    if endpoint.api_key_env:
-        api_key = os.environ.get(endpoint.api_key_env)
-        if not api_key:
-            raise InvalidRequest(
-                f"the user endpoint's key variable {endpoint.api_key_env} is unset"
-            )
     policy = OpenAIPolicy(
         endpoint.model,
         list(endpoint.base_urls),
         sampling=SamplingParams(temperature=endpoint.temperature, max_tokens=endpoint.max_tokens),
         token_ids="off",
         retry=RetryPolicy(max_attempts=endpoint.max_attempts, max_delay_s=5.0),
-        api_key=api_key,
+        api_key=api_key_from(endpoint.api_key_env, "the user endpoint"),
         request_timeout_s=endpoint.request_timeout_s,
     )
     return PolicyUserModel(policy)

@@ -45,7 +45,6 @@ tokens stay in the row as context, with ``loss_mask`` 0 like a tool result.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -244,12 +243,11 @@ def _retokenized_rows(trajectory: Trajectory, tokenizer: Any, first: int) -> lis
     """One row per run of turns of one context segment offered the same tools: chat
     templates render the tools at the top of the prompt, so a user turn that changed
     them starts a new sequence, as does a compaction."""
-    starts = trajectory.segment_starts()
     runs: list[tuple[int, list[dict[str, Any]], list[tuple[int, Turn]]]] = []
     for index, (turn, tools) in enumerate(
         zip(trajectory.turns, trajectory.turn_tools(), strict=True)
     ):
-        segment = bisect.bisect_right(starts, index) - 1
+        segment = trajectory.segment_of(index)
         if runs and runs[-1][:2] == (segment, tools):
             runs[-1][2].append((index, turn))
         else:

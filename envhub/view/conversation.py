@@ -44,7 +44,7 @@ from envhub.view.token_text import Decoder, TokenCell, token_cells
 
 __all__ = [
     "MAX_DEPTH", "ChatEntry", "CompactionView", "Conversation", "JudgeView", "ToolCallView",
-    "TurnTokens", "conversation", "laid_out", "pretty", "shown",
+    "TurnTokens", "UserView", "conversation", "laid_out", "pretty", "shown",
 ]  # fmt: skip
 
 MAX_DEPTH: Final = 32  # levels of nested JSON shown; deeper ones are cut
@@ -116,6 +116,15 @@ class JudgeView:
 
 
 @dataclass(frozen=True)
+class UserView:
+    """The simulated user's model calls of ``reward_info["user"]`` (:mod:`envhub.users`),
+    as text, whatever a hostile record holds there."""
+
+    summary: str
+    calls: list[tuple[str, str]]  # (latency, output)
+
+
+@dataclass(frozen=True)
 class Conversation:
     record: dict[str, Any]
     fields: ViewedRecord
@@ -124,6 +133,7 @@ class Conversation:
     tokens: list[TurnTokens]
     compactions: list[CompactionView] = field(default_factory=list)
     judges: list[JudgeView] = field(default_factory=list)
+    user: UserView | None = None
 
 
 def judge_views(reward_info: Any) -> list[JudgeView]:
@@ -150,6 +160,21 @@ def judge_views(reward_info: Any) -> list[JudgeView]:
             output=_text(call.get("output")),
         ))  # fmt: skip
     return views
+
+
+def user_view(reward_info: Any) -> UserView | None:
+    """The simulated user's calls of a record's ``reward_info``, whatever its shape
+    (``None`` for a record without them)."""
+    user = reward_info.get("user") if isinstance(reward_info, dict) else None
+    if not isinstance(user, dict):
+        return None
+    summary = " · ".join(f"{key} {shown(user[key])}" for key in ("model", "turns", "stop")
+                         if key in user)  # fmt: skip
+    calls = user.get("calls") if isinstance(user.get("calls"), list) else []
+    return UserView(summary, [
+        (shown(c.get("latency_s", "")), _text(c.get("output"))) if isinstance(c, dict)
+        else ("", shown(c)) for c in calls
+    ])  # fmt: skip
 
 
 def laid_out(value: Any, depth: int = 0) -> Any:
@@ -260,7 +285,8 @@ def conversation(record: dict[str, Any], decoder: Decoder) -> Conversation:
     ]  # fmt: skip
     return Conversation(record, fields, _validated(record), entries,
                         [t for t in tokens if t.cells], compactions,
-                        judge_views(record.get("reward_info")))  # fmt: skip
+                        judge_views(record.get("reward_info")),
+                        user_view(record.get("reward_info")))  # fmt: skip
 
 
 def _entries(messages: list[ViewedMessage], turns: list[Turn]) -> list[ChatEntry]:

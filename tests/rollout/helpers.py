@@ -87,3 +87,20 @@ def wait_for_lines(proc: Any, path: Any, lines: int, timeout_s: float = 60.0) ->
         assert time.monotonic() < deadline
         time.sleep(0.02)
 
+
+
+def assert_segment_rendered_afresh(
+    trajectory: Trajectory, tokenizer: Any, segment: int = 1
+) -> None:
+    """The first prompt of a compacted trajectory's ``segment`` is its compacted context
+    rendered afresh by ``tokenizer``'s chat template (what ``tito`` feeds after a
+    compaction), not the previous prompt extended."""
+    from envhub.trainers.token_rows import template_message
+
+    context, shift = trajectory.segment_context(segment)
+    first = trajectory.turns[trajectory.segment_starts()[segment]]
+    fresh = tokenizer.apply_chat_template(
+        [template_message(m) for m in context[: first.message_index + shift]],
+        tools=trajectory.tools, add_generation_prompt=True, tokenize=True, return_dict=False,
+    )  # fmt: skip
+    assert first.prompt_token_ids == list(fresh)

@@ -125,7 +125,7 @@ def test_each_segment_records_exactly_what_the_server_received(
     for index, (turn, body) in enumerate(zip(trajectory.turns, model_calls, strict=True)):
         # the server's token ids are its tokenization of the messages it was sent
         assert turn.prompt_token_ids == [t for m in body["messages"] for t in tokenize(m)]
-        segment = sum(1 for s in starts if s <= index) - 1
+        segment = trajectory.segment_of(index)
         context, shift = trajectory.segment_context(segment)
         assert [chat_message(m) for m in context[: turn.message_index + shift]] == (
             body["messages"]

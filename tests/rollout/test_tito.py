@@ -44,7 +44,7 @@ from envhub.tokens.tool_call_parsers import (
 from envhub.trainers.grpo import build_batch
 from envhub.trainers.token_rows import template_message, trajectory_rows
 from envhub.trajectory import Trajectory, read_trajectories
-from tests.rollout.helpers import FAST_RETRY
+from tests.rollout.helpers import FAST_RETRY, assert_segment_rendered_afresh
 
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
@@ -419,12 +419,7 @@ async def test_a_compacted_context_is_rendered_afresh_and_then_extended(
     # the server got exactly the recorded ids; the new segment's first prompt is the
     # compacted context rendered by the chat template, and its next turn extends it
     assert [r[1]["prompt"] for r in model.requests] == [t.prompt_token_ids for t in turns]
-    context, shift = trajectory.segment_context(1)
-    fresh = tokenizer.apply_chat_template(
-        [template_message(m) for m in context[: turns[2].message_index + shift]],
-        tools=trajectory.tools, add_generation_prompt=True, tokenize=True, return_dict=False,
-    )  # fmt: skip
-    assert turns[2].prompt_token_ids == list(fresh)
+    assert_segment_rendered_afresh(trajectory, tokenizer)
     rows = trajectory_rows(trajectory, drift="mask", tokenizer=_NoTokenizer())
     assert [r.spans[0][0] for r in rows] == [0, 2] and all(r.mask_reason is None for r in rows)
 

@@ -25,6 +25,7 @@ from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from envhub.trajectory import read_trajectories
 from envhub.users import DONE_MARKER, UserProfile
+from envhub.view.conversation import UserView, user_view
 from tests.rollout.helpers import openai_policy
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
@@ -104,6 +105,16 @@ async def test_hostile_agent_messages_reach_the_customer_as_words_only(
     for body in customer.stats.bodies:
         said = [m for m in body["messages"][1:] if m["role"] == "user"]
         assert all(len(m["content"]) == 4000 and m["content"].startswith(DONE_MARKER) for m in said)
+    # the customer's calls are recorded in reward_info and shown by the viewer
+    user = trajectory.reward_info["user"]
+    assert user["model"] == "scripted" and user["stop"] == "user_turn_budget"
+    assert [c["output"] for c in user["calls"]] == ["What?"] * profile.max_turns
+    view = user_view(trajectory.reward_info)
+    assert view is not None and view.summary.startswith("model scripted")
+    assert [output for _, output in view.calls] == ["What?"] * profile.max_turns
+    hostile_view = user_view({"user": {"calls": ["<b>", None]}})
+    assert hostile_view == UserView("", [("", "<b>"), ("", "null")])
+    assert user_view("nope") is None
 
 
 @pytest.mark.parametrize("where", ["in_process", "server"])
