@@ -170,7 +170,9 @@ def user_view(reward_info: Any) -> UserView | None:
         return None
     summary = " · ".join(f"{key} {shown(user[key])}" for key in ("model", "turns", "stop")
                          if key in user)  # fmt: skip
-    calls = user.get("calls") if isinstance(user.get("calls"), list) else []
+    calls = user.get("calls")
+    if not isinstance(calls, list):
+        calls = []
     return UserView(summary, [
         (shown(c.get("latency_s", "")), _text(c.get("output"))) if isinstance(c, dict)
         else ("", shown(c)) for c in calls
