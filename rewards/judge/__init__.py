@@ -7,8 +7,8 @@ request goes: cache, concurrency limit, retries, masking, the record in ``reward
   through the rollout's group seam (``envhub.rollout.run(..., group_judge=)``).
 
 The reference and rubric judges can be given :class:`JudgeTool` s, bound to the episode's
-final state (its sandbox), so the judge model inspects that state instead of reading only
-the transcript.
+final state (its sandbox: :func:`sandbox_judge_tools` lists and reads its working tree), so
+the judge model inspects that state instead of reading only the transcript.
 
 A judge is given a :class:`JudgeEndpoint`; ``envhub.policies.judge.OpenAIJudgeEndpoint``
 (any OpenAI-compatible server, from an operator's :class:`JudgeEndpointConfig`) is envhub's.
@@ -36,6 +36,7 @@ from envhub.rewards.judge.reference import parse_correctness as parse_correctnes
 from envhub.rewards.judge.rubric import Criterion as Criterion
 from envhub.rewards.judge.rubric import RubricJudge as RubricJudge
 from envhub.rewards.judge.rubric import parse_criteria as parse_criteria
+from envhub.rewards.judge.sandbox_tools import sandbox_judge_tools as sandbox_judge_tools
 
 __all__ = [
     "Criterion",
@@ -57,5 +58,6 @@ __all__ = [
     "parse_criteria",
     "parse_group_scores",
     "parse_unit_score",
+    "sandbox_judge_tools",
     "shared_judge",
 ]

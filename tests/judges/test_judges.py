@@ -34,12 +34,15 @@ from envhub.rewards.judge import (
 )
 from envhub.rewards.judge.base import TOOLS_NOTE
 from envhub.rewards.judge.reference import REFERENCE_SYSTEM
+from envhub.rewards.judge.sandbox_tools import sandbox_judge_tools
 from envhub.rollout import GroupScoring, run, stream
 from envhub.runtime.client_options import validate_client_options
+from envhub.sandboxes import SandboxSpec, open_sandbox
 from envhub.trajectory import read_trajectories
 from envhub.view.conversation import judge_views
 from tests.judges.judge_envs import JudgedQA
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer, ThreadedUvicorn
+from tests.sandboxes.conftest import require_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "calc-0-00000"
@@ -401,6 +404,39 @@ async def test_a_judge_inspects_the_final_state_with_its_tools(scripted_judge: A
     )
     assert not again.info["judges"]["reference_judge"]["cached"]
     assert server.stats.requests == 6
+
+
+async def test_a_judge_reads_the_final_tree_in_the_episodes_sandbox(scripted_judge: Any) -> None:
+    """:func:`sandbox_judge_tools` over a real bubblewrap sandbox: the judge lists and
+    reads the working tree the episode left, inside the sandbox; a path out of the tree
+    is an error it reads, and a file larger than the cap comes back cut."""
+    require_backend("bwrap")
+    server = scripted_judge([
+        {"tool_calls": [{"name": "list_files", "arguments": "{}"},
+                        {"name": "read_file", "arguments": '{"path": "src/answer.py"}'}]},
+        {"tool_calls": [{"name": "read_file", "arguments": '{"path": "../../etc/passwd"}'},
+                        {"name": "read_file", "arguments": '{"path": "/etc/passwd"}'},
+                        {"name": "read_file", "arguments": '{"path": "big.txt"}'}]},
+        {"content": "VERDICT: CORRECT"},
+    ])  # fmt: skip
+    spec = SandboxSpec(image="base", memory="256MiB", pids=64, output_limit="64KiB")
+    async with open_sandbox(spec, "bwrap") as sandbox:
+        await sandbox.write_file("src/answer.py", "ANSWER = 42\n")
+        await sandbox.write_file("big.txt", "y" * 5000)
+        tools = sandbox_judge_tools(sandbox, root=spec.workdir, max_bytes=1000)
+        config = JudgeEndpointConfig(base_urls=(server.base_url,), model="judge-m")
+        judge = ReferenceJudge(OpenAIJudgeEndpoint(config), max_tool_calls=5)
+        verdict = await judge.judge(reference="42", answer="see src/answer.py", tools=tools)
+        await judge.aclose()
+    second, third = server.stats.bodies[1:3]
+    listed, read = (m["content"] for m in second["messages"][-2:])
+    assert listed == fenced("tool-output", "big.txt\nsrc/answer.py")
+    assert read == fenced("tool-output", "ANSWER = 42\n")
+    climbed, absolute, big = (m["content"] for m in third["messages"][-3:])
+    assert climbed.startswith("error: ValueError: path '../../etc/passwd' leaves the working")
+    assert absolute.startswith("error: ValueError: path must be relative to the working tree")
+    assert big == fenced("tool-output", "y" * 1000 + "\n[cut at 1000 bytes]")
+    assert verdict.score == 1.0
 
 
 @pytest.fixture
