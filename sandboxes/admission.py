@@ -136,8 +136,9 @@ def _parse(backend: str, limits: AdmissionLimits | Mapping[str, Any]) -> Admissi
         return limits
     try:
         return AdmissionLimits.model_validate(dict(limits))
-    except (ValidationError, TypeError, ValueError) as exc:
-        raise InvalidRequest(f"sandbox admission limits for {backend!r}: {exc}") from None
+    except ValidationError as exc:
+        why = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InvalidRequest(f"sandbox admission limits for {backend!r}: {why}") from None
 
 
 _env_cache: tuple[str, dict[str, AdmissionLimits]] = ("", {})
