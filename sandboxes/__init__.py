@@ -39,6 +39,7 @@ from envhub.sandboxes.admission import AdmissionStats as AdmissionStats
 from envhub.sandboxes.admission import admission_limits as admission_limits
 from envhub.sandboxes.admission import admission_stats as admission_stats
 from envhub.sandboxes.admission import configure_admission as configure_admission
+from envhub.sandboxes.admission import parse_admission as parse_admission
 from envhub.sandboxes.base import ExecResult as ExecResult
 from envhub.sandboxes.base import Sandbox as Sandbox
 from envhub.sandboxes.base import SandboxSpec as SandboxSpec
@@ -62,5 +63,6 @@ __all__ = [
     "configure_admission",
     "make_sandbox",
     "open_sandbox",
+    "parse_admission",
     "resolve_backend",
 ]

@@ -51,6 +51,7 @@ __all__ = [
     "admission_stats",
     "admit",
     "configure_admission",
+    "parse_admission",
 ]
 
 ENV_VAR = "ENVHUB_SANDBOX_ADMISSION"
@@ -141,25 +142,29 @@ def _parse(backend: str, limits: AdmissionLimits | Mapping[str, Any]) -> Admissi
         raise InvalidRequest(f"sandbox admission limits for {backend!r}: {why}") from None
 
 
+def parse_admission(text: str, source: str = ENV_VAR) -> dict[str, AdmissionLimits]:
+    """Limits per backend from JSON (``{"docker": {"concurrency": 8, "rate": 5}, "*": {...}}``),
+    the form ``ENVHUB_SANDBOX_ADMISSION`` and ``envhub serve --sandbox-admission`` take; a bad
+    value is a one-line :class:`InvalidRequest` naming ``source``."""
+    try:
+        table = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"{source} is not JSON: {exc}") from None
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise InvalidRequest(f'{source} must map backends to limits: {{"docker": {{"rate": 5}}}}')
+    return {name: _parse(name, value) for name, value in table.items()}
+
+
 _env_cache: tuple[str, dict[str, AdmissionLimits]] = ("", {})
 
 
 def _from_env() -> dict[str, AdmissionLimits]:
-    """``ENVHUB_SANDBOX_ADMISSION`` parsed (once per distinct value); a bad value is an
-    :class:`InvalidRequest` naming the variable."""
+    """``ENVHUB_SANDBOX_ADMISSION``, parsed once per distinct value."""
     global _env_cache
-    raw = os.environ.get(ENV_VAR, "").strip()
-    if raw == _env_cache[0]:
-        return _env_cache[1]
-    try:
-        table = json.loads(raw) if raw else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"{ENV_VAR} is not JSON: {exc}") from None
-    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
-        raise InvalidRequest(f'{ENV_VAR} must map backends to limits: {{"docker": {{"rate": 5}}}}')
-    parsed = {name: _parse(name, value) for name, value in table.items()}
-    _env_cache = (raw, parsed)
-    return parsed
+    raw = os.environ.get(ENV_VAR, "")
+    if raw != _env_cache[0]:
+        _env_cache = (raw, parse_admission(raw))
+    return _env_cache[1]
 
 
 def _limiter(backend: str) -> _Limiter:

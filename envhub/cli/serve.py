@@ -60,6 +60,14 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="log every request")] = False,
     sandbox: SandboxBackendOption = None,
     gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
+    sandbox_admission: Annotated[
+        str | None,
+        typer.Option(
+            help='sandbox start limits per backend, JSON: \'{"docker": {"concurrency": 8, '
+            '"rate": 5}}\' (fields: concurrency, rate, burst, jitter, wait_s, scope; "*": any '
+            "backend); default: ENVHUB_SANDBOX_ADMISSION, else docs/sandboxes.md's defaults",
+        ),
+    ] = None,
     mcp: Annotated[
         bool,
         typer.Option(
@@ -102,6 +110,16 @@ def serve(
         except ImportError as exc:
             typer.echo(f"error: {exc.name} is missing: pip install 'envhub-rl[mcp]'", err=True)
             raise typer.Exit(2) from None
+    if sandbox_admission is not None:
+        from envhub.sandboxes import configure_admission, parse_admission
+
+        try:
+            limits = parse_admission(sandbox_admission, "--sandbox-admission")
+        except EnvhubError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        for backend, backend_limits in limits.items():
+            configure_admission(backend, backend_limits)
     options_of = env_options(envs, env_arg, sandbox)
     try:
         application = build_app(

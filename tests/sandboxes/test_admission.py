@@ -7,6 +7,8 @@ loaded machine happens to be."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -153,3 +155,14 @@ async def test_a_start_that_fails_under_the_limit_masks_the_episode(backend: str
     if backend == BROKEN:
         assert len(masked) == 4
     assert all(t.reward == 1.0 for t in trajectories if not t.masked)
+
+
+def test_serve_refuses_bad_limits_in_one_line() -> None:
+    """``envhub serve --sandbox-admission`` checks its JSON before serving anything."""
+    argv = [sys.executable, "-m", "envhub.cli", "serve", "calc", "--sandbox-admission"]
+    bad = '{"docker": {"rate": 0}}'
+    done = subprocess.run([*argv, bad], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: sandbox admission limits for 'docker': rate: Input should be greater than 0\n"
+    )
