@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -190,7 +190,7 @@ class _Limiter:
         self._tat = 0.0  # the bucket's theoretical arrival time (time.monotonic)
         self._dir = cache_root("sandbox-admission") / backend.replace(":", "_").replace("/", "_")
 
-    async def acquire(self) -> Any:
+    async def acquire(self) -> Callable[[], None]:
         """Wait for a slot, then for the bucket; the returned callable gives the slot back."""
         began = time.monotonic()
         deadline = began + self.limits.wait_s
@@ -269,7 +269,7 @@ class _Limiter:
             fut.set_result(None)
 
     # -- node scope: flock-ed slot files, polled ----------------------------------------
-    async def _node_slot(self, deadline: float) -> Any:
+    async def _node_slot(self, deadline: float) -> Callable[[], None]:
         self._dir.mkdir(parents=True, exist_ok=True)
         while True:
             for i in random.sample(range(self.limits.concurrency), self.limits.concurrency):

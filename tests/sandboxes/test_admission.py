@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -106,15 +107,14 @@ async def test_loops_in_other_threads_share_the_process_limit() -> None:
 
 
 async def test_node_scope_shares_slots_through_lock_files(
-    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ENVHUB_CACHE", str(tmp_path))
     configure_admission("test-slow", AdmissionLimits(concurrency=2, rate=100, scope="node"))
     assert await _open_many(8) == [None] * 8
     assert SlowSandbox.peak == 2
-    assert sorted(p.name for p in (tmp_path / "sandbox-admission" / "test-slow").iterdir()) == [  # type: ignore[operator]
-        "bucket", "slot-0", "slot-1",
-    ]  # fmt: skip
+    files = sorted(p.name for p in (tmp_path / "sandbox-admission" / "test-slow").iterdir())
+    assert files == ["bucket", "slot-0", "slot-1"]
 
 
 def test_limits_come_from_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
