@@ -7,6 +7,7 @@ the path. Server dependencies (``pip install envhub-rl[server]``) are imported i
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -110,11 +111,14 @@ def serve(
         except ImportError as exc:
             typer.echo(f"error: {exc.name} is missing: pip install 'envhub-rl[mcp]'", err=True)
             raise typer.Exit(2) from None
-    if sandbox_admission is not None:
+    from_env = os.environ.get("ENVHUB_SANDBOX_ADMISSION")
+    if sandbox_admission is not None or from_env:
+        # checked here, so a typo fails the command instead of masking every episode
         from envhub.sandboxes import configure_admission, parse_admission
 
         try:
-            limits = parse_admission(sandbox_admission, "--sandbox-admission")
+            parse_admission(from_env or "", "ENVHUB_SANDBOX_ADMISSION")
+            limits = parse_admission(sandbox_admission or "", "--sandbox-admission")
         except EnvhubError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None

@@ -7,6 +7,7 @@ loaded machine happens to be."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import threading
@@ -166,3 +167,8 @@ def test_serve_refuses_bad_limits_in_one_line() -> None:
     assert done.stderr == (
         "error: sandbox admission limits for 'docker': rate: Input should be greater than 0\n"
     )
+    env = {**os.environ, "ENVHUB_SANDBOX_ADMISSION": "docker=5"}
+    done = subprocess.run([*argv[:-1]], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ENVHUB_SANDBOX_ADMISSION is not JSON: ")
+    assert done.stderr.count("\n") == 1
