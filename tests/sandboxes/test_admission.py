@@ -71,7 +71,7 @@ async def test_starts_begin_no_faster_than_the_rate() -> None:
 
 async def test_waiting_past_the_bound_is_a_sandbox_error() -> None:
     configure_admission("test-slow", AdmissionLimits(concurrency=1, wait_s=0.1))
-    SlowSandbox.reset_record(delay_s=1.0)
+    SlowSandbox.reset_record(delay_s=0.4)
     results = await _open_many(2)
     errors = [r for r in results if r is not None]
     assert len(errors) == 1 and isinstance(errors[0], SandboxError)
