@@ -12,7 +12,9 @@ Backends: ``local`` (no isolation; the default), ``bwrap`` (Linux namespaces),
 in the ``envhub.sandboxes`` entry-point group (``backend_names()`` lists them).
 ``SandboxPool`` keeps sandboxes pre-started so an episode gets one in milliseconds.
 ``bwrap_problem()`` says why bwrap cannot run on this host (``None``: it can), for code
-that confines its own children with it where it works.
+that confines its own children with it where it works. ``configure_admission`` (or
+``ENVHUB_SANDBOX_ADMISSION``) caps how many sandboxes start at once and how fast
+(:mod:`envhub.sandboxes.admission`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ from envhub.sandboxes._select import (
 from envhub.sandboxes._select import (
     resolve_backend as resolve_backend,
 )
+from envhub.sandboxes.admission import AdmissionLimits as AdmissionLimits
+from envhub.sandboxes.admission import AdmissionStats as AdmissionStats
+from envhub.sandboxes.admission import admission_limits as admission_limits
+from envhub.sandboxes.admission import admission_stats as admission_stats
+from envhub.sandboxes.admission import configure_admission as configure_admission
+from envhub.sandboxes.admission import parse_admission as parse_admission
 from envhub.sandboxes.base import ExecResult as ExecResult
 from envhub.sandboxes.base import Sandbox as Sandbox
 from envhub.sandboxes.base import SandboxSpec as SandboxSpec
@@ -41,14 +49,20 @@ from envhub.sandboxes.pool import SandboxPool as SandboxPool
 
 __all__ = [
     "SANDBOXES",
+    "AdmissionLimits",
+    "AdmissionStats",
     "ExecResult",
     "PoolMetrics",
     "Sandbox",
     "SandboxPool",
     "SandboxSpec",
+    "admission_limits",
+    "admission_stats",
     "backend_names",
     "bwrap_problem",
+    "configure_admission",
     "make_sandbox",
     "open_sandbox",
+    "parse_admission",
     "resolve_backend",
 ]

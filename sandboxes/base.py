@@ -32,6 +32,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
 
 from envhub.errors import FileOperationError, SandboxError
+from envhub.sandboxes.admission import admit
 
 __all__ = ["BackendName", "ExecResult", "RawResult", "Sandbox", "SandboxSpec"]
 
@@ -133,9 +134,14 @@ class Sandbox(ABC):
 
     # -- lifecycle -------------------------------------------------------------------
     async def start(self) -> Sandbox:
-        """Start the sandbox; on failure everything half-started is released."""
+        """Start the sandbox; on failure everything half-started is released.
+
+        The start waits for admission first (:mod:`envhub.sandboxes.admission`: this is
+        the one seam every open and every pool refill goes through); not being admitted
+        in time is a ``SandboxError`` like a failed start."""
         try:
-            await self._start()
+            async with admit(self.backend):
+                await self._start()
         except BaseException as exc:
             await asyncio.shield(self._safe_close())
             if isinstance(exc, SandboxError) or not isinstance(exc, Exception):

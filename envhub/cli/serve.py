@@ -7,6 +7,7 @@ the path. Server dependencies (``pip install envhub-rl[server]``) are imported i
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
@@ -60,6 +61,14 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="log every request")] = False,
     sandbox: SandboxBackendOption = None,
     gc_threshold: GcThresholdOption = DEFAULT_GC_THRESHOLD,
+    sandbox_admission: Annotated[
+        str | None,
+        typer.Option(
+            help='sandbox start limits per backend, JSON: \'{"docker": {"concurrency": 8, '
+            '"rate": 5}}\' (fields: concurrency, rate, burst, jitter, wait_s, scope; "*": any '
+            "backend); default: ENVHUB_SANDBOX_ADMISSION, else docs/sandboxes.md's defaults",
+        ),
+    ] = None,
     mcp: Annotated[
         bool,
         typer.Option(
@@ -102,6 +111,19 @@ def serve(
         except ImportError as exc:
             typer.echo(f"error: {exc.name} is missing: pip install 'envhub-rl[mcp]'", err=True)
             raise typer.Exit(2) from None
+    from_env = os.environ.get("ENVHUB_SANDBOX_ADMISSION")
+    if sandbox_admission is not None or from_env:
+        # checked here, so a typo fails the command instead of masking every episode
+        from envhub.sandboxes import configure_admission, parse_admission
+
+        try:
+            parse_admission(from_env or "", "ENVHUB_SANDBOX_ADMISSION")
+            limits = parse_admission(sandbox_admission or "", "--sandbox-admission")
+        except EnvhubError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        for backend, backend_limits in limits.items():
+            configure_admission(backend, backend_limits)
     options_of = env_options(envs, env_arg, sandbox)
     try:
         application = build_app(
