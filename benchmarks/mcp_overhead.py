@@ -143,6 +143,9 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 128])
     parser.add_argument("--steps", type=int, default=10, help="steps per episode")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level")
+    parser.add_argument("--doors", nargs="+", default=["ws", "mcp", "mcp-raw"],
+                        choices=["ws", "mcp", "mcp-raw"],
+                        help="which clients to drive (ws is the baseline of the ratios)")
     args = parser.parse_args()
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
@@ -160,10 +163,11 @@ async def main() -> None:
         async def open_raw(task_id: str) -> RawMcpEpisode:
             return await RawMcpEpisode.open(raw, f"{url}/mcp/calc?task_id={task_id}")
 
-        doors = (("ws", remote.open), ("mcp", open_mcp), ("mcp-raw", open_raw))
+        doors = {"ws": remote.open, "mcp": open_mcp, "mcp-raw": open_raw}
         for c in args.concurrency:
-            rates, p99s = {}, {}
-            for label, open_session in doors:
+            rates, p99s, server_ms = {}, {}, {}
+            for label in dict.fromkeys(["ws", *args.doors]):
+                open_session = doors[label]
                 server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
                 run, elapsed = await drive(open_session, c, args.steps, args.duration)
                 server_cpu = cpu_seconds(server.pid) - server_cpu
@@ -171,10 +175,13 @@ async def main() -> None:
                 rates[label] = report(label, c, run, elapsed, "")
                 lat = sorted(run.latencies) or [float("nan")]
                 p99s[label] = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+                server_ms[label] = server_cpu / max(run.steps, 1)
                 print(cpu_per_step(server_cpu, client_cpu, run.steps), flush=True)
-            for label in ("mcp", "mcp-raw"):
+            for label in [label for label in rates if label != "ws"]:
                 print(f"           {label} / ws: steps/s {rates[label] / rates['ws']:.2f}, "
-                      f"p99 {p99s[label] / p99s['ws']:.2f}", flush=True)
+                      f"p99 {p99s[label] / p99s['ws']:.2f}, "
+                      f"server CPU per step {server_ms[label] / server_ms['ws']:.2f}",
+                      flush=True)
 
 
 if __name__ == "__main__":
