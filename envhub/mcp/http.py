@@ -56,11 +56,13 @@ from mcp.types import (
     INVALID_REQUEST,
     PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
+    CallToolResult,
     ErrorData,
     JSONRPCError,
     JSONRPCResponse,
     ListToolsResult,
     Result,
+    TextContent,
 )
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp_types.methods import serialize_server_result
@@ -342,7 +344,10 @@ class McpEndpoints:
         The answer is made as the SDK makes it (its result models dumped, sieved for the
         session's protocol version, put in its JSON-RPC envelope; a handler's error mapped
         by its dispatcher's rule), so only the cost differs: no request task, memory
-        streams, Starlette request, dispatch context or tracing span per call."""
+        streams, Starlette request, dispatch context or tracing span per call. A tool
+        result of text alone, what every call answers, skips the sieve (a pydantic
+        validation of the protocol's whole result union, half of the step's cost here) for
+        the form it gives in every handshake version (:func:`_text_result_wire`)."""
         version = entry.version
         if version is None or not entry.established or entry.transport.is_terminated:
             return False
@@ -357,9 +362,11 @@ class McpEndpoints:
                 result = ListToolsResult(tools=entry.door.tools)
             else:
                 result = await entry.door.call(params["name"], params.get("arguments", {}))
-            dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-            message = JSONRPCResponse(jsonrpc="2.0", id=request_id,
-                                      result=serialize_server_result(method, version, dumped))
+            wire = _text_result_wire(result) if isinstance(result, CallToolResult) else None
+            if wire is None:
+                dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+                wire = serialize_server_result(method, version, dumped)
+            message = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=wire)
         except Exception as exc:  # as the SDK's dispatcher answers a handler's exception
             error = handler_exception_to_error_data(exc)
             if error is None:
@@ -473,6 +480,25 @@ def _lean_request(headers: dict[bytes, bytes], body: bytes
             and isinstance(params.get("arguments", {}), dict)):
         return request_id, method, params
     return None
+
+
+def _text_result_wire(result: CallToolResult) -> dict[str, Any] | None:
+    """The wire form of a tool result of plain text content, exactly as the SDK's version
+    sieve (:func:`mcp_types.methods.serialize_server_result`) gives it in every handshake
+    version (``tests/mcp/test_http_lean.py`` holds the two equal); ``None`` for any other
+    result, which the sieve then shapes."""
+    if result.structured_content is not None or result.model_extra:
+        return None
+    content = []
+    for part in result.content:
+        if type(part) is not TextContent or part.annotations is not None or part.meta is not None:
+            return None
+        content.append({"text": part.text, "type": "text"})
+    wire: dict[str, Any] = {} if result.meta is None else {"_meta": result.meta}
+    wire["content"] = content
+    if result.is_error is not None:
+        wire["isError"] = result.is_error
+    return wire
 
 
 def _accepts_json(accept: bytes) -> bool:

@@ -104,18 +104,25 @@ def sdk_url() -> Iterator[str]:
     yield from _serve(lean=False)
 
 
-def _exchange(url: str) -> list[tuple[int, list[tuple[str, str]], bytes]]:
+# every handshake version's results: a tool list, a result, the model's error, the end
+SHORT = [EXCHANGES[0], EXCHANGES[3], EXCHANGES[6], *EXCHANGES[-3:]]
+
+
+def _exchange(url: str, exchanges: list[tuple[Any, dict[str, str | None]]],
+              version: str = HANDSHAKE_PROTOCOL_VERSIONS[-1],
+              ) -> list[tuple[int, list[tuple[str, str]], bytes]]:
     """Every exchange of one MCP session, ids replaced by placeholders."""
     answers = []
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": version}}
     with httpx.Client(timeout=30) as http:
-        opened = http.post(f"{url}/mcp/calc?task_id={TASKS['calc']}", json=INITIALIZE,
+        opened = http.post(f"{url}/mcp/calc?task_id={TASKS['calc']}", json=initialize,
                            headers=HEADERS)
         assert opened.status_code == 200, opened.text
         ids = {opened.headers["mcp-session-id"]: "MCP-SESSION",
                opened.headers["envhub-session-id"]: "ENVHUB-SESSION"}
         session = {"Mcp-Session-Id": opened.headers["mcp-session-id"],
-                   "Mcp-Protocol-Version": HANDSHAKE_PROTOCOL_VERSIONS[-1]}
-        for body, changes in [*EXCHANGES, (None, {})]:
+                   "Mcp-Protocol-Version": version}
+        for body, changes in [*exchanges, (None, {})]:
             headers: dict[str, str] = {**HEADERS, **session}
             for name, value in changes.items():
                 headers.pop(name)
@@ -141,7 +148,7 @@ def _exchange(url: str) -> list[tuple[int, list[tuple[str, str]], bytes]]:
 
 
 def test_lean_answers_are_the_sdks_byte_for_byte(lean_url: str, sdk_url: str) -> None:
-    lean, sdk = _exchange(lean_url), _exchange(sdk_url)
+    lean, sdk = _exchange(lean_url, EXCHANGES), _exchange(sdk_url, EXCHANGES)
     assert len(lean) == len(sdk) == len(EXCHANGES) + 1
     for (body, changes), lean_answer, sdk_answer in zip(
             [*EXCHANGES, ("after DELETE", {})], lean, sdk, strict=True):
@@ -151,4 +158,12 @@ def test_lean_answers_are_the_sdks_byte_for_byte(lean_url: str, sdk_url: str) ->
     statuses = [status for status, _, _ in lean]
     assert statuses.count(200) >= 12 and {400, 401, 406, 413} <= set(statuses)
     assert b'"isError":true' in lean[5][2] and b"unknown tool" in lean[6][2]
-    assert b'"envhub/done":true' in lean[-3][2]
+    assert b'"envhub/reward":0.0' in lean[-4][2] and b"episode has ended" in lean[-3][2]
+
+
+@pytest.mark.parametrize("version", HANDSHAKE_PROTOCOL_VERSIONS[:-1])
+def test_lean_answers_match_in_every_handshake_version(lean_url: str, sdk_url: str,
+                                                        version: str) -> None:
+    lean, sdk = _exchange(lean_url, SHORT, version), _exchange(sdk_url, SHORT, version)
+    assert lean == sdk
+    assert b'"envhub/reward":0.0' in lean[-4][2]
