@@ -7,13 +7,15 @@ open + N steps (``calculate "1+1"``) + close until the duration is spent, first 
 MCP clients (the official SDK's ``ClientSession`` over Streamable HTTP, JSON responses, one
 ``tools/call`` per step, an ``initialize`` + ``DELETE`` per episode), then the same MCP
 requests as bare JSON-RPC over aiohttp (``mcp-raw``: the endpoint's cost without the SDK
-client's), and prints steps/s, p50/p99 step latency, CPU per step on each side and the
-ratios to the WebSocket run.
+client's; bodies encoded and read with orjson), and prints steps/s, p50/p99 step
+latency, CPU per step on each side and the ratios to the WebSocket run (steps/s, p99,
+server CPU per step).
 
 A step through MCP is a JSON-RPC request in an HTTP POST (headers, session lookup, the
-SDK's dispatch and pydantic models on both sides) where the WebSocket API sends one small
-frame; the server-side CPU per step bounds the server's throughput, the client's the
-driver's (both are printed).
+JSON-RPC envelope; the door's lean path answers ``tools/call`` itself, the SDK the
+handshake and the rest) where the WebSocket API sends one small frame; the server-side
+CPU per step bounds the server's throughput, the client's the driver's (both are
+printed).
 
     python benchmarks/mcp_overhead.py --concurrency 1 32 --steps 10 --duration 5
 """
@@ -33,6 +35,7 @@ from typing import Any
 
 import aiohttp
 import httpx2
+import orjson
 from _load import cpu_per_step, cpu_seconds, drive, report
 from mcp.client import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -93,7 +96,8 @@ class RawMcpEpisode:
 
     @classmethod
     async def open(cls, http: aiohttp.ClientSession, url: str) -> RawMcpEpisode:
-        headers = {"Accept": "application/json, text/event-stream"}
+        headers = {"Accept": "application/json, text/event-stream",
+                   "Content-Type": "application/json"}
         async with http.post(url, json=INITIALIZE, headers=headers) as answer:
             answer.raise_for_status()
             await answer.read()
@@ -107,9 +111,10 @@ class RawMcpEpisode:
         for call in calls:
             request = {"jsonrpc": "2.0", "id": next(self.ids), "method": "tools/call",
                        "params": {"name": call["name"],
-                                  "arguments": json.loads(call["arguments"])}}
-            async with self.http.post(self.url, json=request, headers=self.headers) as answer:
-                reply = await answer.json()
+                                  "arguments": orjson.loads(call["arguments"])}}
+            async with self.http.post(self.url, data=orjson.dumps(request),
+                                      headers=self.headers) as answer:
+                reply = orjson.loads(await answer.read())
             if "error" in reply or reply["result"].get("isError"):
                 raise RuntimeError(f"tool error: {reply}")
 
