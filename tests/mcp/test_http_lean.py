@@ -20,7 +20,9 @@ import envhub
 from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from envhub.testing.hostile import deeply_nested_json
+from tests.core.user_turn_envs import LATE_TOOL, ScriptedUserEnv
 from tests.mcp.clients import ACCEPT, INITIALIZE, TASKS
+from tests.rollout.turn_reward_env import MarkEnv
 
 TOKEN = "lean-token"
 MAX_BODY = 16384
@@ -88,8 +90,10 @@ EXCHANGES: list[tuple[Any, dict[str, str | None]]] = [
 def _serve(lean: bool) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ENVHUB_MCP_LEAN", "1" if lean else "0")
-        app = create_app({"calc": envhub.make("calc", max_turns=100)}, token=TOKEN,
-                         max_body_bytes=MAX_BODY, mcp=True)
+        app = create_app({"calc": envhub.make("calc", max_turns=100),
+                          "mark": envhub.make(MarkEnv),
+                          "user": envhub.make(ScriptedUserEnv)},
+                         token=TOKEN, max_body_bytes=MAX_BODY, mcp=True)
     with serve_in_thread(app) as base_url:
         yield base_url
 
@@ -109,13 +113,14 @@ SHORT = [EXCHANGES[0], EXCHANGES[3], EXCHANGES[6], *EXCHANGES[-3:]]
 
 
 def _exchange(url: str, exchanges: list[tuple[Any, dict[str, str | None]]],
-              version: str = HANDSHAKE_PROTOCOL_VERSIONS[-1],
+              version: str = HANDSHAKE_PROTOCOL_VERSIONS[-1], env: str = "calc",
+              task_id: str = TASKS["calc"],
               ) -> list[tuple[int, list[tuple[str, str]], bytes]]:
     """Every exchange of one MCP session, ids replaced by placeholders."""
     answers = []
     initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": version}}
     with httpx.Client(timeout=30) as http:
-        opened = http.post(f"{url}/mcp/calc?task_id={TASKS['calc']}", json=initialize,
+        opened = http.post(f"{url}/mcp/{env}?task_id={task_id}", json=initialize,
                            headers=HEADERS)
         assert opened.status_code == 200, opened.text
         ids = {opened.headers["mcp-session-id"]: "MCP-SESSION",
@@ -129,10 +134,10 @@ def _exchange(url: str, exchanges: list[tuple[Any, dict[str, str | None]]],
                 if value is not None:
                     headers[name] = value
             if body is None:  # the end: DELETE, then a call of the ended session
-                assert http.delete(f"{url}/mcp/calc", headers=headers).status_code == 200
+                assert http.delete(f"{url}/mcp/{env}", headers=headers).status_code == 200
                 body = _call(35, "calculate", {"expression": "1"})
             content = body if isinstance(body, bytes) else json.dumps(body).encode()
-            answer = http.post(f"{url}/mcp/calc", content=content, headers=headers)
+            answer = http.post(f"{url}/mcp/{env}", content=content, headers=headers)
             text = answer.content
             kept = []
             for name, value in answer.headers.items():
@@ -167,3 +172,20 @@ def test_lean_answers_match_in_every_handshake_version(lean_url: str, sdk_url: s
     lean, sdk = _exchange(lean_url, SHORT, version), _exchange(sdk_url, SHORT, version)
     assert lean == sdk
     assert b'"envhub/reward":0.0' in lean[-4][2]
+
+
+def test_turn_rewards_user_turns_and_tool_changes_match(lean_url: str, sdk_url: str) -> None:
+    """``_meta`` beyond ``envhub/done``: turn rewards (negative ones too) and the final
+    reward, a user turn's messages, a changed tool list and the list that follows."""
+    marks = [(_call(i, "mark", {"item": item}), {}) for i, item in enumerate("aab", 2)]
+    marks.append((_call(5, "submit", {}), {}))
+    lean = _exchange(lean_url, marks, env="mark", task_id="mark-0")
+    assert lean == _exchange(sdk_url, marks, env="mark", task_id="mark-0")
+    assert b'"envhub/turn_reward":-0.25' in lean[1][2] and b'"envhub/reward":1.0' in lean[3][2]
+    turns = [(_call(2, "answer", {"value": "5"}), {}), (_call(3, "answer", {"value": "15"}), {}),
+             (_list(4), {}), (_call(5, LATE_TOOL, {"a": 15, "b": 4}), {}),
+             (_call(6, "answer", {"value": "60"}), {})]
+    lean = _exchange(lean_url, turns, env="user", task_id="chat-0")
+    assert lean == _exchange(sdk_url, turns, env="user", task_id="chat-0")
+    assert b"envhub/user_messages" in lean[0][2] and b"envhub/tools_changed" in lean[1][2]
+    assert LATE_TOOL.encode() in lean[2][2] and b'"envhub/reward":1.0' in lean[4][2]
