@@ -469,9 +469,10 @@ def _lean_request(headers: dict[bytes, bytes], body: bytes
     if not isinstance(message, dict) or message.keys() - _LEAN_FIELDS:
         return None
     request_id, method = message.get("id"), message.get("method")
-    if message.get("jsonrpc") != "2.0" or type(request_id) not in (str, int):
+    if (message.get("jsonrpc") != "2.0" or isinstance(request_id, bool)
+            or not isinstance(request_id, str | int)):  # a bool is no JSON-RPC id
         return None
-    params = message.get("params", {})
+    params: Any = message.get("params", {})
     if method == "tools/list" and params == {}:
         return request_id, method, params
     if (method == "tools/call" and isinstance(params, dict)
