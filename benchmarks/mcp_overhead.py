@@ -7,13 +7,15 @@ open + N steps (``calculate "1+1"``) + close until the duration is spent, first 
 MCP clients (the official SDK's ``ClientSession`` over Streamable HTTP, JSON responses, one
 ``tools/call`` per step, an ``initialize`` + ``DELETE`` per episode), then the same MCP
 requests as bare JSON-RPC over aiohttp (``mcp-raw``: the endpoint's cost without the SDK
-client's), and prints steps/s, p50/p99 step latency, CPU per step on each side and the
-ratios to the WebSocket run.
+client's; bodies encoded and read with orjson), and prints steps/s, p50/p99 step
+latency, CPU per step on each side and the ratios to the WebSocket run (steps/s, p99,
+server CPU per step).
 
 A step through MCP is a JSON-RPC request in an HTTP POST (headers, session lookup, the
-SDK's dispatch and pydantic models on both sides) where the WebSocket API sends one small
-frame; the server-side CPU per step bounds the server's throughput, the client's the
-driver's (both are printed).
+JSON-RPC envelope; the door's lean path answers ``tools/call`` itself, the SDK the
+handshake and the rest) where the WebSocket API sends one small frame; the server-side
+CPU per step bounds the server's throughput, the client's the driver's (both are
+printed).
 
     python benchmarks/mcp_overhead.py --concurrency 1 32 --steps 10 --duration 5
 """
@@ -33,6 +35,7 @@ from typing import Any
 
 import aiohttp
 import httpx2
+import orjson
 from _load import cpu_per_step, cpu_seconds, drive, report
 from mcp.client import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -93,7 +96,8 @@ class RawMcpEpisode:
 
     @classmethod
     async def open(cls, http: aiohttp.ClientSession, url: str) -> RawMcpEpisode:
-        headers = {"Accept": "application/json, text/event-stream"}
+        headers = {"Accept": "application/json, text/event-stream",
+                   "Content-Type": "application/json"}
         async with http.post(url, json=INITIALIZE, headers=headers) as answer:
             answer.raise_for_status()
             await answer.read()
@@ -107,9 +111,10 @@ class RawMcpEpisode:
         for call in calls:
             request = {"jsonrpc": "2.0", "id": next(self.ids), "method": "tools/call",
                        "params": {"name": call["name"],
-                                  "arguments": json.loads(call["arguments"])}}
-            async with self.http.post(self.url, json=request, headers=self.headers) as answer:
-                reply = await answer.json()
+                                  "arguments": orjson.loads(call["arguments"])}}
+            async with self.http.post(self.url, data=orjson.dumps(request),
+                                      headers=self.headers) as answer:
+                reply = orjson.loads(await answer.read())
             if "error" in reply or reply["result"].get("isError"):
                 raise RuntimeError(f"tool error: {reply}")
 
@@ -143,6 +148,9 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 128])
     parser.add_argument("--steps", type=int, default=10, help="steps per episode")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level")
+    parser.add_argument("--doors", nargs="+", default=["ws", "mcp", "mcp-raw"],
+                        choices=["ws", "mcp", "mcp-raw"],
+                        help="which clients to drive (ws is the baseline of the ratios)")
     args = parser.parse_args()
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
@@ -160,10 +168,11 @@ async def main() -> None:
         async def open_raw(task_id: str) -> RawMcpEpisode:
             return await RawMcpEpisode.open(raw, f"{url}/mcp/calc?task_id={task_id}")
 
-        doors = (("ws", remote.open), ("mcp", open_mcp), ("mcp-raw", open_raw))
+        doors = {"ws": remote.open, "mcp": open_mcp, "mcp-raw": open_raw}
         for c in args.concurrency:
-            rates, p99s = {}, {}
-            for label, open_session in doors:
+            rates, p99s, server_ms = {}, {}, {}
+            for label in dict.fromkeys(["ws", *args.doors]):
+                open_session = doors[label]
                 server_cpu, client_cpu = cpu_seconds(server.pid), time.process_time()
                 run, elapsed = await drive(open_session, c, args.steps, args.duration)
                 server_cpu = cpu_seconds(server.pid) - server_cpu
@@ -171,10 +180,13 @@ async def main() -> None:
                 rates[label] = report(label, c, run, elapsed, "")
                 lat = sorted(run.latencies) or [float("nan")]
                 p99s[label] = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+                server_ms[label] = server_cpu / max(run.steps, 1)
                 print(cpu_per_step(server_cpu, client_cpu, run.steps), flush=True)
-            for label in ("mcp", "mcp-raw"):
+            for label in [label for label in rates if label != "ws"]:
                 print(f"           {label} / ws: steps/s {rates[label] / rates['ws']:.2f}, "
-                      f"p99 {p99s[label] / p99s['ws']:.2f}", flush=True)
+                      f"p99 {p99s[label] / p99s['ws']:.2f}, "
+                      f"server CPU per step {server_ms[label] / server_ms['ws']:.2f}",
+                      flush=True)
 
 
 if __name__ == "__main__":

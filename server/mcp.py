@@ -11,6 +11,7 @@ behind the same bearer token and body-size limit as the other doors.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -146,12 +147,17 @@ def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
     only one). Capacity and idle time are the store's:
     an MCP session is one store session, and it ends when the store lets go of that
     session (reaped idle past the TTL, its closed result expired, shut down), whatever its
-    client keeps open or never sends."""
+    client keeps open or never sends.
+
+    ``ENVHUB_MCP_LEAN=0`` in the environment turns the lean path of ``tools/call`` and
+    ``tools/list`` off (every request through the SDK's transport): the reference the
+    tests hold the lean path to, and a way out should a client meet a difference."""
     return McpEndpoints(
         {name: StoreEnvironment(store, name) for name in store.envs},
         session_gone=store.wait_forgotten,
         error_status=lambda exc: STATUS_BY_CODE.get(exc.code, 500),
         on_error=lambda code: metrics.errors.labels(code).inc(),
+        lean=os.environ.get("ENVHUB_MCP_LEAN", "1") != "0",
     )
 
 

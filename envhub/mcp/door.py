@@ -57,6 +57,7 @@ __all__ = [
     "REWARD_URI",
     "TASK_URI",
     "SessionDoor",
+    "door_server",
     "mcp_error",
     "serve_session_mcp",
     "session_mcp_server",
@@ -127,9 +128,12 @@ class SessionDoor:
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        call = ToolCall(
-            id=f"mcp-{next(self._call_ids)}", name=params.name, arguments=params.arguments or {}
-        )
+        return await self.call(params.name, params.arguments or {})
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """One ``tools/call``: one step with one call (the SDK's handler and the hosted
+        endpoint's lean path both come here)."""
+        call = ToolCall(id=f"mcp-{next(self._call_ids)}", name=name, arguments=arguments)
         try:
             result = await self.session.step([call])
         except SessionClosed as exc:
@@ -279,9 +283,16 @@ def session_mcp_server(
     ``envhub://reward`` after the episode ended closes (scores) it. Serve it over any MCP
     transport (``server.run`` on stdio streams, ``server.streamable_http_app()``).
     """
+    return door_server(SessionDoor(session, start, env_name=env_name))
+
+
+def door_server(door: SessionDoor) -> Server[Any]:
+    """The MCP server of ``door``'s handlers (:func:`session_mcp_server`); a caller that also
+    answers some requests itself (the hosted endpoint's lean path) keeps ``door`` so both
+    see the same tool list and call counter."""
     from envhub import __version__
 
-    door = SessionDoor(session, start, env_name=env_name)
+    env_name, start = door.env_name, door.start
     return Server(
         f"envhub-{env_name}",
         version=__version__,

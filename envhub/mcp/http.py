@@ -20,6 +20,14 @@ protocol itself is the official SDK's: each session's
 :func:`~envhub.mcp.door.session_mcp_server` runs on its own
 :class:`~mcp.server.streamable_http.StreamableHTTPServerTransport`.
 
+The hot requests, ``tools/call`` and ``tools/list``, take a lean path when they are plainly
+well formed (see :meth:`McpEndpoints._lean`): answered here from the session's
+:class:`~envhub.mcp.door.SessionDoor`, with the SDK's own result models, version sieve and
+error mapping, so the bytes are the SDK's, without its per-request task, memory streams,
+request parsing and dispatch. Everything else (initialize, notifications, GET streams,
+DELETE, other methods, any request the lean path does not fully understand) goes to the
+session's SDK transport.
+
 Sessions need the handshake era of the protocol: a sessionless (2026-07-28) request is
 answered with ``UNSUPPORTED_PROTOCOL_VERSION`` naming the handshake versions, on which the
 SDK's clients fall back to ``initialize``.
@@ -42,17 +50,26 @@ import pydantic_core
 from mcp.server.runner import serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
 from mcp.types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
+    CallToolResult,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCResponse,
+    ListToolsResult,
+    Result,
+    TextContent,
 )
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.methods import serialize_server_result
 from starlette.types import Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError, InvalidRequest
-from envhub.mcp.door import mcp_error, session_mcp_server
+from envhub.mcp.door import SessionDoor, door_server, mcp_error
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.types import SessionStart
 
@@ -72,6 +89,7 @@ _MAX_TASK_ID = 512
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
+_LEAN_FIELDS = frozenset({"jsonrpc", "id", "method", "params"})
 
 
 class _Refused(Exception):
@@ -90,7 +108,9 @@ class _McpSession:
     session: SessionHandle
     start: SessionStart
     env: str
+    door: SessionDoor
     established: bool = False  # its initialize was answered with success
+    version: str | None = None  # the protocol version its initialize negotiated
     ended: anyio.Event = field(default_factory=anyio.Event)
 
     @property
@@ -113,7 +133,8 @@ class McpEndpoints:
     (reaped it idle, forgot its closed result); its MCP session then ends, so ``clients``
     decide capacity (``open`` refuses) and idle time for MCP sessions too.
     ``error_status`` gives the HTTP status of a core error at initialisation (the server's
-    mapping); ``on_error`` counts each refused request by envhub error code.
+    mapping); ``on_error`` counts each refused request by envhub error code. ``lean=False``
+    sends every request through the SDK's transport (the lean path's reference).
     """
 
     def __init__(
@@ -123,8 +144,10 @@ class McpEndpoints:
         session_gone: Callable[[str], Awaitable[None]],
         error_status: Callable[[EnvhubError], int] = lambda exc: 400,
         on_error: Callable[[str], None] = lambda code: None,
+        lean: bool = True,
     ) -> None:
         self.clients = dict(clients)
+        self.lean = lean
         self.session_gone = session_gone
         self._suffixed = {f"/{name}/mcp": name for name in self.clients}
         self.error_status = error_status
@@ -173,7 +196,8 @@ class McpEndpoints:
                 )
             mcp_session_id = headers.get(_SESSION_HEADER)
             if mcp_session_id is not None:
-                await self._continue(env, mcp_session_id.decode("latin-1"), scope, receive, send)
+                await self._continue(env, mcp_session_id.decode("latin-1"), scope, receive, send,
+                                     headers)
                 return
             if scope["method"] != "POST":
                 raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: an MCP session "
@@ -205,7 +229,8 @@ class McpEndpoints:
         return env
 
     async def _continue(
-        self, env: str, mcp_session_id: str, scope: Scope, receive: Receive, send: Send
+        self, env: str, mcp_session_id: str, scope: Scope, receive: Receive, send: Send,
+        headers: dict[bytes, bytes],
     ) -> None:
         """A request of an open MCP session; a DELETE is answered once the envhub session
         has been closed, so its 200 means the episode is scored. A POST's body is read
@@ -218,7 +243,8 @@ class McpEndpoints:
                            {"code": "session_not_found"})
         if scope["method"] == "POST":
             body = await _read_body(receive)
-            await _answer(entry.transport, scope, body, _with_header(send, entry.header))
+            if not (self.lean and await self._lean(entry, headers, body, send)):
+                await _answer(entry.transport, scope, body, _with_header(send, entry.header))
             return
         if scope["method"] != "DELETE":
             await entry.transport.handle_request(scope, receive, _with_header(send, entry.header))
@@ -250,7 +276,7 @@ class McpEndpoints:
             start = await session.reset()
             entry = _McpSession(
                 StreamableHTTPServerTransport(uuid.uuid4().hex, is_json_response_enabled=True),
-                session, start, env,
+                session, start, env, SessionDoor(session, start, env_name=env),
             )
             if self._tasks is None:
                 raise RuntimeError("McpEndpoints is not running (enter running() first)")
@@ -262,9 +288,18 @@ class McpEndpoints:
         assert entry.transport.mcp_session_id is not None
         # known before the answer leaves: the client's next request may come at once
         self._sessions[entry.transport.mcp_session_id] = entry
+        answer: list[bytes] = []
+
+        async def keep(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                answer.append(message.get("body", b""))
+            await send(message)
+
         try:
-            status = await _answer(entry.transport, scope, body, _with_header(send, entry.header))
+            status = await _answer(entry.transport, scope, body, _with_header(keep, entry.header))
             entry.established = status is not None and status < 400
+            if entry.established:
+                entry.version = _negotiated(b"".join(answer))
         finally:
             if not entry.established:  # the loop ends and the envhub session is aborted
                 self._sessions.pop(entry.transport.mcp_session_id, None)
@@ -281,7 +316,7 @@ class McpEndpoints:
         try:
             async with transport.connect() as (read_stream, write_stream):
                 task_status.started()
-                server = session_mcp_server(entry.session, entry.start, env_name=entry.env)
+                server = door_server(entry.door)
                 async with anyio.create_task_group() as loop:
                     loop.start_soon(self._stop_when_gone, entry, loop.cancel_scope)
                     await serve_loop(server, read_stream, write_stream, lifespan_state={},
@@ -295,6 +330,59 @@ class McpEndpoints:
             self._sessions.pop(transport.mcp_session_id, None)
             with anyio.CancelScope(shield=True):
                 await self._end(entry, score=finished and entry.established)
+
+    async def _lean(self, entry: _McpSession, headers: dict[bytes, bytes], body: bytes,
+                    send: Send) -> bool:
+        """Answer a ``tools/call`` or ``tools/list`` here, as the session's SDK server would,
+        when the request is plainly well formed: headers the SDK's transport accepts
+        without a word (JSON content type, an Accept naming JSON), one JSON-RPC request
+        object with exactly the fields and types the SDK validates without a word, on an
+        established, live session whose protocol version is known. ``False`` (nothing read
+        beyond ``body``, nothing sent) leaves every other request to the SDK, which words
+        the refusals: this path never guesses.
+
+        The answer is made as the SDK makes it (its result models dumped, sieved for the
+        session's protocol version, put in its JSON-RPC envelope; a handler's error mapped
+        by its dispatcher's rule), so only the cost differs: no request task, memory
+        streams, Starlette request, dispatch context or tracing span per call. A tool
+        result of text alone, what every call answers, skips the sieve (a pydantic
+        validation of the protocol's whole result union, half of the step's cost here) for
+        the form it gives in every handshake version (:func:`_text_result_wire`)."""
+        version = entry.version
+        if version is None or not entry.established or entry.transport.is_terminated:
+            return False
+        request = _lean_request(headers, body)
+        if request is None:
+            return False
+        request_id, method, params = request
+        message: JSONRPCResponse | JSONRPCError
+        try:
+            result: Result
+            if method == "tools/list":
+                result = ListToolsResult(tools=entry.door.tools)
+            else:
+                result = await entry.door.call(params["name"], params.get("arguments", {}))
+            wire = _text_result_wire(result) if isinstance(result, CallToolResult) else None
+            if wire is None:
+                dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+                wire = serialize_server_result(method, version, dumped)
+            message = JSONRPCResponse(jsonrpc="2.0", id=request_id, result=wire)
+        except Exception as exc:  # as the SDK's dispatcher answers a handler's exception
+            error = handler_exception_to_error_data(exc)
+            if error is None:
+                log.exception("handler for %r raised", method)
+                error = ErrorData(code=0, message=str(exc))
+            message = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        payload = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        assert entry.transport.mcp_session_id is not None
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"),
+            (_SESSION_HEADER, entry.transport.mcp_session_id.encode()),
+            (b"content-length", str(len(payload)).encode()),
+            entry.header,
+        ]})
+        await send({"type": "http.response.body", "body": payload})
+        return True
 
     async def _stop_when_gone(self, entry: _McpSession, loop: anyio.CancelScope) -> None:
         """End the session once its envhub session is gone: later requests find no
@@ -353,6 +441,72 @@ def _request_id(body: bytes) -> Any:
         return None
     request_id = message.get("id") if isinstance(message, dict) else None
     return request_id if isinstance(request_id, (str, int)) else None
+
+
+def _negotiated(answer: bytes) -> str | None:
+    """The protocol version a successful initialize answer names."""
+    try:
+        version = pydantic_core.from_json(answer)["result"]["protocolVersion"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return version if version in HANDSHAKE_PROTOCOL_VERSIONS else None
+
+
+def _lean_request(headers: dict[bytes, bytes], body: bytes
+                  ) -> tuple[str | int, str, dict[str, Any]] | None:
+    """``(id, method, params)`` of a request the lean path answers, else ``None``: a
+    ``tools/list`` without parameters, or a ``tools/call`` with a string ``name`` and
+    an object of ``arguments`` (or none), nothing else in either, in a JSON body that
+    says it is JSON to a client that accepts JSON."""
+    if headers.get(b"content-type", b"").split(b";")[0].strip() != b"application/json":
+        return None
+    if not _accepts_json(headers.get(b"accept", b"")):
+        return None
+    try:
+        message = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.keys() - _LEAN_FIELDS:
+        return None
+    request_id, method = message.get("id"), message.get("method")
+    if (message.get("jsonrpc") != "2.0" or isinstance(request_id, bool)
+            or not isinstance(request_id, str | int)):  # a bool is no JSON-RPC id
+        return None
+    params: Any = message.get("params", {})
+    if method == "tools/list" and params == {}:
+        return request_id, method, params
+    if (method == "tools/call" and isinstance(params, dict)
+            and not params.keys() - {"name", "arguments"}
+            and isinstance(params.get("name"), str)
+            and isinstance(params.get("arguments", {}), dict)):
+        return request_id, method, params
+    return None
+
+
+def _text_result_wire(result: CallToolResult) -> dict[str, Any] | None:
+    """The wire form of a tool result of plain text content, exactly as the SDK's version
+    sieve (:func:`mcp_types.methods.serialize_server_result`) gives it in every handshake
+    version (``tests/mcp/test_http_lean.py`` holds the two equal); ``None`` for any other
+    result, which the sieve then shapes."""
+    if result.structured_content is not None or result.model_extra:
+        return None
+    content = []
+    for part in result.content:
+        if type(part) is not TextContent or part.annotations is not None or part.meta is not None:
+            return None
+        content.append({"text": part.text, "type": "text"})
+    wire: dict[str, Any] = {} if result.meta is None else {"_meta": result.meta}
+    wire["content"] = content
+    if result.is_error is not None:
+        wire["isError"] = result.is_error
+    return wire
+
+
+def _accepts_json(accept: bytes) -> bool:
+    """The SDK transport's test (:func:`mcp.server.streamable_http.check_accept_headers`)
+    that a JSON answer is acceptable."""
+    types_ = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
+    return bool(types_ & {b"*/*", b"application/json", b"application/*"})
 
 
 def _task_choice(scope: Scope, message: dict[str, Any]) -> tuple[str | None, int | None]:

@@ -1,0 +1,191 @@
+"""The lean path of ``tools/call`` and ``tools/list`` answers byte for byte as the SDK's
+transport does: the same requests (well formed, malformed, hostile, refused) go to a
+server with the lean path and to one without it (``ENVHUB_MCP_LEAN=0``), and the HTTP
+statuses, headers and bodies must be equal once the session ids are set aside.
+
+The rest of ``tests/mcp/`` runs against the lean path; ``ENVHUB_MCP_LEAN=0`` runs it
+against the SDK's transport alone (docs/tests.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+import envhub
+from envhub.server import create_app
+from envhub.testing import serve_in_thread
+from envhub.testing.hostile import deeply_nested_json
+from tests.core.user_turn_envs import LATE_TOOL, ScriptedUserEnv
+from tests.mcp.clients import ACCEPT, INITIALIZE, TASKS
+from tests.rollout.turn_reward_env import MarkEnv
+
+TOKEN = "lean-token"
+MAX_BODY = 16384
+HEADERS = {**ACCEPT, "Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+
+
+def _call(request_id: Any, name: Any, arguments: Any = None, **params: Any) -> dict[str, Any]:
+    fields = {"name": name, **params}
+    if arguments is not None:
+        fields["arguments"] = arguments
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": fields}
+
+
+def _list(request_id: Any, **fields: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", **fields}
+
+
+# (body: an object to send as JSON, or raw bytes; headers to set or, as None, to drop)
+EXCHANGES: list[tuple[Any, dict[str, str | None]]] = [
+    (_list(2), {}),
+    (_list("list-3", params={}), {}),
+    (_list(4, params={"cursor": "x"}), {}),
+    (_call(5, "calculate", {"expression": "2 + 3"}), {}),
+    (_call("s-6", "calculate", {"expression": "7 * 6"}), {}),
+    (_call(7, "calculate", {"expr": 7}), {}),  # bad arguments: the model's error
+    (_call(8, "no_such_tool", {"x": 1}), {}),  # unknown tool: the model's error
+    (_call(9, "calculate"), {}),  # no arguments
+    ({"jsonrpc": "2.0", "id": 10, "method": "tools/call",
+      "params": {"name": "calculate", "arguments": None}}, {}),
+    (_call(11, "calculate", "1+1"), {}),  # arguments not an object
+    (_call(12, 7, {}), {}),  # name not a string
+    ({"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {}}, {}),
+    (_call(14, "calculate", {"expression": "1"}, _meta={"progressToken": 1}), {}),
+    (_call(15, "calculate", {"expression": "1"}, extra=True), {}),
+    ({**_call(16, "calculate", {"expression": "1"}), "extra": 1}, {}),
+    ({**_call(17, "calculate", {"expression": "1"}), "jsonrpc": "1.0"}, {}),
+    (_call(True, "calculate", {"expression": "1"}), {}),  # a bool is no id
+    (_call(None, "calculate", {"expression": "1"}), {}),
+    (_call(1.5, "calculate", {"expression": "1"}), {}),
+    (_call(2**70, "calculate", {"expression": "1"}), {}),
+    (_call(18, "calculate", {"expression": "\u00e9" * 3 + " 1"}), {}),
+    ({"jsonrpc": "2.0", "id": 19, "method": "tools/frobnicate"}, {}),
+    ([_list(20), _list(21)], {}),  # a batch
+    ([], {}),
+    (b'{"jsonrpc": "2.0", "id": 22, "method": "tools/li', {}),  # malformed JSON
+    (b'{"jsonrpc": "2.0", "id": 23, "method": "tools/call", "params": {"name": "calculate", '
+     b'"arguments": {"expression": "\\ud800"}}}', {}),  # a lone surrogate
+    (deeply_nested_json(300).encode(), {}),
+    (b"x" * (MAX_BODY + 1), {}),  # over the body limit
+    (_call(24, "calculate", {"expression": "1" * (MAX_BODY // 2)}), {}),  # large, allowed
+    (_list(25), {"Content-Type": "text/plain"}),
+    (_list(26), {"Content-Type": "application/json; charset=utf-8"}),
+    (_list(27), {"Accept": "text/event-stream"}),
+    (_list(28), {"Accept": None}),
+    (_list(29), {"Accept": "*/*"}),
+    (_list(30), {"Authorization": None}),
+    (_list(31), {"Mcp-Protocol-Version": "1999-01-01"}),
+    ({"jsonrpc": "2.0", "method": "notifications/initialized"}, {}),
+    (_call(32, "answer", {"value": "-1"}), {}),  # a wrong answer ends the episode
+    (_call(33, "calculate", {"expression": "1"}), {}),  # after the end
+    (_list(34), {}),
+]
+
+
+def _serve(lean: bool) -> Iterator[str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ENVHUB_MCP_LEAN", "1" if lean else "0")
+        app = create_app({"calc": envhub.make("calc", max_turns=100),
+                          "mark": envhub.make(MarkEnv),
+                          "user": envhub.make(ScriptedUserEnv)},
+                         token=TOKEN, max_body_bytes=MAX_BODY, mcp=True)
+    with serve_in_thread(app) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def lean_url() -> Iterator[str]:
+    yield from _serve(lean=True)
+
+
+@pytest.fixture(scope="module")
+def sdk_url() -> Iterator[str]:
+    yield from _serve(lean=False)
+
+
+# every handshake version's results: a tool list, a result, the model's error, the end
+SHORT = [EXCHANGES[0], EXCHANGES[3], EXCHANGES[6], *EXCHANGES[-3:]]
+
+
+def _exchange(url: str, exchanges: list[tuple[Any, dict[str, str | None]]],
+              version: str = HANDSHAKE_PROTOCOL_VERSIONS[-1], env: str = "calc",
+              task_id: str = TASKS["calc"],
+              ) -> list[tuple[int, list[tuple[str, str]], bytes]]:
+    """Every exchange of one MCP session, ids replaced by placeholders."""
+    answers = []
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": version}}
+    with httpx.Client(timeout=30) as http:
+        opened = http.post(f"{url}/mcp/{env}?task_id={task_id}", json=initialize,
+                           headers=HEADERS)
+        assert opened.status_code == 200, opened.text
+        ids = {opened.headers["mcp-session-id"]: "MCP-SESSION",
+               opened.headers["envhub-session-id"]: "ENVHUB-SESSION"}
+        session = {"Mcp-Session-Id": opened.headers["mcp-session-id"],
+                   "Mcp-Protocol-Version": version}
+        for body, changes in [*exchanges, (None, {})]:
+            headers: dict[str, str] = {**HEADERS, **session}
+            for name, value in changes.items():
+                headers.pop(name)
+                if value is not None:
+                    headers[name] = value
+            if body is None:  # the end: DELETE, then a call of the ended session
+                assert http.delete(f"{url}/mcp/{env}", headers=headers).status_code == 200
+                body = _call(35, "calculate", {"expression": "1"})
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            answer = http.post(f"{url}/mcp/{env}", content=content, headers=headers)
+            text = answer.content
+            kept = []
+            for name, value in answer.headers.items():
+                if name == "date":
+                    continue
+                for real, placeholder in ids.items():
+                    value = value.replace(real, placeholder)
+                kept.append((name, value))
+            for real, placeholder in ids.items():
+                text = text.replace(real.encode(), placeholder.encode())
+            answers.append((answer.status_code, kept, text))
+    return answers
+
+
+def test_lean_answers_are_the_sdks_byte_for_byte(lean_url: str, sdk_url: str) -> None:
+    lean, sdk = _exchange(lean_url, EXCHANGES), _exchange(sdk_url, EXCHANGES)
+    assert len(lean) == len(sdk) == len(EXCHANGES) + 1
+    for (body, changes), lean_answer, sdk_answer in zip(
+            [*EXCHANGES, ("after DELETE", {})], lean, sdk, strict=True):
+        shown = body[:80] if isinstance(body, bytes) else json.dumps(body)[:200]
+        assert lean_answer == sdk_answer, f"{shown} {changes}"
+    # the exchanges reach what they are meant to: results, the model's errors, refusals
+    statuses = [status for status, _, _ in lean]
+    assert statuses.count(200) >= 12 and {400, 401, 406, 413} <= set(statuses)
+    assert b'"isError":true' in lean[5][2] and b"unknown tool" in lean[6][2]
+    assert b'"envhub/reward":0.0' in lean[-4][2] and b"episode has ended" in lean[-3][2]
+
+
+@pytest.mark.parametrize("version", HANDSHAKE_PROTOCOL_VERSIONS[:-1])
+def test_lean_answers_match_in_every_handshake_version(lean_url: str, sdk_url: str,
+                                                        version: str) -> None:
+    lean, sdk = _exchange(lean_url, SHORT, version), _exchange(sdk_url, SHORT, version)
+    assert lean == sdk
+    assert b'"envhub/reward":0.0' in lean[-4][2]
+
+
+def test_turn_rewards_user_turns_and_tool_changes_match(lean_url: str, sdk_url: str) -> None:
+    """``_meta`` beyond ``envhub/done``: turn rewards (negative ones too) and the final
+    reward, a user turn's messages, a changed tool list and the list that follows."""
+    marks = [(_call(i, "mark", {"item": item}), {}) for i, item in enumerate("aab", 2)]
+    marks.append((_call(5, "submit", {}), {}))
+    lean = _exchange(lean_url, marks, env="mark", task_id="mark-0")
+    assert lean == _exchange(sdk_url, marks, env="mark", task_id="mark-0")
+    assert b'"envhub/turn_reward":-0.25' in lean[1][2] and b'"envhub/reward":1.0' in lean[3][2]
+    turns = [(_call(2, "answer", {"value": "5"}), {}), (_call(3, "answer", {"value": "15"}), {}),
+             (_list(4), {}), (_call(5, LATE_TOOL, {"a": 15, "b": 4}), {}),
+             (_call(6, "answer", {"value": "60"}), {})]
+    lean = _exchange(lean_url, turns, env="user", task_id="chat-0")
+    assert lean == _exchange(sdk_url, turns, env="user", task_id="chat-0")
+    assert b"envhub/user_messages" in lean[0][2] and b"envhub/tools_changed" in lean[1][2]
+    assert LATE_TOOL.encode() in lean[2][2] and b'"envhub/reward":1.0' in lean[4][2]
