@@ -2,11 +2,14 @@
 
 CI runs the suite on two pytest-xdist workers (``-n auto --dist loadgroup``): most tests
 wait on servers, subprocesses and sockets, so two workers keep both cores busy. Tests that
-own machine-wide state run on one worker, in the group their path names here:
+own machine-wide state run on one worker, in the group whose prefix their node id (a file,
+or a file and a test) starts with:
 
-- ``machine``: the Docker engine (image builds, garbage collection of containers and
-  images, the ``envhub-images`` network) and Ray clusters (a second cluster on the same
-  machine shares ``/tmp/ray`` and may be joined by ``ray.init()``);
+- ``docker``: the Docker engine (image builds, garbage collection of containers and
+  images, the ``envhub-images`` network) and what shares its caches;
+- ``ray``: Ray clusters (a second cluster on the same machine shares ``/tmp/ray`` and may
+  be joined by ``ray.init()``); the fleet's containers are its own, which the Docker
+  group's garbage collection leaves alone (it reaps only containers of dead processes);
 - ``local-llm``: the real llama.cpp server (one process per worker would double its
   memory and fight for the same cores).
 
@@ -15,21 +18,23 @@ default, except that the scopes in ``_FIRST`` go before all others: a long CPU-b
 handed out last runs alone at the end while the other worker idles (the learning test
 added its whole seven minutes to CI that way).
 
+The scopes are this file's, through xdist's ``pytest_xdist_make_scheduler`` hook, not
+``xdist_group`` marks: xdist 3.8 carries a mark to the scheduler by appending it to the
+node id, which pytest 9.2's structured node ids ignore (pytest-xdist#1386), so marks were
+silently dropped and a group's tests ran on both workers at once.
+
 Without xdist (``pytest path/to/test.py``) nothing changes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-_ROOT = Path(__file__).parent
-
 _GROUPS: dict[str, tuple[str, ...]] = {
-    "machine": (
-        "tests/fleet/",
+    "docker": (
         "tests/images/",
         "tests/sandboxes/",
         "environments/swe/tests/",
@@ -39,7 +44,11 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "tests/core/test_cli_options.py",
         "tests/core/test_registry.py",
         "tests/server/test_adversarial_options.py",
+    ),
+    "ray": (
+        "tests/fleet/",
         "tests/trainers/test_verl.py",
+        "tests/docs/test_tutorials.py::test_scale_out",  # its own Ray cluster
     ),
     "local-llm": (
         "tests/test_local_llm.py",
@@ -49,6 +58,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "tests/agents/test_local_llm_agent.py",
         "tests/judges/test_local_llm_judge.py",
         "environments/bfcl/tests/test_agreement.py",
+        "tests/docs/test_tutorials.py::test_rollout",  # serves SmolLM2
     ),
 }
 
@@ -56,25 +66,13 @@ _GROUPS: dict[str, tuple[str, ...]] = {
 _FIRST: tuple[str, ...] = ("tests/trainers/test_learning.py",)
 
 
-def _relative(path: Path) -> str:
-    try:
-        return path.relative_to(_ROOT).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
-def _group_of(path: Path) -> str | None:
-    relative = _relative(path)
+def _scope(nodeid: str) -> str:
+    """The unit handed to one worker: the group of the node id, else its module (or class),
+    as ``LoadScopeScheduling._split_scope`` has it."""
     for group, prefixes in _GROUPS.items():
-        if relative.startswith(prefixes):
+        if nodeid.startswith(prefixes):
             return group
-    return None
-
-
-def _scope_of(item: pytest.Item) -> str:
-    """The unit xdist's loadgroup hands to one worker: the group, else the module (or the
-    class) as in ``LoadScopeScheduling._split_scope``."""
-    return _group_of(item.path) or item.nodeid.rsplit("::", 1)[0]
+    return nodeid.rsplit("::", 1)[0]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,16 +80,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False  # ordered in pytest_collection_modifyitems
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown where xdist is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``: xdist's scope scheduler over :func:`_scope`."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = _group_of(item.path)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
     if not hasattr(config, "workerinput"):  # not an xdist worker: the order stays as collected
         return
-    sizes = Counter(_scope_of(item) for item in items)
+    sizes = Counter(_scope(item.nodeid) for item in items)
     items.sort(
-        key=lambda item: (not _relative(item.path).startswith(_FIRST), -sizes[_scope_of(item)])
+        key=lambda item: (not item.nodeid.startswith(_FIRST), -sizes[_scope(item.nodeid)])
     )

