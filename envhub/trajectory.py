@@ -251,6 +251,11 @@ class Compaction(BaseModel):
     messages: list[Message] = Field(description="the context the new segment starts from")
     summary: SummaryCall | None = None
 
+    def context(self, conversation: Sequence[Message]) -> list[Message]:
+        """The model's context in this compaction's segment, given the whole
+        ``conversation`` so far: the compacted messages, then what came after them."""
+        return [*self.messages, *conversation[self.message_index :]]
+
 
 class SessionCall(BaseModel):
     """One tool call as the session ran it, whoever sent it (:attr:`Trajectory.session_calls`)."""
@@ -372,8 +377,8 @@ class Trajectory(BaseModel):
         if segment == 0:
             return self.messages, 0
         compaction = (self.compactions or [])[segment - 1]
-        context = list(compaction.messages) + self.messages[compaction.message_index :]
-        return context, len(compaction.messages) - compaction.message_index
+        shift = len(compaction.messages) - compaction.message_index
+        return compaction.context(self.messages), shift
 
     def turn_tools(self) -> list[list[dict[str, Any]]]:
         """The tools in force at each turn (``tools``, replaced where a turn records a

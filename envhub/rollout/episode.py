@@ -564,12 +564,11 @@ class PolicyLoop:
 
 def _context(record: EpisodeRecord) -> list[Message]:
     """What the model is fed: the conversation, or since the last compaction its context
-    followed by the messages recorded after it
-    (:meth:`~envhub.trajectory.Trajectory.segment_context`)."""
+    followed by the messages recorded after it (:meth:`~envhub.trajectory.Compaction.context`,
+    as :meth:`~envhub.trajectory.Trajectory.segment_context` reads a recorded segment)."""
     if not record.compactions:
         return record.messages
-    last = record.compactions[-1]
-    return [*last.messages, *record.messages[last.message_index :]]
+    return record.compactions[-1].context(record.messages)
 
 
 async def _compact(
