@@ -138,6 +138,9 @@ class DockerSandbox(Sandbox):
         self._sock = engine_socket()
         self._groups: set[int] = set()
         self._oom_seen = 0
+        #: who the next commands run as ("uid:gid"); a subclass whose own setup or grading
+        #: needs root switches it between phases (envhub_harbor's verifier does)
+        self.exec_user = _USER
 
     def _create_kwargs(self, image: str) -> dict[str, Any]:
         s = self.spec
@@ -230,7 +233,7 @@ class DockerSandbox(Sandbox):
                 self._sock,
                 self.container_id,
                 inner,
-                user=_USER,
+                user=self.exec_user,
                 workdir=workdir or self.spec.workdir,
                 env=env,
                 limit=limit,
@@ -256,7 +259,7 @@ class DockerSandbox(Sandbox):
     ) -> RawResult:
         """``docker exec`` through the CLI: used when stdin must be attached."""
         assert self._cli is not None and self.container_id is not None
-        cmd = [self._cli, "exec", "-u", _USER]
+        cmd = [self._cli, "exec", "-u", self.exec_user]
         if stdin is not None:
             cmd.append("-i")
         cmd += ["-w", workdir or self.spec.workdir]
