@@ -38,6 +38,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "tests/images/",
         "tests/sandboxes/",
         "environments/swe/tests/",
+        "environments/harbor/tests/",
         "environments/sql/tests/test_sql_sandbox.py",
         "tests/conformance/test_conformance.py",
         "tests/core/test_cache_build.py",

@@ -85,6 +85,9 @@ CASES = {
     "miniwob": Case("miniwob", problem=_chromium_problem),
     "support": Case("support"),
     "mcp": Case("mcp", {"task_set": "time-zones"}, task_ids=lambda: ["time-zones-01"]),
+    "harbor": Case("harbor", task_ids=lambda: ["count-errors"], problem=docker_problem,
+                   fork_prefix=lambda task: [GoldCall(name="terminal", arguments={
+                       "command": "echo forked >> probe.txt && cat probe.txt"})]),
 }  # fmt: skip
 
 

@@ -25,12 +25,13 @@ import io
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from envhub.errors import SandboxError
 from envhub.sandboxes.docker import DockerSandbox, get_client
 
-__all__ = ["AGENT_USER", "HarborContainer", "ROOT"]
+__all__ = ["AGENT_USER", "ROOT", "HarborContainer"]
 
 AGENT_USER = "1000:1000"
 ROOT = "0:0"
@@ -83,6 +84,17 @@ class HarborContainer(DockerSandbox):
         with self.acting_as(self.agent_user):
             await self.exec(["sh", "-c", "kill -9 -1"], timeout=30)
 
+    async def put_root_dir(self, local_dir: Path, dest: str, executable: str) -> None:
+        """Copy ``local_dir`` to the (existing, empty) ``dest`` as root-owned files through
+        the engine's archive API, ``executable`` (a relative path) with mode 0755: no
+        program in the container takes part, so none the agent left can alter the copy."""
+        if self.container_id is None:
+            raise SandboxError("docker sandbox not started")
+        blob = await asyncio.to_thread(_root_tar, local_dir, executable)
+        ok = await asyncio.to_thread(get_client().api.put_archive, self.container_id, dest, blob)
+        if not ok:
+            raise SandboxError(f"copying {local_dir} to {dest} in the container failed")
+
     async def read_verifier_dir(self, path: str) -> dict[str, bytes]:
         """The regular files directly in ``path`` (at most 1 MiB each), read with the
         container paused: every process frozen, through the engine's archive API, so no
@@ -122,3 +134,22 @@ class HarborContainer(DockerSandbox):
                     if f is not None:
                         files[parts[1]] = f.read()
         return files
+
+
+def _root_tar(root: Path, executable: str) -> bytes:
+    """``root``'s files and directories as a tar owned by root (links are not followed)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            info = tar.gettarinfo(str(path), rel)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if rel == executable:
+                info.mode = 0o755
+            if info.isreg():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+    return buf.getvalue()

@@ -132,15 +132,15 @@ class HarborEnv(Environment):
         image = await asyncio.to_thread(self._image, spec)
         self.spec = spec
         workdir = spec.workdir or await asyncio.to_thread(_image_workdir, image)
-        sandbox_spec = SandboxSpec(
-            image=image,
-            memory=f"{spec.memory_mb}MiB" if spec.memory_mb else self.memory,
-            cpus=spec.cpus or self.cpus,
-            pids=self.pids,
-            network=spec.network and self.network == "task",
-            workdir=workdir,
-            max_lifetime_s=self.budgets.episode_timeout_s + 2 * spec.verifier_timeout_s + 600,
-        )
+        sandbox_spec = SandboxSpec.model_validate({
+            "image": image,
+            "memory": f"{spec.memory_mb}MiB" if spec.memory_mb else self.memory,
+            "cpus": spec.cpus or self.cpus,
+            "pids": self.pids,
+            "network": spec.network and self.network == "task",
+            "workdir": workdir,
+            "max_lifetime_s": self.budgets.episode_timeout_s + 2 * spec.verifier_timeout_s + 600,
+        })  # fmt: skip
         sb = HarborContainer(sandbox_spec, agent_user=spec.agent_user or AGENT_USER)
         await sb.start()
         try:
@@ -187,14 +187,14 @@ class HarborEnv(Environment):
             return f"[timed out after {timeout:g} s and killed]\n{output}"
         return f"[exit code {result.exit_code}]\n{output}"
 
-    @tool(terminal=True)
+    @tool(terminal=True)  # type: ignore[untyped-decorator]  # tool(...) is typed Any
     async def finish(self) -> str:
         """Say the task is done; this ends the episode and the task's tests run."""
         return "Finished; the task's tests will now run."
 
     # -- reward ---------------------------------------------------------------------------
 
-    async def reward(self) -> Reward:
+    async def reward(self) -> Reward:  # type: ignore[override]  # may be async: it is awaited
         """Harbor's verdict (module docstring), on the container as the agent left it."""
         sb, spec = self._container(), self.spec
         assert spec is not None
@@ -209,9 +209,8 @@ class HarborEnv(Environment):
             )  # fmt: skip
             if not fresh.ok:
                 raise SandboxError(f"preparing /tests and /logs: {fresh.stderr.strip()[-500:]}")
-            await sb.upload_dir(spec.tests_dir, TESTS_DIR)
-            script = f"{TESTS_DIR}/{spec.test_script}"
-            await sb.exec(["chmod", "+x", script], timeout=60)
+        await sb.put_root_dir(spec.tests_dir, TESTS_DIR, executable=spec.test_script)
+        script = f"{TESTS_DIR}/{spec.test_script}"
         started = time.monotonic()
         with sb.acting_as(verifier):
             run = await sb.exec(
@@ -282,9 +281,8 @@ def _solve_command(spec: HarborTask) -> str:
     """Harbor's ``OracleAgent`` as one terminal command: the solution directory into
     ``/solution``, then ``solve.sh`` run from the working directory with the task's
     ``[solution] env``."""
-    exports = "".join(
-        f"export {k}={shlex.quote(v)}; " for k, v in resolve_env(spec.solution_env, spec.name).items()
-    )
+    env = resolve_env(spec.solution_env, spec.name)
+    exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
     return (
         f"echo {spec.solution_b64} | base64 -d | tar -xzf - -C /solution && "
         f"chmod +x /solution/{spec.solve_script} && "

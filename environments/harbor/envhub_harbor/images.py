@@ -149,7 +149,8 @@ def _build(task: HarborTask, dockerfile: str, tag: str) -> None:
                 f"({task.build_timeout_s:g} s)"
             ) from None
     if proc.returncode != 0:
-        raise TaskBuildError(f"task {task.name}: docker build failed: {_build_failure(proc.stderr)}")
+        reason = _build_failure(proc.stderr)
+        raise TaskBuildError(f"task {task.name}: docker build failed: {reason}")
 
 
 def _build_failure(stderr: str) -> str:

@@ -24,17 +24,22 @@ import math
 import os
 import re
 import shutil
+import sys
 import tarfile
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from envhub.environment_images.wheelhouse import tree_digest
 from envhub.errors import InvalidRequest
 from envhub.runtime.cache import cache_root
-from envhub.environment_images.wheelhouse import tree_digest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib  # type: ignore[import-not-found]
 
 __all__ = ["HarborTask", "find_task_dirs", "load_task"]
 
@@ -279,8 +284,8 @@ def _stage_terminal_bench(root: Path, staged: Path) -> None:
     context.mkdir(parents=True)
     dockerfile = (root / "Dockerfile").read_text("utf-8")
     for item in root.iterdir():
-        referenced_tests = item.name == "tests" and re.search(r"(COPY|ADD)\s+(\./)?tests", dockerfile)
-        if item.name in _TB_NOT_CONTEXT and not referenced_tests:
+        copied = item.name == "tests" and re.search(r"(COPY|ADD)\s+(\./)?tests", dockerfile)
+        if item.name in _TB_NOT_CONTEXT and not copied:
             continue
         if item.is_dir():
             shutil.copytree(item, context / item.name, symlinks=True)

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from envhub_harbor import TaskBuildError
 
 import envhub
 from envhub.sandboxes.docker_cli import run_docker
 from envhub.task import GoldCall
 from envhub.testing import replay_calls
-from envhub_harbor import TaskBuildError
 
 TASKS = Path(__file__).parent / "tasks"
 
@@ -30,7 +30,8 @@ TEMPLATE_INSTRUCTION = "Create a file /app/hello-world.txt that contains 'Hello,
 OFFLINE_RUN_TESTS = """#!/bin/bash
 # pytest 8.4.1 imported from its wheels (zip files on the path); -P keeps the working
 # directory, which the agent owns, off the path
-PYTHONPATH=$(printf '%s:' $TEST_DIR/wheels/*.whl) python3 -P -m pytest -p no:cacheprovider $TEST_DIR/test_outputs.py -rA
+export PYTHONPATH=$(printf '%s:' $TEST_DIR/wheels/*.whl)
+python3 -P -m pytest -p no:cacheprovider $TEST_DIR/test_outputs.py -rA
 """
 
 
