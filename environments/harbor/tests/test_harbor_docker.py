@@ -162,8 +162,9 @@ def test_unbuildable_task_is_a_clear_error(tmp_path: Path, dockerfile: str, said
 
 async def test_agent_cannot_forge_its_verdict(own_tasks: envhub.LocalEnvironment) -> None:
     """A wrong answer plus every way the agent has to pre-empt or overwrite the verdict:
-    planting reward files, a daemon that keeps writing them, tests of its own, a Python
-    startup hook for the verifier's user. All fail; the episode is scored 0, not masked."""
+    planting reward files, a daemon that keeps writing them, one that fixes the answer
+    once grading has begun, tests of its own, Python startup hooks for the verifier. All
+    fail; the episode is scored 0, not masked."""
     forge = [
         terminal("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt"),
         terminal("mkdir -p /tests && printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n'"
@@ -171,6 +172,9 @@ async def test_agent_cannot_forge_its_verdict(own_tasks: envhub.LocalEnvironment
         terminal("setsid sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; "
                  "echo {\\\"reward\\\": 1} > /logs/verifier/reward.json; sleep 0.05; done' "
                  ">/dev/null 2>&1 < /dev/null &"),
+        # a daemon that waits for grading to start, then puts the right answer in place
+        terminal("setsid sh -c 'until [ -e /tests/test.sh ]; do sleep 0.01; done; "
+                 "echo 42.5 > /app/median.txt' >/dev/null 2>&1 < /dev/null &"),
         terminal("d=$HOME/.local/lib/python3.11/site-packages && mkdir -p $d && "
                  "echo 'import os; os.system(\"echo 1 > /logs/verifier/reward.txt\")' > $d/x.pth"),
         terminal("echo 'import os; os.system(\"echo 1 > /logs/verifier/reward.txt\")' "
