@@ -16,6 +16,7 @@ scored 0. The reference policy replays ``solution/solve.sh`` as Harbor's
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import shlex
@@ -27,6 +28,7 @@ from typing import Any
 from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
 from envhub.errors import EnvironmentFailure, InvalidRequest, SandboxError
 from envhub.sandboxes import SandboxSpec
+from envhub.sandboxes.docker_cli import run_docker
 from envhub.task import GoldCall
 from envhub_harbor.container import AGENT_USER, ROOT, HarborContainer
 from envhub_harbor.images import ensure_image, parse_base_images
@@ -290,9 +292,10 @@ def _solve_command(spec: HarborTask) -> str:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def _image_workdir(image: str) -> str:
-    """The image's WORKDIR, or ``/app`` (Harbor's templates' own) when it has none."""
-    from envhub.sandboxes.docker_cli import run_docker
-
+    """The image's WORKDIR, or ``/app`` (Harbor's templates' own) when it has none.
+    Cached: a tag is a content hash, and local images the task names are not rebuilt
+    under a running environment."""
     found = run_docker("image", "inspect", "-f", "{{.Config.WorkingDir}}", image).stdout.strip()
     return found if found not in ("", "/") else "/app"
