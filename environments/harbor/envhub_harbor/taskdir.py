@@ -304,8 +304,13 @@ def _stage_terminal_bench(root: Path, staged: Path) -> None:
         (tmp / "solution").mkdir()
         shutil.copy2(root / "solution.sh", tmp / "solution" / "solve.sh")
     (tmp / "done").write_text("")
-    shutil.rmtree(staged, ignore_errors=True)
-    os.replace(tmp, staged)
+    shutil.rmtree(staged, ignore_errors=True)  # a half-staged copy (no "done")
+    try:
+        os.replace(tmp, staged)
+    except OSError:  # another process staged the same content first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (staged / "done").is_file():
+            raise
 
 
 def _read(path: Path, root: Path) -> str:
