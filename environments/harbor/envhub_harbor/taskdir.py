@@ -304,7 +304,8 @@ def _stage_terminal_bench(root: Path, staged: Path) -> None:
         (tmp / "solution").mkdir()
         shutil.copy2(root / "solution.sh", tmp / "solution" / "solve.sh")
     (tmp / "done").write_text("")
-    shutil.rmtree(staged, ignore_errors=True)  # a half-staged copy (no "done")
+    if not (staged / "done").is_file():
+        shutil.rmtree(staged, ignore_errors=True)  # a half-staged copy, if any
     try:
         os.replace(tmp, staged)
     except OSError:  # another process staged the same content first
