@@ -144,7 +144,8 @@ class _Running:
             self.stderr.close()
 
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards _locks
+_locks: dict[ServerSource, threading.Lock] = {}  # one per source: held while it starts
 _running: dict[ServerSource, _Running] = {}
 
 
@@ -201,12 +202,18 @@ def _wait_ready(source: ServerSource, running: _Running, timeout_s: float) -> No
             time.sleep(_POLL_S)
 
 
+def _lock_of(source: ServerSource) -> threading.Lock:
+    with _lock:
+        return _locks.setdefault(source, threading.Lock())
+
+
 def base_url(source: ServerSource, startup_timeout_s: float) -> str:
     """The URL of ``source``, started (or started again, when it died) first if envhub
-    runs it. Blocks: call it from a worker thread in async code."""
+    runs it. Blocks: call it from a worker thread in async code. Two sources start side
+    by side; callers waiting on one source's start wait once."""
     if isinstance(source, UrlServer):
         return source.url
-    with _lock:
+    with _lock_of(source):
         running = _running.get(source)
         if running is not None and running.alive():
             return running.url
@@ -222,6 +229,8 @@ def base_url(source: ServerSource, startup_timeout_s: float) -> str:
 
 def stop_servers() -> None:
     """Stop every server this process started."""
-    with _lock:
-        for source in list(_running):
-            _running.pop(source).stop()
+    for source in list(_running):
+        with _lock_of(source):
+            running = _running.pop(source, None)
+            if running is not None:
+                running.stop()

@@ -8,7 +8,8 @@ OpenEnv and the standard library.
   ``correct`` and is scored by an OpenEnv rubric with two named children (``exact``
   and ``closeness``), whose scores the step reports in ``metadata["rubric"]``; the
   episode is done when the guess is right or after five guesses. A note of ``"raise"``
-  makes the step raise (OpenEnv answers an ``EXECUTION_ERROR`` frame).
+  makes the step raise (OpenEnv answers an ``EXECUTION_ERROR`` frame), ``"slow"`` makes
+  it take 2 s.
 - ``adder``: an MCP environment (FastMCP tools ``add``, ``submit``, ``fail``); ``reset``
   takes the two numbers to add (``a``, ``b``); ``submit`` ends the episode with reward 1
   when its answer is their sum, else 0.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import time
 from typing import Any
 
 import uvicorn
@@ -42,6 +44,10 @@ class GuessAction(Action):
 class GuessObservation(Observation):
     hint: str = ""
     guesses: int = 0
+
+
+class AdderObservation(Observation):
+    question: str = ""
 
 
 class Exact(Rubric):
@@ -97,6 +103,8 @@ class GuessEnvironment(Environment[GuessAction, GuessObservation, State]):
              **kwargs: Any) -> GuessObservation:
         if action.note == "raise":
             raise ValueError("the environment raised on purpose")
+        if action.note == "slow":
+            time.sleep(2.0)
         self._state.step_count += 1
         if action.number == self.target:
             hint = "correct"
@@ -145,7 +153,7 @@ class AdderEnvironment(MCPEnvironment):
               a: int = 0, b: int = 0, **kwargs: Any) -> Observation:
         self._state = State(episode_id=episode_id)
         self.expected = a + b
-        return Observation(metadata={"question": f"What is {a} + {b}?"})
+        return AdderObservation(question=f"What is {a} + {b}?")
 
     async def step_async(self, action: Action, timeout_s: float | None = None,
                          **kwargs: Any) -> Observation:
