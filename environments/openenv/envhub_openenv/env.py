@@ -29,12 +29,12 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import mcp_types
+from envhub_mcp import ServerToolError
+from envhub_mcp.tools import ForwardedCall, ServerTool, render_result, server_tool
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec
 from envhub.errors import EnvironmentFailure
 from envhub.types import Message
-from envhub_mcp import ServerToolError
-from envhub_mcp.tools import ForwardedCall, ServerTool, render_result, server_tool
 from envhub_openenv.protocol import (
     OpenEnvSession,
     StepOutcome,
@@ -165,7 +165,19 @@ class OpenEnvEnv(Environment):
             raise EnvironmentFailure("call_server_tool before reset")
         action = ({"type": "call_tool", "tool_name": tool, "arguments": arguments}
                   if self._is_mcp else arguments)
-        outcome = await self._session.step(action)
+        try:
+            outcome = await self._session.step(action)
+        finally:
+            for late in self._session.take_late():
+                self._record(late)
+        self._record(outcome)
+        error = outcome.observation.get("error")
+        if self._is_mcp and isinstance(error, dict):
+            raise ServerToolError(str(error.get("message", error)))
+        return _render(outcome)
+
+    def _record(self, outcome: StepOutcome) -> None:
+        """Count one step the server ran: its reward, rubric scores and ``done``."""
         self.step_rewards.append(outcome.reward)
         if outcome.reward is not None:
             self._turn.append(outcome.reward)
@@ -173,13 +185,9 @@ class OpenEnvEnv(Environment):
         if isinstance(components, dict):
             self.rubric = {str(k): float(v) for k, v in components.items()
                            if isinstance(v, int | float) and not isinstance(v, bool)}
-        if outcome.done:
+        if outcome.done and not self.done:
             self.done = True
             self.end_episode("done")
-        error = outcome.observation.get("error")
-        if self._is_mcp and isinstance(error, dict):
-            raise ServerToolError(str(error.get("message", error)))
-        return _render(outcome)
 
     def turn_reward(self) -> float | None:
         """The sum of the rewards the turn's steps gave (``None``: none gave one)."""

@@ -97,6 +97,27 @@ def _outcome(frame: dict[str, Any]) -> StepOutcome:
     return StepOutcome(fields, _reward(data.get("reward")), bool(data.get("done")), metadata)
 
 
+def _parse(raw: str | bytes) -> StepOutcome:
+    """The outcome of one reply frame (see the module's failure contract)."""
+    try:
+        frame = json.loads(raw)
+    except ValueError:
+        raise SandboxError("the OpenEnv server sent a frame that is not JSON") from None
+    if not isinstance(frame, dict):
+        raise SandboxError("the OpenEnv server sent a frame that is not an object")
+    if frame.get("type") == "error":
+        data = frame.get("data") if isinstance(frame.get("data"), dict) else {}
+        code, text = str(data.get("code", "UNKNOWN")), str(data.get("message", ""))
+        if code in _MODEL_CODES:
+            details = data.get("errors")
+            if details:
+                text = f"{text}: {json.dumps(details, ensure_ascii=False, default=str)}"
+            raise StepRefused(text)
+        raise SandboxError(f"the OpenEnv server refused the session ({code}): {text}")
+    return _outcome(frame)
+
+
+
 class OpenEnvSession:
     """One OpenEnv session (one environment instance on the server), opened by
     :meth:`open` and ended by :meth:`close`; used from one event loop."""
@@ -106,7 +127,8 @@ class OpenEnvSession:
         self.connect_timeout_s = connect_timeout_s
         self._ws: ClientConnection | None = None
         self._lock = asyncio.Lock()
-        self._stale = 0  # replies of cancelled requests still to come, read and dropped
+        self._stale = 0  # replies of cancelled requests still to come
+        self._late: list[StepOutcome] = []  # those that came, read before a later reply
         self._lost: str | None = None
 
     async def open(self) -> None:
@@ -137,25 +159,19 @@ class OpenEnvSession:
                     self._stale -= 1
                     if self._stale == 0:
                         break
+                    with contextlib.suppress(SandboxError, StepRefused):
+                        self._late.append(_parse(raw))
             except (OSError, WebSocketException) as exc:
                 self._lost = f"{type(exc).__name__}: {exc}"
                 raise SandboxError(self._gone(self._lost)) from None
-        try:
-            frame = json.loads(raw)
-        except ValueError:
-            raise SandboxError("the OpenEnv server sent a frame that is not JSON") from None
-        if not isinstance(frame, dict):
-            raise SandboxError("the OpenEnv server sent a frame that is not an object")
-        if frame.get("type") == "error":
-            data = frame.get("data") if isinstance(frame.get("data"), dict) else {}
-            code, text = str(data.get("code", "UNKNOWN")), str(data.get("message", ""))
-            if code in _MODEL_CODES:
-                details = data.get("errors")
-                if details:
-                    text = f"{text}: {json.dumps(details, ensure_ascii=False, default=str)}"
-                raise StepRefused(text)
-            raise SandboxError(f"the OpenEnv server refused the session ({code}): {text}")
-        return _outcome(frame)
+        return _parse(raw)
+
+    def take_late(self) -> list[StepOutcome]:
+        """The outcomes of steps whose callers gave up (the tool timeout) before their
+        replies came, read since the last call: the steps ran, so their rewards and
+        ``done`` count."""
+        late, self._late = self._late, []
+        return late
 
     def _gone(self, why: str) -> str:
         return f"the OpenEnv session at {self.base_url} is gone ({why})"
@@ -197,7 +213,7 @@ def list_mcp_tools(base_url: str, timeout_s: float = 30.0) -> list[dict[str, Any
     request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     with httpx.Client(timeout=timeout_s, trust_env=False) as client:
         body = _get_json(client, "POST", f"{base_url}/mcp", json=request)
-    if not isinstance(body, dict) or "error" in body and body["error"] is not None:
+    if not isinstance(body, dict) or ("error" in body and body["error"] is not None):
         return None
     tools = (body.get("result") or {}).get("tools")
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):

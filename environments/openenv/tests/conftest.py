@@ -9,13 +9,13 @@ process; tests that need a URL get the one it started (``guess_url``, ``adder_ur
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from envhub_openenv.servers import CommandServer, base_url, stop_servers
+
 from tests.rollout.conftest import scripted  # noqa: F401 - the scripted model server
 
 HERE = Path(__file__).resolve().parent

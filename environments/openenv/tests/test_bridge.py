@@ -6,6 +6,7 @@ observations the model reads.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import envhub
-import envhub.cli.rollout  # noqa: F401 - registers the commands on the app
+import envhub.cli.rollout
 from envhub.cli._app import app
 from envhub.policies.openai_compat import OpenAIPolicy
 from envhub.testing import call_tool, check_environment
@@ -152,3 +153,23 @@ async def test_malformed_calls_are_error_observations(
         await call_tool(session, "submit", answer="42")
         result = await session.close()
     assert result.reward == 1.0 and result.metrics.tool_errors == 2
+
+
+async def test_a_step_past_the_tool_timeout_does_not_shift_later_replies(
+    guess_command: list[str],
+) -> None:
+    """OpenEnv's frames carry no request id: the reply of a step the tool timeout gave up
+    on arrives later and is dropped, so the next call reads its own reply (a call made
+    before the late reply is in waits for it too, under its own timeout)."""
+    env = envhub.make("openenv", command=guess_command, tasks=str(GUESS_TASKS),
+                      tool_timeout_s=0.5)
+    async with env.open("guess-3") as session:
+        slow = (await call_tool(session, "step", number=1, note="slow")).observations[0]
+        assert slow.is_error and "timed out" in slow.content
+        await asyncio.sleep(2.0)  # the late reply is in by now (read with the next one)
+        right = await call_tool(session, "step", number=target(3))
+        assert json.loads(right.observations[0].content) == {"hint": "correct", "guesses": 2}
+        assert right.done
+        result = await session.close()
+    # the late step ran: its reward counts
+    assert result.reward == pytest.approx(0.2 * (1 - abs(1 - target(3)) / 100) + 1.0)
