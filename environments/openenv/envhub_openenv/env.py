@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
@@ -184,7 +185,8 @@ class OpenEnvEnv(Environment):
         components = outcome.metadata.get(RUBRIC_KEY)
         if isinstance(components, dict):
             self.rubric = {str(k): float(v) for k, v in components.items()
-                           if isinstance(v, int | float) and not isinstance(v, bool)}
+                           if isinstance(v, int | float) and not isinstance(v, bool)
+                           and math.isfinite(v)}
         if outcome.done and not self.done:
             self.done = True
             self.end_episode("done")

@@ -90,9 +90,11 @@ def _outcome(frame: dict[str, Any]) -> StepOutcome:
         raise SandboxError(f"the OpenEnv server answered a {str(frame.get('type'))[:40]!r} "
                            "frame where an observation belongs")
     observation = data.get("observation")
-    metadata = data.get("metadata") or (observation or {}).get("metadata") or {}
-    if not isinstance(observation, dict) or not isinstance(metadata, dict):
+    if not isinstance(observation, dict):
         raise SandboxError("the OpenEnv server sent an observation that is not an object")
+    metadata = data.get("metadata") or observation.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise SandboxError("the OpenEnv server sent metadata that is not an object")
     fields = {k: v for k, v in observation.items() if k not in ("done", "reward", "metadata")}
     return StepOutcome(fields, _reward(data.get("reward")), bool(data.get("done")), metadata)
 
@@ -106,7 +108,9 @@ def _parse(raw: str | bytes) -> StepOutcome:
     if not isinstance(frame, dict):
         raise SandboxError("the OpenEnv server sent a frame that is not an object")
     if frame.get("type") == "error":
-        data = frame.get("data") if isinstance(frame.get("data"), dict) else {}
+        data = frame.get("data")
+        if not isinstance(data, dict):
+            data = {}
         code, text = str(data.get("code", "UNKNOWN")), str(data.get("message", ""))
         if code in _MODEL_CODES:
             details = data.get("errors")

@@ -186,9 +186,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=["guess", "adder"])
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--max-sessions", type=int, default=64)
     args = parser.parse_args()
-    uvicorn.run(app(args.kind, args.max_sessions), host="127.0.0.1", port=args.port,
+    uvicorn.run(app(args.kind, args.max_sessions), host=args.host, port=args.port,
                 log_level="warning")
 
 
