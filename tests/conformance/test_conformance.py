@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -29,6 +30,8 @@ from envhub.testing.conformance import CHECKS, check_client_conformance
 from tests.images.conftest import docker_problem
 
 TRANSPORTS = ("local", "http", "ws")
+ROOT = Path(__file__).resolve().parents[2]
+OPENENV_PYTHON = Path(os.environ.get("ENVHUB_OPENENV_PYTHON", ROOT / ".venv-openenv/bin/python"))
 
 
 def _swe_ci_task() -> list[str]:
@@ -72,6 +75,22 @@ class Case:
         return envhub.make(self.env, **self.options)
 
 
+def _openenv_adder() -> dict[str, Any]:
+    """The bridge over OpenEnv's own server of the adder MCP environment (the openenv
+    plugin's tests), run from the OpenEnv venv (.ci/openenv_setup.sh)."""
+    tests = ROOT / "environments" / "openenv" / "tests"
+    return {"command": [str(OPENENV_PYTHON), str(tests / "openenv_servers.py"), "adder",
+                        "--port", "{port}"], "tasks": str(tests / "adder.jsonl")}
+
+
+def _openenv_problem() -> str | None:
+    if OPENENV_PYTHON.exists():
+        return None
+    if os.environ.get("ENVHUB_REQUIRE_OPENENV") == "1":
+        pytest.fail(f"ENVHUB_REQUIRE_OPENENV=1 but {OPENENV_PYTHON} is missing")
+    return "needs the OpenEnv venv (bash .ci/openenv_setup.sh)"
+
+
 CASES = {
     "calc": Case("calc"),
     "sql": Case("sql"),
@@ -88,6 +107,8 @@ CASES = {
     "harbor": Case("harbor", task_ids=lambda: ["count-errors"], problem=docker_problem,
                    fork_prefix=lambda task: [GoldCall(name="terminal", arguments={
                        "command": "echo forked >> probe.txt && cat probe.txt"})]),
+    "openenv": Case("openenv", _openenv_adder(), task_ids=lambda: ["add-0"],
+                    problem=_openenv_problem),
 }  # fmt: skip
 
 

@@ -1,0 +1,236 @@
+"""Where the OpenEnv server is: a URL the operator runs, a command envhub starts, or a
+container image envhub runs, as OpenEnv deploys one.
+
+All three are operator configuration. A command or an image is started once per process
+and options (on first use, from any thread or event loop: listings ask before any
+episode), shared by all episodes, since an OpenEnv server gives each WebSocket session
+its own environment instance; :func:`stop_servers` stops them (the environment's
+``aclose_shared``). A started server found dead is started again by the next episode
+that needs it, so a crash masks the episodes it was running and their retries get a new
+server.
+
+An image runs with envhub's container policy (:mod:`envhub.environment_images.run`): on
+envhub's bridge network (no IP masquerading: nothing it sends leaves this machine with a
+routable address; no traffic between containers), with every capability dropped,
+``no-new-privileges`` and memory/pid limits, its port 8000 (OpenEnv's) published on
+127.0.0.1 only. ``--network none`` is not possible for a server reached over TCP.
+Readiness is OpenEnv's ``GET /health`` answering, polled here: the Docker health check
+of OpenEnv's image template runs every 30 s, too rarely to wait on.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import IO
+
+import httpx
+
+from envhub._util.net import free_port
+from envhub.environment_images.run import (
+    CONTAINER_LABEL,
+    ensure_network,
+    health,
+    stop_container,
+)
+from envhub.errors import SandboxError
+from envhub.sandboxes.docker_cli import run_docker
+
+__all__ = ["PORT", "CommandServer", "ImageServer", "ServerSource", "UrlServer", "base_url",
+           "parse_source", "stop_servers"]
+
+PORT = "{port}"  #: the placeholder of the free port in a command
+OPENENV_PORT = 8000  #: the port OpenEnv's images serve on
+_STDERR_TAIL = 2000
+_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class UrlServer:
+    """A server the operator runs."""
+
+    url: str
+
+    def describe(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
+class CommandServer:
+    """A server envhub starts as a subprocess; ``{port}`` in the argv is a free port."""
+
+    argv: tuple[str, ...]
+
+    def describe(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class ImageServer:
+    """A server envhub runs from a container image that serves on port 8000."""
+
+    image: str
+    memory: str = "4g"
+
+    def describe(self) -> str:
+        return f"image {self.image}"
+
+
+ServerSource = UrlServer | CommandServer | ImageServer
+
+
+def parse_source(url: str | None, command: str | list[str] | None,
+                 image: str | None) -> ServerSource:
+    """The server an operator named: exactly one of ``url``, ``command`` or ``image``."""
+    given = [name for name, value in (("url", url), ("command", command), ("image", image))
+             if value is not None]
+    if len(given) != 1:
+        raise ValueError("give the OpenEnv server as exactly one of url=, command= or image= "
+                         f"(got {', '.join(given) or 'none'})")
+    if url is not None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"url={url!r} is not an http(s) URL")
+        return UrlServer(url.rstrip("/"))
+    if image is not None:
+        return ImageServer(image)
+    argv = shlex.split(command) if isinstance(command, str) else list(command or [])
+    if not argv or not any(PORT in a for a in argv):
+        raise ValueError(f"command= must name the port the server listens on as {PORT}")
+    return CommandServer(tuple(argv))
+
+
+class _Running:
+    """A started server: its URL and what stops it."""
+
+    def __init__(self, url: str, proc: subprocess.Popen[bytes] | None = None,
+                 stderr: IO[str] | None = None, container: str | None = None) -> None:
+        self.url, self.proc, self.stderr, self.container = url, proc, stderr, container
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        assert self.container is not None
+        return health(self.container) in ("running", "healthy", "starting")
+
+    def tail(self) -> str:
+        if self.stderr is None:
+            if self.container is None:
+                return ""
+            logs = run_docker("logs", "--tail", "30", self.container)
+            text = logs.stdout + logs.stderr
+        else:
+            self.stderr.flush()
+            self.stderr.seek(0)
+            text = self.stderr.read()
+        text = text[-_STDERR_TAIL:].strip()
+        return f"; its output ends: {text}" if text else ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.container is not None:
+            stop_container(self.container)
+        if self.stderr is not None:
+            self.stderr.close()
+
+
+_lock = threading.Lock()  # guards _locks
+_locks: dict[ServerSource, threading.Lock] = {}  # one per source: held while it starts
+_running: dict[ServerSource, _Running] = {}
+
+
+def _start_command(source: CommandServer) -> _Running:
+    port = free_port()
+    argv = [a.replace(PORT, str(port)) for a in source.argv]
+    stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
+    except OSError as exc:
+        stderr.close()
+        raise SandboxError(f"OpenEnv server {source.describe()} failed to start: {exc}") from None
+    return _Running(f"http://127.0.0.1:{port}", proc=proc, stderr=stderr)
+
+
+def _start_image(source: ImageServer) -> _Running:
+    network = ensure_network()
+    name = f"envhub-openenv-{uuid.uuid4().hex[:8]}"
+    proc = run_docker(
+        "run", "-d", "--name", name, "--network", network,
+        "-p", f"127.0.0.1::{OPENENV_PORT}",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--memory", source.memory, "--memory-swap", source.memory, "--pids-limit", "4096",
+        "--label", f"{CONTAINER_LABEL}=1", source.image,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise SandboxError(f"docker run {source.image} failed: {proc.stderr.strip()[-500:]}")
+    container = proc.stdout.strip()
+    published = run_docker("port", container, str(OPENENV_PORT)).stdout.split()
+    if not published:
+        stop_container(container)
+        raise SandboxError(f"{source.image} exited before publishing port {OPENENV_PORT}")
+    return _Running(f"http://127.0.0.1:{published[0].rsplit(':', 1)[1]}", container=container)
+
+
+def _wait_ready(source: ServerSource, running: _Running, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        while True:
+            try:
+                if client.get(f"{running.url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if not running.alive():
+                why = f"OpenEnv server {source.describe()} exited while starting{running.tail()}"
+                running.stop()
+                raise SandboxError(why)
+            if time.monotonic() > deadline:
+                why = (f"OpenEnv server {source.describe()} did not answer /health within "
+                       f"{timeout_s:g}s{running.tail()}")
+                running.stop()
+                raise SandboxError(why)
+            time.sleep(_POLL_S)
+
+
+def _lock_of(source: ServerSource) -> threading.Lock:
+    with _lock:
+        return _locks.setdefault(source, threading.Lock())
+
+
+def base_url(source: ServerSource, startup_timeout_s: float) -> str:
+    """The URL of ``source``, started (or started again, when it died) first if envhub
+    runs it. Blocks: call it from a worker thread in async code. Two sources start side
+    by side; callers waiting on one source's start wait once."""
+    if isinstance(source, UrlServer):
+        return source.url
+    with _lock_of(source):
+        running = _running.get(source)
+        if running is not None and running.alive():
+            return running.url
+        if running is not None:
+            del _running[source]
+            running.stop()
+        running = _start_command(source) if isinstance(source, CommandServer) \
+            else _start_image(source)
+        _wait_ready(source, running, startup_timeout_s)
+        _running[source] = running
+        return running.url
+
+
+def stop_servers() -> None:
+    """Stop every server this process started."""
+    for source in list(_running):
+        with _lock_of(source):
+            running = _running.pop(source, None)
+            if running is not None:
+                running.stop()

@@ -1,0 +1,81 @@
+"""The OpenEnv servers of these tests: ``openenv_servers.py`` run by OpenEnv's own code
+(``openenv`` 0.10 from PyPI) in its own venv, made by ``.ci/openenv_setup.sh``.
+
+Without that venv the tests skip, unless ``ENVHUB_REQUIRE_OPENENV=1`` (CI) makes that a
+failure. The bridge starts each server itself (its ``command=`` option) once per test
+process; tests that need a URL get the one it started (``guess_url``, ``adder_url``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from envhub_openenv.servers import CommandServer, base_url, stop_servers
+
+from tests.rollout.conftest import scripted  # noqa: F401 - the scripted model server
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+SERVERS = HERE / "openenv_servers.py"
+GUESS_TASKS = HERE / "guess.jsonl"
+ADDER_TASKS = HERE / "adder.jsonl"
+STARTUP_S = 120.0  # OpenEnv imports gradio: seconds on a loaded 2-core machine
+
+
+def openenv_python() -> Path:
+    """The OpenEnv venv's python (``ENVHUB_OPENENV_PYTHON`` or ``.venv-openenv``)."""
+    return Path(os.environ.get("ENVHUB_OPENENV_PYTHON", ROOT / ".venv-openenv/bin/python"))
+
+
+def _command(kind: str) -> list[str]:
+    return [str(openenv_python()), str(SERVERS), kind, "--port", "{port}"]
+
+
+@pytest.fixture(scope="session")
+def guess_command() -> list[str]:
+    """The command that serves the ``guess`` environment on ``{port}``."""
+    return _command("guess")
+
+
+@pytest.fixture(scope="session")
+def adder_command() -> list[str]:
+    """The command that serves the ``adder`` (MCP) environment on ``{port}``."""
+    return _command("adder")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def servers(_openenv_venv: None, guess_command: list[str],
+            adder_command: list[str]) -> dict[str, str]:
+    """Both servers, started side by side by the bridge's own machinery (as the commands
+    above, so that environments made with ``command=`` share them): kind -> URL."""
+    commands = {"guess": guess_command, "adder": adder_command}
+    with ThreadPoolExecutor(2) as pool:
+        urls = {kind: pool.submit(base_url, CommandServer(tuple(argv)), STARTUP_S)
+                for kind, argv in commands.items()}
+        return {kind: url.result() for kind, url in urls.items()}
+
+
+@pytest.fixture(scope="session")
+def guess_url(servers: dict[str, str]) -> str:
+    return servers["guess"]
+
+
+@pytest.fixture(scope="session")
+def adder_url(servers: dict[str, str]) -> str:
+    return servers["adder"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _openenv_venv() -> Iterator[None]:
+    """Skip without the OpenEnv venv; stop the servers the bridge started, at the end."""
+    if not openenv_python().exists():
+        if os.environ.get("ENVHUB_REQUIRE_OPENENV") == "1":
+            pytest.fail(f"ENVHUB_REQUIRE_OPENENV=1 but {openenv_python()} is missing "
+                        "(bash .ci/openenv_setup.sh)")
+        pytest.skip("needs the OpenEnv venv: bash .ci/openenv_setup.sh")
+    yield
+    stop_servers()
