@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -58,6 +59,17 @@ def _chromium_problem() -> str | None:
     return "needs Chromium (apt-get install -y chromium)"
 
 
+def _verifiers_problem() -> str | None:
+    from envhub_verifiers import default_python
+
+    if default_python().exists():
+        return None
+    return f"needs the verifiers venv at {default_python()} (.ci/verifiers_setup.sh)"
+
+
+_VF_TASKSETS = Path(__file__).parents[2] / "environments" / "verifiers" / "tests" / "vf_tasksets"
+
+
 @dataclass(frozen=True)
 class Case:
     """One environment with the options it is hosted and opened with."""
@@ -85,6 +97,8 @@ CASES = {
     "miniwob": Case("miniwob", problem=_chromium_problem),
     "support": Case("support"),
     "mcp": Case("mcp", {"task_set": "time-zones"}, task_ids=lambda: ["time-zones-01"]),
+    "verifiers": Case("verifiers", {"taskset": "vf_guess", "path": str(_VF_TASKSETS)},
+                      problem=_verifiers_problem),
 }  # fmt: skip
 
 

@@ -141,7 +141,7 @@ class Worker:
         state = _Episode(task, own)
         for toolset in own:
             await toolset.setup()
-            await toolset.setup_task(task)
+            await toolset.setup_task(task.data)  # as verifiers hands it: the data
         state.servers = dict(self._shared_servers)
         await self._mount(own, state.servers)
         self.episodes[episode] = state

@@ -2,8 +2,9 @@
 
 The operator names the taskset as verifiers does (``taskset=``: the id of an installed
 taskset package, or a module found on ``path=``), its options (``taskset_args=``, the
-``[env.taskset]`` keys of a verifiers config) and the verifiers interpreter
-(``python=``). Clients of ``envhub serve`` choose none of them: each would pick code
+``[env.taskset]`` keys of a verifiers config), the verifiers interpreter (``python=``)
+and how long the worker may take to import verifiers and load the taskset
+(``startup_timeout_s=``). Clients of ``envhub serve`` choose none of them: each would pick code
 to run on the server's machine.
 
 Mapping: each task of ``Taskset.load()`` is an envhub task (id: the task's source id,
@@ -70,6 +71,7 @@ class VerifiersEnv(Environment):
         taskset_args: dict[str, Any] | str | None = None,
         path: str | list[str] | None = None,
         python: str | None = None,
+        startup_timeout_s: float = 300.0,
     ) -> None:
         super().__init__()
         if not taskset:
@@ -88,6 +90,7 @@ class VerifiersEnv(Environment):
             taskset=taskset,
             kwargs_json=json.dumps(taskset_args or {}, sort_keys=True),
             path=tuple(os.path.abspath(p) for p in paths if p),
+            startup_timeout_s=float(startup_timeout_s),
         )
         self._worker: Worker | None = None
         self._episode: str | None = None

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -29,10 +30,16 @@ from envhub.errors import EnvironmentFailure, ToolError
 from envhub.runtime.cache import cache_root
 from envhub.runtime.loop_thread import LoopThread
 
-__all__ = ["WorkerError", "WorkerKey", "default_python", "worker_for"]
+__all__ = [
+    "WorkerError",
+    "WorkerKey",
+    "bridge_loop",
+    "default_python",
+    "stop_workers",
+    "worker_for",
+]
 
 _WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
-_STARTUP_TIMEOUT_S = 120.0
 
 
 def default_python() -> Path:
@@ -53,6 +60,7 @@ class WorkerKey:
     taskset: str
     kwargs_json: str
     path: tuple[str, ...]
+    startup_timeout_s: float
 
 
 class Worker:
@@ -76,7 +84,7 @@ class Worker:
         async with self._start_lock:
             if self.listing is not None:
                 return self.listing
-            if not Path(self.key.python).exists():
+            if not await asyncio.to_thread(os.path.exists, self.key.python):
                 raise EnvironmentFailure(
                     f"no verifiers interpreter at {self.key.python}: run "
                     ".ci/verifiers_setup.sh, or pass --env-arg python=/path/to/venv/bin/python"
@@ -93,12 +101,12 @@ class Worker:
             self._waiting[0] = ready
             self._reader = asyncio.create_task(self._read())
             try:
-                await asyncio.wait_for(ready, _STARTUP_TIMEOUT_S)
+                await asyncio.wait_for(ready, self.key.startup_timeout_s)
             except TimeoutError:
                 await self.stop()
                 raise EnvironmentFailure(
                     f"the verifiers worker for {self.key.taskset!r} did not start in "
-                    f"{_STARTUP_TIMEOUT_S:.0f} s"
+                    f"{self.key.startup_timeout_s:.0f} s (startup_timeout_s=)"
                 ) from None
             self.listing = await self.request("load")
             return self.listing

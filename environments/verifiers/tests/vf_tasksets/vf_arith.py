@@ -2,11 +2,12 @@
 ``add`` tool in a task toolset and a rubric of two weighted reward functions."""
 
 import verifiers.v1 as vf
+from pydantic import Field
 
 
 class ArithData(vf.TaskData):
     answer: str
-    gold_actions: list[dict] = []
+    gold_actions: list[dict] = Field(default_factory=list)
 
 
 class Calculator(vf.Toolset[vf.ToolsetConfig]):
@@ -48,3 +49,6 @@ class ArithTaskset(vf.Taskset[ArithTask]):
 
 
 __all__ = ["ArithTaskset"]
+
+if __name__ == "__main__":  # verifiers serves a toolset as `python -m <its module>`
+    Calculator.run()

@@ -4,12 +4,13 @@ state the task toolset keeps per rollout; the reward pays for finding the number
 finding it in few guesses."""
 
 import verifiers.v1 as vf
+from pydantic import Field
 
 
 class GuessData(vf.TaskData):
     secret: int
     answer: str = ""
-    gold_actions: list[dict] = []
+    gold_actions: list[dict] = Field(default_factory=list)
 
 
 class Oracle(vf.Toolset[vf.ToolsetConfig]):
@@ -20,8 +21,8 @@ class Oracle(vf.Toolset[vf.ToolsetConfig]):
         self.secret = 0
         self.guesses = 0
 
-    async def setup_task(self, task: "GuessTask") -> None:
-        self.secret = task.data.secret
+    async def setup_task(self, task: "GuessData") -> None:
+        self.secret = task.secret
 
     @vf.tool
     async def guess(self, number: int) -> str:
@@ -59,3 +60,6 @@ class GuessTaskset(vf.Taskset[GuessTask]):
 
 
 __all__ = ["GuessTaskset"]
+
+if __name__ == "__main__":  # verifiers serves a toolset as `python -m <its module>`
+    Oracle.run()
