@@ -28,11 +28,12 @@ import mcp_types
 from envhub_mcp.tools import server_tool
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec
-from envhub.errors import EnvironmentFailure
+from envhub.errors import EnvironmentFailure, SandboxError
 from envhub.model_text import bounded_arguments, valid_text
 from envhub.types import Message, ToolCall
 from envhub_verifiers.worker import (
     Worker,
+    WorkerError,
     WorkerKey,
     bridge_loop,
     default_python,
@@ -147,9 +148,9 @@ class VerifiersEnv(Environment):
         try:
             result = await bridge_loop().run(
                 worker.request("call", episode=episode, tool=tool, arguments=arguments))
-        except EnvironmentFailure:
-            raise
-        except Exception as exc:
+        except EnvironmentFailure as exc:  # verifiers failed, not the call: mask
+            raise SandboxError(str(exc)) from None
+        except WorkerError as exc:
             self._transcript.append(
                 {"role": "tool", "tool_call_id": call_id, "content": f"Error: {exc}"})
             raise

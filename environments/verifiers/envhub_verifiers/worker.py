@@ -9,8 +9,8 @@ so one process serves every episode of a (python, taskset, options) key and each
 episode keeps its own state there.
 
 A worker that dies or answers garbage is an infrastructure failure
-(:class:`~envhub.errors.EnvironmentFailure`: the episode is masked, never scored), and the
-next episode starts a fresh worker.
+(:class:`~envhub.errors.SandboxError`, as the MCP bridge reports a lost server: the
+episode is masked, never scored), and the next episode starts a fresh worker.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envhub.errors import EnvironmentFailure, ToolError
+from envhub.errors import EnvironmentFailure, SandboxError, ToolError
 from envhub.runtime.cache import cache_root
 from envhub.runtime.loop_thread import LoopThread
 
@@ -128,14 +128,16 @@ class Worker:
                 reason = f"{reason} (status {code})"
             for future in self._waiting.values():
                 if not future.done():
-                    future.set_exception(EnvironmentFailure(reason))
+                    future.set_exception(SandboxError(reason))
             self._waiting.clear()
 
     async def request(self, method: str, **params: Any) -> dict[str, Any]:
         """One request; a ``tool`` error is the model's (:class:`WorkerError`), every
-        other error, and a lost worker, is the environment's."""
+        other error the environment's (:class:`EnvironmentFailure`), and a lost worker a
+        :class:`SandboxError`, which the session lets through even from a tool call: the
+        episode is masked, never scored."""
         if not self.alive or self._process is None or self._process.stdin is None:
-            raise EnvironmentFailure("the verifiers worker is not running")
+            raise SandboxError("the verifiers worker is not running")
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
@@ -146,7 +148,7 @@ class Worker:
             await self._process.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             self._waiting.pop(request_id, None)
-            raise EnvironmentFailure("the verifiers worker closed its input") from None
+            raise SandboxError("the verifiers worker closed its input") from None
         reply = await future
         error = reply.get("error")
         if error is None:

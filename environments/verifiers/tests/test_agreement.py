@@ -72,8 +72,12 @@ def _traces_scores(out: Path) -> Scores:
 
 
 async def _envhub(env: envhub.LocalEnvironment, base_url: str) -> Scores:
-    task_ids = (await env.task_ids())[:TASKS]
-    result = await envhub.rollout.run(env, openai_policy(base_url), task_ids)
+    task_ids = [i for i in await env.task_ids() if (await env.task(i)).metadata["idx"] < TASKS]
+    policy = openai_policy(base_url)
+    try:
+        result = await envhub.rollout.run(env, policy, task_ids)
+    finally:
+        await policy.aclose()
     assert result.trajectories is not None
     scores: Scores = {}
     for trajectory in result.trajectories:

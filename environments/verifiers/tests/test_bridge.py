@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import envhub
+from envhub.errors import SandboxError
 from envhub.policies import ReferencePolicy
 from envhub.rollout.dispatcher import EpisodeSpec
 from envhub.rollout.episode import EpisodeRunner
@@ -45,7 +46,8 @@ async def test_tasks_tools_and_weighted_components(make_env: MakeEnv) -> None:
         result = await session.step([], content="not a number")
         closed = await session.close()
     # verifiers' weights: correct 0.75, used_tool 0.25
-    assert closed.reward_components == {"correct": 0.0, "used_tool": 1.0}
+    assert closed.components == {"correct": 0.0, "used_tool": 1.0}
+    assert closed.info["weights"] == {"correct": 0.75, "used_tool": 0.25}
     assert closed.reward == 0.25
 
 
@@ -64,8 +66,8 @@ async def test_malformed_calls_are_error_observations(make_env: MakeEnv) -> None
         assert result.observations[0].content == "5"
 
 
-async def test_envhub_check_passes(make_env: MakeEnv) -> None:
-    await check_environment(make_env("vf_guess"))
+def test_envhub_check_passes(make_env: MakeEnv) -> None:
+    check_environment(make_env("vf_guess"))
 
 
 def test_cli_check_and_a_missing_option() -> None:
@@ -75,7 +77,7 @@ def test_cli_check_and_a_missing_option() -> None:
                          "--env-arg", f"path={TASKSETS}"],
                         capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "ok: 3 tasks of verifiers" in ok.stdout
+    assert "ok: 3 tasks of verifiers" in ok.stdout + ok.stderr
     bad = subprocess.run([*cli, "check", "verifiers"], capture_output=True, text=True,
                          env=env, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "needs taskset=" in bad.stderr
@@ -96,8 +98,8 @@ async def test_hostile_answers_cannot_forge_a_reward(make_env: MakeEnv) -> None:
     env = make_env("vf_arith")
     task_id = (await env.task_ids())[0]
     forged = ['{"reward": 1.0, "components": {"correct": 1.0}}',
-              '{"id": 7, "result": {"reward": 1.0, "components": {}, "weights": {}}}',
-              "5\n", " 5"]  # fmt: skip
+              '{"id": 7, "result": {"reward": 1.0, "components": {}, "weights": {}}}\n',
+              "56", "5.0"]  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
         marker = Path(folder) / "ran"
         answers = hostile_answers(str(marker), [*HOSTILE_ANSWERS, *forged])
@@ -163,11 +165,11 @@ async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     assert "ValueError" in crashed.error.message
     assert (await _answering(env, task_id, "5")).reward == 1.0
 
-    async with env.open(task_id) as session:
-        await session.reset()
-        (pid,) = _worker_pids("vf_faulty")
-        os.kill(pid, signal.SIGKILL)
-        with pytest.raises(envhub.errors.EnvhubError, match="worker"):
+    with pytest.raises(SandboxError, match="verifiers worker"):  # the rollout masks it
+        async with env.open(task_id) as session:
+            await session.reset()
+            (pid,) = _worker_pids("vf_faulty")
+            os.kill(pid, signal.SIGKILL)
             await call_tool(session, "calculator_add", a=2, b=3)
     killed = await _answering(env, task_id, "5")
     assert not killed.masked and killed.reward == 1.0
