@@ -169,7 +169,7 @@ class VerifiersEnv(Environment):
                 break
         return f"call-{len(self._transcript)}"
 
-    async def reward(self) -> Reward:
+    async def reward(self) -> Reward:  # type: ignore[override]  # the session awaits it
         worker, episode = self._require()
         scored = await bridge_loop().run(
             worker.request("score", episode=episode, messages=self._transcript))

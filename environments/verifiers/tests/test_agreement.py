@@ -109,6 +109,7 @@ def both(
             server.stop()
 
 
+@pytest.mark.slow  # verifiers' own eval: a toolset server and a chat program per rollout
 @pytest.mark.parametrize("taskset", list(SCRIPTS))
 def test_rewards_equal_verifiers_own_evaluation(
     both: dict[str, tuple[Scores, Scores]], taskset: str
