@@ -29,7 +29,7 @@ from envhub_mcp.tools import server_tool
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec
 from envhub.errors import EnvironmentFailure, SandboxError
-from envhub.model_text import bounded_arguments, valid_text
+from envhub.model_text import valid_text
 from envhub.types import Message, ToolCall
 from envhub_verifiers.worker import (
     Worker,
@@ -46,13 +46,14 @@ __all__ = ["VerifiersEnv"]
 
 def _wire_arguments(arguments: str | dict[str, Any]) -> str:
     """A call's arguments as the chat wire carries them (a JSON string), whatever the
-    model sent: text stays as it is (made valid UTF-8), an object is encoded (cut to
-    envhub's nesting limit; one no encoder can write, an integer of more than 4,300
-    digits, is recorded as a placeholder the reward functions see as unparseable)."""
+    model sent: text stays as it is (made valid UTF-8), an object is encoded (``ToolCall``
+    already cut it to envhub's nesting limit; one no encoder can write, an integer of
+    more than 4,300 digits, is recorded as a placeholder the reward functions see as
+    unparseable)."""
     if isinstance(arguments, str):
         return valid_text(arguments)
     try:
-        return valid_text(json.dumps(bounded_arguments(arguments), ensure_ascii=False))
+        return valid_text(json.dumps(arguments, ensure_ascii=False))
     except (ValueError, RecursionError):
         return "<arguments that cannot be encoded>"
 
