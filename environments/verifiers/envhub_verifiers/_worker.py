@@ -224,8 +224,7 @@ async def _serve(worker_args: dict[str, Any]) -> None:
     try:
         worker = Worker(worker_args["taskset"], worker_args.get("kwargs") or {})
         reply(None, {"result": {"ready": True}})
-    except Exception as exc:
-        _log(traceback.format_exc())
+    except Exception as exc:  # the bridge reports it (one line): no traceback here
         reply(None, {"error": {"kind": "load", "message": f"{type(exc).__name__}: {exc}"}})
         return
 

@@ -101,13 +101,19 @@ class Worker:
             self._waiting[0] = ready
             self._reader = asyncio.create_task(self._read())
             try:
-                await asyncio.wait_for(ready, self.key.startup_timeout_s)
+                started = await asyncio.wait_for(ready, self.key.startup_timeout_s)
             except TimeoutError:
                 await self.stop()
                 raise EnvironmentFailure(
                     f"the verifiers worker for {self.key.taskset!r} did not start in "
                     f"{self.key.startup_timeout_s:.0f} s (startup_timeout_s=)"
                 ) from None
+            if started.get("error"):  # verifiers could not load the taskset: say why
+                await self.stop()
+                raise EnvironmentFailure(
+                    f"verifiers could not load taskset {self.key.taskset!r}: "
+                    f"{started['error'].get('message')}"
+                )
             self.listing = await self.request("load")
             return self.listing
 

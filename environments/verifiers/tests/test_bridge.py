@@ -70,7 +70,7 @@ def test_envhub_check_passes(make_env: MakeEnv) -> None:
     check_environment(make_env("vf_guess"))
 
 
-def test_cli_check_and_a_missing_option() -> None:
+def test_cli_check_and_bad_options() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     cli = [sys.executable, "-m", "envhub.cli"]
     ok = subprocess.run([*cli, "check", "verifiers", "--env-arg", "taskset=vf_arith",
@@ -78,10 +78,12 @@ def test_cli_check_and_a_missing_option() -> None:
                         capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "ok: 3 tasks of verifiers" in ok.stdout + ok.stderr
-    bad = subprocess.run([*cli, "check", "verifiers"], capture_output=True, text=True,
-                         env=env, timeout=120)  # fmt: skip
-    assert bad.returncode == 2 and "needs taskset=" in bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    for args, says in (([], "needs taskset="),
+                       (["--env-arg", "taskset=no_such_taskset"], "could not load taskset")):
+        bad = subprocess.run([*cli, "check", "verifiers", *args], capture_output=True,
+                             text=True, env=env, timeout=300)
+        assert bad.returncode == 2 and says in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
 
 
 async def _answering(env: envhub.LocalEnvironment, task_id: str, answer: str) -> Trajectory:
