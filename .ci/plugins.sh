@@ -4,7 +4,7 @@
 #                the tests exercise)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-plugins=(calc sql search web swe mcp bfcl harbor openenv)
+plugins=(calc sql search web swe mcp bfcl harbor openenv verifiers)
 declare -A extras=([search]="[bm25s]" [swe]="[swebench]")
 if [ "${1:-}" = "--pip-args" ]; then
   for name in "${plugins[@]}"; do printf -- '-e environments/%s%s ' "$name" "${extras[$name]:-}"; done

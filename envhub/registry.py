@@ -68,6 +68,7 @@ SHIPPED_PLUGINS: dict[str, str] = {
     "sql": "envhub-rl-sql",
     "support": "envhub-rl-web",
     "swe": "envhub-rl-swe",
+    "verifiers": "envhub-rl-verifiers",
     "web": "envhub-rl-web",
 }
 """The environments that envhub's own plugins (``environments/`` of its repository)

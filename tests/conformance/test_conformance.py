@@ -61,6 +61,17 @@ def _chromium_problem() -> str | None:
     return "needs Chromium (apt-get install -y chromium)"
 
 
+def _verifiers_problem() -> str | None:
+    from envhub_verifiers import default_python
+
+    if default_python().exists():
+        return None
+    return f"needs the verifiers venv at {default_python()} (.ci/verifiers_setup.sh)"
+
+
+_VF_TASKSETS = Path(__file__).parents[2] / "environments" / "verifiers" / "tests" / "vf_tasksets"
+
+
 @dataclass(frozen=True)
 class Case:
     """One environment with the options it is hosted and opened with."""
@@ -109,6 +120,8 @@ CASES = {
                        "command": "echo forked >> probe.txt && cat probe.txt"})]),
     "openenv": Case("openenv", _openenv_adder(), task_ids=lambda: ["add-0"],
                     problem=_openenv_problem),
+    "verifiers": Case("verifiers", {"taskset": "vf_guess", "path": str(_VF_TASKSETS)},
+                      problem=_verifiers_problem),
 }  # fmt: skip
 
 

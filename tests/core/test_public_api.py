@@ -24,6 +24,7 @@ PUBLIC_MODULES = (
     "envhub",
     "envhub.runtime.cache",
     "envhub.errors",
+    "envhub.model_text",  # model text made safe: what a bridge hands another project's parsers
     "envhub.runtime.loop_thread",
     "envhub.rewards",
     "envhub.rewards.rubric",

@@ -1,0 +1,46 @@
+"""Fixtures of the verifiers bridge's tests: the verifiers venv (``.ci/verifiers_setup.sh``)
+and the tasksets written against verifiers' public API in ``vf_tasksets/``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from envhub_verifiers import VerifiersEnv, default_python
+
+import envhub
+
+TASKSETS = Path(__file__).with_name("vf_tasksets")
+
+
+def verifiers_problem() -> str | None:
+    """Why the bridge cannot run here (no verifiers venv), or None."""
+    if default_python().exists():
+        return None
+    return f"no verifiers venv at {default_python()}: run .ci/verifiers_setup.sh"
+
+
+MakeEnv = Callable[..., envhub.LocalEnvironment]
+
+
+@pytest.fixture(scope="session")
+def make_env() -> MakeEnv:
+    """``make_env(taskset, **options)``: the bridge over one of the test tasksets (one
+    worker process per taskset and options, shared by every environment made so)."""
+
+    def make(taskset: str, **options: object) -> envhub.LocalEnvironment:
+        return envhub.make("verifiers", taskset=taskset, path=str(TASKSETS), **options)
+
+    return make
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _workers() -> Iterator[None]:
+    """Skip without verifiers; stop the module's worker processes after it."""
+    problem = verifiers_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    yield
+    asyncio.run(VerifiersEnv.aclose_shared())

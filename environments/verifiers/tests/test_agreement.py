@@ -1,0 +1,120 @@
+"""Agreement: the same scripted completions score the same under verifiers' own
+evaluation (``vf-eval``: its null chat harness, its interception proxy, its toolset
+servers, its ``Task.score``) and under envhub through the bridge, per episode and per
+reward function.
+
+Both sides talk to the scripted OpenAI-compatible server (``tests/rollout``), one per
+taskset, whose replies depend only on the turn: the tool taskset (two weighted reward
+functions) and the multi-turn one (the environment answers each guess) get different
+rewards per task from the same script. The two evaluations run at once (vf-eval
+dominates: it starts a toolset server and a chat program per rollout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from envhub_verifiers import default_python
+
+import envhub
+from tests.rollout.helpers import openai_policy
+from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
+
+TASKSETS = Path(__file__).with_name("vf_tasksets")
+
+SCRIPTS: dict[str, list[dict[str, Any]]] = {
+    "vf_arith": [
+        {"tool_calls": [{"name": "calculator_add", "arguments": '{"a": 2, "b": 3}'}]},
+        {"content": "5"},
+    ],
+    "vf_guess": [
+        {"tool_calls": [{"name": "guess", "arguments": '{"number": 50}'}]},
+        {"tool_calls": [{"name": "guess", "arguments": '{"number": 17}'}]},
+        {"content": "17"},
+    ],
+}
+
+TASKS = 2  # the first two tasks of each taskset: their rewards differ under the scripts
+Scores = dict[str, tuple[float, dict[str, float]]]  # task key prefix -> (reward, components)
+
+
+async def _vf_eval(taskset: str, base_url: str, out: Path) -> Scores:
+    """verifiers' own evaluation of every task of ``taskset``; its traces' rewards."""
+    vf_eval = Path(default_python()).with_name("vf-eval")
+    process = await asyncio.create_subprocess_exec(
+        str(vf_eval), taskset, "-m", "scripted", "--client.base-url", base_url,
+        "--env.agent.harness.id", "null", "--env.agent.runtime.type", "subprocess",
+        "--select.limit", str(TASKS), "--no-push", "-c", str(TASKS), "-o", str(out),
+        env={**os.environ, "PYTHONPATH": str(TASKSETS), "PRIME_API_KEY": "scripted"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    said, _ = await process.communicate()
+    assert process.returncode == 0, said.decode(errors="replace")[-3000:]
+    return _traces_scores(out)
+
+
+def _traces_scores(out: Path) -> Scores:
+    """Per task, the reward and reward scores of the traces a vf-eval run wrote."""
+    scores: Scores = {}
+    for line in next(out.rglob("traces.jsonl")).read_text().splitlines():
+        (trace,) = json.loads(line)["traces"]
+        assert trace["ok"], trace["errors"]
+        rewards = trace["rewards"]
+        value = sum(r["score"] * r["weight"] for r in rewards.values())
+        scores[trace["task"]["key"][:16]] = (value, {k: r["score"] for k, r in rewards.items()})
+    return scores
+
+
+async def _envhub(env: envhub.LocalEnvironment, base_url: str) -> Scores:
+    task_ids = [i for i in await env.task_ids() if (await env.task(i)).metadata["idx"] < TASKS]
+    policy = openai_policy(base_url)
+    try:
+        result = await envhub.rollout.run(env, policy, task_ids)
+    finally:
+        await policy.aclose()
+    assert result.trajectories is not None
+    scores: Scores = {}
+    for trajectory in result.trajectories:
+        assert not trajectory.masked, trajectory.error
+        assert trajectory.reward is not None
+        scores[trajectory.task_id] = (trajectory.reward, dict(trajectory.reward_components))
+    return scores
+
+
+@pytest.fixture(scope="module")
+def both(
+    tmp_path_factory: pytest.TempPathFactory, make_env: Callable[..., envhub.LocalEnvironment]
+) -> dict[str, tuple[Scores, Scores]]:
+    servers = {name: ScriptedServer(ScriptConfig(turns=script)) for name, script in SCRIPTS.items()}
+    for server in servers.values():
+        server.start()
+
+    async def run() -> dict[str, tuple[Scores, Scores]]:
+        names = list(SCRIPTS)
+        theirs = [_vf_eval(n, servers[n].base_url, tmp_path_factory.mktemp(n)) for n in names]
+        ours = [_envhub(make_env(n), servers[n].base_url) for n in names]
+        results = await asyncio.gather(*theirs, *ours)
+        return {n: (results[i], results[len(names) + i]) for i, n in enumerate(names)}
+
+    try:
+        return asyncio.run(run())
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.mark.slow  # verifiers' own eval: a toolset server and a chat program per rollout
+@pytest.mark.parametrize("taskset", list(SCRIPTS))
+def test_rewards_equal_verifiers_own_evaluation(
+    both: dict[str, tuple[Scores, Scores]], taskset: str
+) -> None:
+    theirs, ours = both[taskset]
+    assert theirs == ours
+    # the scripts make the rewards differ across tasks, so equality is not a constant's
+    assert len({value for value, _ in ours.values()}) > 1, ours
