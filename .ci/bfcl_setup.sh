@@ -14,7 +14,7 @@ BFCL_EVAL_VERSION="${BFCL_EVAL_VERSION:-2026.3.23}"
 
 installed=$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("bfcl-eval"))' 2>/dev/null || true)
 if [ "$installed" != "$BFCL_EVAL_VERSION" ]; then
-    "$VENV/bin/pip" install -q --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
+    bash "$(dirname "${BASH_SOURCE[0]}")/install.sh" "$VENV" --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
 fi
 # the data loads and both checkers import (no vendor SDK needed)
 "$VENV/bin/python" -c 'from envhub_bfcl.checker import judge; judge("simple_python", "simple_python_0", [])'

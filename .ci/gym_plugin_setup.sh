@@ -16,5 +16,5 @@ if [ -f "$TARGET/gymnasium/envs/registration.py" ]; then
     echo "gym_plugin_setup: gymnasium 0.29 already in $TARGET"
     exit 0
 fi
-"$VENV/bin/python" -m pip install -q --no-deps --target "$TARGET" gymnasium==0.29.1
+bash "$(dirname "${BASH_SOURCE[0]}")/install.sh" "$VENV" --no-deps --target "$TARGET" gymnasium==0.29.1
 echo "gym_plugin_setup: gymnasium 0.29.1 in $TARGET"

@@ -2,8 +2,7 @@
 # Create the OpenEnv venv the openenv bridge's tests and benchmarks run OpenEnv servers
 # and OpenEnv's own client from.
 #
-# Usage: .ci/openenv_setup.sh [VENV [UV_ARGS...]]   (default: .venv-openenv, beside .venv;
-#        UV_ARGS: index options for uv, as .ci/run reads them from pip's configuration)
+# Usage: .ci/openenv_setup.sh [VENV]   (default: .venv-openenv, beside .venv)
 #
 # A venv of its own: openenv 0.10 requires fastmcp 3, which requires mcp 1.x, while
 # envhub's venv has mcp 2.3 (envhub-rl-mcp, the bridge's tool mapping); pip's dry run in
@@ -14,18 +13,16 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 VENV="${1:-.venv-openenv}"
-shift $(( $# > 0 ? 1 : 0 ))
 OPENENV_VERSION="0.10.0"
-UV=".venv/bin/uv"
-command -v "$UV" >/dev/null || UV="uv"
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c \
     "import importlib.metadata as m, sys; sys.exit(m.version('openenv') != '$OPENENV_VERSION')" \
     2>/dev/null; then
     echo "openenv_setup: openenv $OPENENV_VERSION already in $VENV"
     exit 0
 fi
-"$UV" venv -q --allow-existing --python .venv/bin/python "$VENV"
+[ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q uv
+.venv/bin/uv venv -q --allow-existing --python .venv/bin/python "$VENV"
 # uvloop and httptools: what envhub's servers run on, so timings compare like for like
-"$UV" pip install -q --python "$VENV/bin/python" "$@" "openenv==$OPENENV_VERSION" uvloop httptools
+bash .ci/install.sh "$VENV" "openenv==$OPENENV_VERSION" uvloop httptools
 "$VENV/bin/python" -c "import openenv.core.env_server, openenv.core.mcp_client"
 echo "openenv_setup: openenv $OPENENV_VERSION in $VENV"

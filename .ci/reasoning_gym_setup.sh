@@ -28,7 +28,7 @@ if in_place; then
     echo "reasoning_gym_setup: reasoning-gym 0.1.25 and pyfiglet 1.0.2 already in place"
     exit 0
 fi
-"$PY" -m pip install -q --no-deps -e environments/reasoning_gym reasoning-gym==0.1.25
+bash .ci/install.sh "$VENV" --no-deps -e environments/reasoning_gym reasoning-gym==0.1.25
 mapfile -t requirements < <("$PY" - <<'PYEOF'
 import importlib.metadata as m
 for requirement in m.requires("reasoning_gym") or []:
@@ -36,7 +36,7 @@ for requirement in m.requires("reasoning_gym") or []:
         print(requirement)
 PYEOF
 )
-"$PY" -m pip install -q "${requirements[@]}"
-"$PY" -m pip install -q --no-deps pyfiglet==1.0.2
+bash .ci/install.sh "$VENV" "${requirements[@]}"
+bash .ci/install.sh "$VENV" --no-deps pyfiglet==1.0.2
 in_place
 echo "reasoning_gym_setup: reasoning-gym 0.1.25 (pyfiglet 1.0.2) and envhub-rl-reasoning-gym"

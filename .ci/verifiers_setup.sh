@@ -16,8 +16,9 @@ VERIFIERS_VERSION="${VERIFIERS_VERSION:-0.4.0}"
 target="${ENVHUB_CACHE:-$HOME/.cache/envhub}/verifiers-0.4/venv"
 installed=$("$target/bin/python" -c 'import importlib.metadata as m; print(m.version("verifiers"))' 2>/dev/null || true)
 if [ "$installed" != "$VERIFIERS_VERSION" ]; then
+    [ -x "$VENV/bin/uv" ] || "$VENV/bin/python" -m pip install -q uv
     "$VENV/bin/uv" venv -q --allow-existing -p "$VENV/bin/python" "$target"
-    VIRTUAL_ENV="$target" "$VENV/bin/uv" pip install -q "verifiers==$VERIFIERS_VERSION"
+    bash .ci/install.sh "$target" "verifiers==$VERIFIERS_VERSION"
     "$target/bin/python" -c 'import verifiers.v1'
 fi
 echo "verifiers_setup: verifiers $VERIFIERS_VERSION in $target"

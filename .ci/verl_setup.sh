@@ -16,7 +16,7 @@ if "$PY" -c "import verl.experimental.agent_loop.agent_loop" 2>/dev/null; then
     echo "verl_setup: verl's agent loop already imports"
     exit 0
 fi
-"$PY" -m pip install -q --no-deps \
+bash "$(dirname "${BASH_SOURCE[0]}")/install.sh" "$VENV" --no-deps \
     verl==0.9.1 ray==2.60.0 tensordict==0.15.3 pyvers==0.2.3 hydra-core==1.3.8 \
     antlr4-python3-runtime==4.9.3 codetiming==1.4.0 msgpack==1.2.4 protobuf==7.36.2 \
     cachetools==8.0.2

@@ -61,8 +61,10 @@ this one, and the plugins' distributions are ``envhub-rl-<name>``."""
 SHIPPED_PLUGINS: dict[str, str] = {
     "bfcl": "envhub-rl-bfcl",
     "calc": "envhub-rl-calc",
+    "harbor": "envhub-rl-harbor",
     "mcp": "envhub-rl-mcp",
     "miniwob": "envhub-rl-web",
+    "openenv": "envhub-rl-openenv",
     "reasoning_gym": "envhub-rl-reasoning-gym",
     "search": "envhub-rl-search",
     "sql": "envhub-rl-sql",
