@@ -13,10 +13,11 @@ or a file and a test) starts with:
 - ``local-llm``: the real llama.cpp server (one process per worker would double its
   memory and fight for the same cores).
 
-Work is handed out by scope (a group, else a test module), largest first as xdist does by
-default, except that the scopes in ``_FIRST`` go before all others: a long CPU-bound test
-handed out last runs alone at the end while the other worker idles (the learning test
-added its whole seven minutes to CI that way).
+Work is handed out by scope (a group, else a test module): the scopes in ``_FIRST``, then
+those with a test marked ``slow``, then the rest, largest first within each (as xdist does
+by default). A long test handed out last runs alone at the end while the other worker
+idles (the learning test added its whole seven minutes to CI that way); a scope's test
+count says little of its time, a ``slow`` mark says more.
 
 The scopes are this file's, through xdist's ``pytest_xdist_make_scheduler`` hook, not
 ``xdist_group`` marks: xdist 3.8 carries a mark to the scheduler by appending it to the
@@ -99,6 +100,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not hasattr(config, "workerinput"):  # not an xdist worker: the order stays as collected
         return
     sizes = Counter(_scope(item.nodeid) for item in items)
+    slow = {_scope(item.nodeid) for item in items if item.get_closest_marker("slow")}
     items.sort(
-        key=lambda item: (not item.nodeid.startswith(_FIRST), -sizes[_scope(item.nodeid)])
+        key=lambda item: (
+            not item.nodeid.startswith(_FIRST),
+            _scope(item.nodeid) not in slow,
+            -sizes[_scope(item.nodeid)],
+        )
     )
