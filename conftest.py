@@ -11,7 +11,9 @@ or a file and a test) starts with:
   be joined by ``ray.init()``); the fleet's containers are its own, which the Docker
   group's garbage collection leaves alone (it reaps only containers of dead processes);
 - ``local-llm``: the real llama.cpp server (one process per worker would double its
-  memory and fight for the same cores).
+  memory and fight for the same cores);
+- ``openenv``: the OpenEnv servers the openenv plugin's tests share (each start costs
+  seconds of CPU; one set per worker would double them).
 
 Work is handed out by scope (a group, else a test module): the scopes in ``_FIRST``, then
 those with a test marked ``slow``, then the rest, largest first within each (as xdist does
@@ -62,6 +64,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "environments/bfcl/tests/test_agreement.py",
         "tests/docs/test_tutorials.py::test_rollout",  # serves SmolLM2
     ),
+    "openenv": ("environments/openenv/tests/",),
 }
 
 

@@ -2,11 +2,14 @@
 (``LocalEnvironment``), HTTP and WebSocket (``RemoteEnvironment`` against a real uvicorn
 server on 127.0.0.1 hosting the same environment and options).
 
-One server per environment serves its HTTP and WebSocket runs. Each environment runs on
-one task (SWE: a task of the CI subset's fastest repository, on the local sandbox backend
-and on Docker). Web runs in text mode and in browser mode, MiniWoB in its browser. Without
-Docker or Chromium those cases skip, unless CI's ``ENVHUB_REQUIRE_DOCKER=1`` /
-``ENVHUB_REQUIRE_CHROMIUM=1`` make that a failure.
+One server per environment serves its HTTP and WebSocket runs; the in-process run comes
+last, since closing a ``LocalEnvironment`` releases the environment class's shared
+resources (``aclose_shared``: sandbox pools, workers, an OpenEnv server), which the
+server's environment in this process shares and would otherwise start again. Each
+environment runs on one task (SWE: a task of the CI subset's fastest repository, on the
+local sandbox backend and on Docker). Web runs in text mode and in browser mode, MiniWoB
+in its browser. Without Docker or Chromium those cases skip, unless CI's
+``ENVHUB_REQUIRE_DOCKER=1`` / ``ENVHUB_REQUIRE_CHROMIUM=1`` make that a failure.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from envhub.testing import serve_in_thread
 from envhub.testing.conformance import CHECKS, check_client_conformance
 from tests.images.conftest import docker_problem
 
-TRANSPORTS = ("local", "http", "ws")
+TRANSPORTS = ("http", "ws", "local")  # local last: closing it releases shared resources
 ROOT = Path(__file__).resolve().parents[2]
 OPENENV_PYTHON = Path(os.environ.get("ENVHUB_OPENENV_PYTHON", ROOT / ".venv-openenv/bin/python"))
 

@@ -42,7 +42,14 @@ from envhub_openenv.protocol import (
     fetch_action_schema,
     list_mcp_tools,
 )
-from envhub_openenv.servers import ServerSource, base_url, parse_source, stop_servers
+from envhub_openenv.servers import (
+    ServerSource,
+    base_url,
+    hold,
+    parse_source,
+    release,
+    stop_servers,
+)
 
 __all__ = ["OpenEnvEnv"]
 
@@ -111,6 +118,7 @@ class OpenEnvEnv(Environment):
         self.action_tool = action_tool
         self.startup_timeout_s = float(startup_timeout_s)
         self._session: OpenEnvSession | None = None
+        self._holds_server = False  # between hold() in reset and release() in close
         self._is_mcp = False
         self.step_rewards: list[float | None] = []
         self.rubric: dict[str, float] = {}
@@ -153,6 +161,8 @@ class OpenEnvEnv(Environment):
             raise EnvironmentFailure(f"task {task.id}: metadata.reset is not an object")
         url = await asyncio.to_thread(base_url, self.source, self.startup_timeout_s)
         self._is_mcp = (await asyncio.to_thread(self._learn_tools, url))[0]
+        hold(self.source)
+        self._holds_server = True
         self._session = OpenEnvSession(url)
         await self._session.open()
         first = await self._session.reset(**kwargs)
@@ -211,6 +221,9 @@ class OpenEnvEnv(Environment):
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+        if self._holds_server:
+            self._holds_server = False
+            await asyncio.to_thread(release, self.source)
 
     @classmethod
     async def aclose_shared(cls) -> None:

@@ -5,9 +5,12 @@ All three are operator configuration. A command or an image is started once per 
 and options (on first use, from any thread or event loop: listings ask before any
 episode), shared by all episodes, since an OpenEnv server gives each WebSocket session
 its own environment instance; :func:`stop_servers` stops them (the environment's
-``aclose_shared``). A started server found dead is started again by the next episode
-that needs it, so a crash masks the episodes it was running and their retries get a new
-server.
+``aclose_shared``, which closing any client of the environment in this process calls).
+A server that episodes are using when it is asked to stop stops when the last of them
+ends: closing one client (a second ``envhub.make``, an in-process check beside ``envhub
+serve``) never kills the server under another client's episodes; a later episode starts
+it again. A started server found dead is started again by the next episode that needs
+it, so a crash masks the episodes it was running and their retries get a new server.
 
 An image runs with envhub's container policy (:mod:`envhub.environment_images.run`): on
 envhub's bridge network (no IP masquerading: nothing it sends leaves this machine with a
@@ -40,9 +43,10 @@ from envhub.environment_images.run import (
 )
 from envhub.errors import SandboxError
 from envhub.sandboxes.docker_cli import run_docker
+from envhub.sandboxes.images import image_exists
 
 __all__ = ["PORT", "CommandServer", "ImageServer", "ServerSource", "UrlServer", "base_url",
-           "parse_source", "stop_servers"]
+           "hold", "parse_source", "release", "stop_servers"]
 
 PORT = "{port}"  #: the placeholder of the free port in a command
 OPENENV_PORT = 8000  #: the port OpenEnv's images serve on
@@ -86,7 +90,8 @@ ServerSource = UrlServer | CommandServer | ImageServer
 
 def parse_source(url: str | None, command: str | list[str] | None,
                  image: str | None) -> ServerSource:
-    """The server an operator named: exactly one of ``url``, ``command`` or ``image``."""
+    """The server an operator named: exactly one of ``url``, ``command`` or ``image`` (one
+    the local Docker engine has)."""
     given = [name for name, value in (("url", url), ("command", command), ("image", image))
              if value is not None]
     if len(given) != 1:
@@ -97,11 +102,31 @@ def parse_source(url: str | None, command: str | list[str] | None,
             raise ValueError(f"url={url!r} is not an http(s) URL")
         return UrlServer(url.rstrip("/"))
     if image is not None:
+        _check_image(image)
         return ImageServer(image)
     argv = shlex.split(command) if isinstance(command, str) else list(command or [])
     if not argv or not any(PORT in a for a in argv):
         raise ValueError(f"command= must name the port the server listens on as {PORT}")
     return CommandServer(tuple(argv))
+
+
+_present: set[str] = set()  # images found in the local engine (asked once per process)
+
+
+def _check_image(image: str) -> None:
+    """Refuse an image the local Docker engine does not have, before any episode: else
+    every episode would be masked (``docker run`` failing is infrastructure) until the
+    rollout's circuit breaker stops it. Pulling is the operator's step, not envhub's."""
+    if image in _present:
+        return
+    try:
+        found = image_exists(image)
+    except (OSError, SandboxError) as exc:
+        raise ValueError(f"image={image!r}: cannot ask Docker for it: {exc}") from None
+    if not found:
+        raise ValueError(f"image={image!r} is not in the local Docker engine "
+                         f"(docker pull {image}, or build it: openenv build)")
+    _present.add(image)
 
 
 class _Running:
@@ -144,9 +169,11 @@ class _Running:
             self.stderr.close()
 
 
-_lock = threading.Lock()  # guards _locks
+_lock = threading.Lock()  # guards _locks, _episodes and _stop_when_idle
 _locks: dict[ServerSource, threading.Lock] = {}  # one per source: held while it starts
 _running: dict[ServerSource, _Running] = {}
+_episodes: dict[ServerSource, int] = {}  # episodes using each source's server now
+_stop_when_idle: set[ServerSource] = set()  # asked to stop while episodes used them
 
 
 def _start_command(source: CommandServer) -> _Running:
@@ -227,10 +254,40 @@ def base_url(source: ServerSource, startup_timeout_s: float) -> str:
         return running.url
 
 
+def hold(source: ServerSource) -> None:
+    """An episode uses ``source``'s server until it calls :func:`release`."""
+    with _lock:
+        _episodes[source] = _episodes.get(source, 0) + 1
+        _stop_when_idle.discard(source)  # needed again
+
+
+def release(source: ServerSource) -> None:
+    """An episode is done with ``source``'s server: stop it if it was asked to stop
+    while in use and this was its last episode. Blocks while it stops."""
+    with _lock:
+        _episodes[source] -= 1
+        if _episodes[source] > 0:
+            return
+        del _episodes[source]
+        if source not in _stop_when_idle:
+            return
+        _stop_when_idle.discard(source)
+    _stop(source)
+
+
+def _stop(source: ServerSource) -> None:
+    with _lock_of(source):
+        running = _running.pop(source, None)
+        if running is not None:
+            running.stop()
+
+
 def stop_servers() -> None:
-    """Stop every server this process started."""
+    """Stop every server this process started that no episode uses; one in use stops
+    when its last episode ends (:func:`release`)."""
     for source in list(_running):
-        with _lock_of(source):
-            running = _running.pop(source, None)
-            if running is not None:
-                running.stop()
+        with _lock:
+            if _episodes.get(source, 0) > 0:
+                _stop_when_idle.add(source)
+                continue
+        _stop(source)

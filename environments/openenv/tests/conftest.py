@@ -3,14 +3,16 @@
 
 Without that venv the tests skip, unless ``ENVHUB_REQUIRE_OPENENV=1`` (CI) makes that a
 failure. The bridge starts each server itself (its ``command=`` option) once per test
-process; tests that need a URL get the one it started (``guess_url``, ``adder_url``).
+process, when a test first needs it; tests that need a URL get the one it started
+(``guess_url``). Both modules run on one xdist worker (the ``openenv``
+group of the root conftest.py), so a CI run starts each server once, plus the one
+restart test_failures.py causes by killing ``guess``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ ROOT = HERE.parents[2]
 SERVERS = HERE / "openenv_servers.py"
 GUESS_TASKS = HERE / "guess.jsonl"
 ADDER_TASKS = HERE / "adder.jsonl"
-STARTUP_S = 120.0  # OpenEnv imports gradio: seconds on a loaded 2-core machine
+STARTUP_S = 120.0  # seconds for a server to start, on a loaded 2-core machine
 
 
 def openenv_python() -> Path:
@@ -47,26 +49,11 @@ def adder_command() -> list[str]:
     return _command("adder")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def servers(_openenv_venv: None, guess_command: list[str],
-            adder_command: list[str]) -> dict[str, str]:
-    """Both servers, started side by side by the bridge's own machinery (as the commands
-    above, so that environments made with ``command=`` share them): kind -> URL."""
-    commands = {"guess": guess_command, "adder": adder_command}
-    with ThreadPoolExecutor(2) as pool:
-        urls = {kind: pool.submit(base_url, CommandServer(tuple(argv)), STARTUP_S)
-                for kind, argv in commands.items()}
-        return {kind: url.result() for kind, url in urls.items()}
-
-
-@pytest.fixture(scope="session")
-def guess_url(servers: dict[str, str]) -> str:
-    return servers["guess"]
-
-
-@pytest.fixture(scope="session")
-def adder_url(servers: dict[str, str]) -> str:
-    return servers["adder"]
+@pytest.fixture
+def guess_url(guess_command: list[str]) -> str:
+    """The ``guess`` server the bridge started (as ``command=`` environments share it),
+    asked per test: test_failures.py kills it, and the bridge starts it again."""
+    return base_url(CommandServer(tuple(guess_command)), STARTUP_S)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -15,23 +15,30 @@ OpenEnv and the standard library.
   when its answer is their sum, else 0.
 
     python openenv_servers.py guess --port 8123
+
+Gradio is kept out: OpenEnv imports it only for its optional web interface (its
+``env_server`` package falls back to none when ``import gradio`` fails), which these
+servers do not serve, and importing it is most of a server's start (more than half).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from typing import Any
 
-import uvicorn
-from fastmcp import FastMCP
-from openenv.core.env_server import Environment, create_app
-from openenv.core.env_server.mcp_environment import MCPEnvironment
-from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
-from openenv.core.env_server.types import Action, Observation, State
-from openenv.core.rubrics import Rubric
-from pydantic import Field
+sys.modules["gradio"] = None  # type: ignore[assignment]  # import gradio: ModuleNotFoundError
+
+import uvicorn  # noqa: E402
+from fastmcp import FastMCP  # noqa: E402
+from openenv.core.env_server import Environment, create_app  # noqa: E402
+from openenv.core.env_server.mcp_environment import MCPEnvironment  # noqa: E402
+from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation  # noqa: E402
+from openenv.core.env_server.types import Action, Observation, State  # noqa: E402
+from openenv.core.rubrics import Rubric  # noqa: E402
+from pydantic import Field  # noqa: E402
 
 
 class GuessAction(Action):

@@ -3,8 +3,8 @@ server) masks the episodes it was running, never scores them 0, and the retries 
 new server where envhub runs it; a server that cannot start or cannot be reached is
 infrastructure too.
 
-This module kills the shared ``guess`` server: it runs after test_bridge.py, and the
-server it leaves dead is restarted by whatever needs it next.
+This module kills the shared ``guess`` server once: it runs after test_bridge.py (on
+the same xdist worker), and the bridge's restart is part of what it tests.
 """
 
 from __future__ import annotations
@@ -14,16 +14,20 @@ import os
 import random
 import signal
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
-from envhub_openenv.servers import CommandServer, base_url
+from typer.testing import CliRunner
 
 import envhub
 from envhub import ToolCall
 from envhub._util.net import free_port
+from envhub.cli._app import app
 from envhub.errors import SandboxError
 from envhub.policies.base import Completion, GenerateRequest
+from envhub.sandboxes.docker import docker_available
+from envhub.testing import call_tool
 
 GUESS_TASKS = Path(__file__).resolve().with_name("guess.jsonl")
 
@@ -82,18 +86,25 @@ class KillTheServerOnce:
         """Holds nothing."""
 
 
-async def test_a_killed_server_masks_and_retries_its_episodes(
-    guess_command: list[str],
+async def test_a_killed_server_masks_and_retries_or_masks_its_episodes(
+    guess_command: list[str], guess_url: str
 ) -> None:
-    """Both episodes are in flight when the server dies: each attempt is masked and
-    retried, and the retries run on the server the bridge starts again."""
-    env = envhub.make("openenv", command=guess_command, tasks=str(GUESS_TASKS))
-    policy = KillTheServerOnce(episodes=2)
-    result = await envhub.rollout.run(env, policy, ["guess-1", "guess-2"], concurrency=2,
-                                      max_env_attempts=2, max_masked_fraction=None)
+    """One kill, three episodes in flight on the server: two of an environment whose
+    server envhub runs (``command=``) are masked and retried on the server the bridge
+    starts again; one of an environment at the same server's URL (envhub does not run
+    it: its socket drops) is masked with the reason, no reward, in its one attempt."""
+    policy = KillTheServerOnce(episodes=3)
+    run = envhub.make("openenv", command=guess_command, tasks=str(GUESS_TASKS))
+    reached = envhub.make("openenv", url=guess_url, tasks=str(GUESS_TASKS))
+    retried, dropped = await asyncio.gather(
+        envhub.rollout.run(run, policy, ["guess-1", "guess-2"], concurrency=2,
+                           max_env_attempts=2, max_masked_fraction=None),
+        envhub.rollout.run(reached, policy, ["guess-3"], max_env_attempts=1,
+                           max_masked_fraction=None),
+    )
     assert policy.killed and _guess_servers() and _guess_servers() != policy.killed
-    assert result.trajectories is not None
-    for trajectory in result.trajectories:
+    assert retried.trajectories is not None and len(retried.trajectories) == 2
+    for trajectory in retried.trajectories:
         assert not trajectory.masked
         assert trajectory.metrics.episode_attempts == 2
         assert trajectory.metrics.retried_errors == {"sandbox_error": 1}
@@ -101,20 +112,27 @@ async def test_a_killed_server_masks_and_retries_its_episodes(
         step = 0.2 * (1 - abs(50 - random.Random(seed).randrange(100)) / 100)
         assert trajectory.reward == pytest.approx(step + 1.0)
         assert trajectory.stop_reason == "env:done"
-
-
-async def test_a_dropped_socket_masks_the_episode(guess_command: list[str]) -> None:
-    """A server at a URL (envhub does not run it) killed mid-episode: masked with the
-    reason, no reward, in one attempt."""
-    url = await asyncio.to_thread(base_url, CommandServer(tuple(guess_command)), 120.0)
-    env = envhub.make("openenv", url=url, tasks=str(GUESS_TASKS))
-    result = await envhub.rollout.run(env, KillTheServerOnce(episodes=1), ["guess-3"],
-                                      max_env_attempts=1, max_masked_fraction=None)
-    assert result.trajectories is not None
-    [trajectory] = result.trajectories
+    assert dropped.trajectories is not None
+    [trajectory] = dropped.trajectories
     assert trajectory.masked and trajectory.reward is None
     assert trajectory.error is not None and trajectory.error.kind == "sandbox_error"
     assert "is gone" in trajectory.error.message
+
+
+async def test_closing_a_client_leaves_the_server_to_episodes_still_using_it(
+    guess_command: list[str],
+) -> None:
+    """Closing one client asks the shared server to stop; it stops only when the last
+    episode of another client using it ends (this test stops the guess server)."""
+    env = envhub.make("openenv", command=guess_command, tasks=str(GUESS_TASKS))
+    async with env.open("guess-1") as session:
+        server = _guess_servers()
+        await envhub.make("openenv", command=guess_command, tasks=str(GUESS_TASKS)).aclose()
+        assert len(server) == 1 and _guess_servers() == server
+        right = await call_tool(session, "step", number=random.Random(1).randrange(100))
+        assert right.done
+        await session.close()
+    assert not _guess_servers()
 
 
 async def test_a_server_that_cannot_start_or_be_reached_is_infrastructure() -> None:
@@ -126,3 +144,17 @@ async def test_a_server_that_cannot_start_or_be_reached_is_infrastructure() -> N
     env = envhub.make("openenv", url=f"http://127.0.0.1:{free_port()}", seeds=1)
     with pytest.raises(SandboxError, match=r"Connection refused|ConnectError"):
         await env.open("seed-0")
+
+
+def test_an_image_the_engine_lacks_is_a_one_line_error() -> None:
+    """Refused when the environment is made, not masked episode by episode."""
+    if not docker_available():
+        if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
+            pytest.fail("ENVHUB_REQUIRE_DOCKER=1 but no Docker engine")
+        pytest.skip("needs a Docker engine")
+    image = f"envhub-no-such-image-{uuid.uuid4().hex[:8]}:0"
+    result = CliRunner().invoke(app, ["check", "openenv", "--env-arg", f"image={image}",
+                                      "--env-arg", "seeds=1"])
+    assert result.exit_code == 2
+    assert result.output.strip().count("\n") == 0, result.output
+    assert f"image={image!r} is not in the local Docker engine" in result.output
