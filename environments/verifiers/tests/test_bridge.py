@@ -156,7 +156,7 @@ def _worker_pids(taskset: str) -> list[int]:
 async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     make_env: MakeEnv,
 ) -> None:
-    """A reward function that raises (``int()`` of a reply that is no number) fails
+    """A reward function that raises (``eval`` of a reply that is no expression) fails
     verifiers' scoring: the episode is masked with the reason, not scored 0, as
     verifiers errors the rollout. A worker killed mid-episode masks that episode; the
     next one gets a fresh worker."""
@@ -164,7 +164,7 @@ async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     (task_id,) = await env.task_ids()
     crashed = await _answering(env, task_id, "five")
     assert crashed.masked and crashed.error is not None
-    assert "ValueError" in crashed.error.message
+    assert "NameError" in crashed.error.message
     assert (await _answering(env, task_id, "5")).reward == 1.0
 
     with pytest.raises(SandboxError, match="verifiers worker"):  # the rollout masks it
@@ -176,3 +176,16 @@ async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     killed = await _answering(env, task_id, "5")
     assert not killed.masked and killed.reward == 1.0
     assert _worker_pids("vf_faulty") not in ([], [pid])
+
+
+async def test_an_answer_cannot_change_another_episodes_reward(make_env: MakeEnv) -> None:
+    """vf_faulty's reward function ``eval``s the reply in its module's globals and scores a
+    wrong answer with the module's ``LENIENCY``. An answer that sets it forges its own
+    episode's reward (its code ran), and no later episode's: each episode is scored in a
+    process of its own."""
+    env = make_env("vf_faulty")
+    (task_id,) = await env.task_ids()
+    hostile = await _answering(env, task_id, "globals().update(LENIENCY=1.0)")
+    assert hostile.reward == 1.0  # the hostile code did run, in its own scoring
+    after = [await _answering(env, task_id, answer) for answer in ("4", "5")]
+    assert [t.reward for t in after] == [0.0, 1.0]
