@@ -159,23 +159,27 @@ def _score_child(result: socket.socket, task: Any, tools: list[dict[str, Any]],
         os._exit(0)
 
 
+async def _receive(result: socket.socket) -> bytes:
+    """What the child sent until it closed its end, or more than a reply's worth."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while len(data) <= _MAX_REPLY_BYTES:
+        chunk = await loop.sock_recv(result, _MAX_REPLY_BYTES + 1)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 async def _read_result(result: socket.socket, pid: int, timeout_s: float) -> dict[str, Any]:
     """The child's one reply; a child past the deadline, one that died, or one that sent
     anything but one JSON object on one line is an error of this request. The child's
     process group is killed either way: nothing it started outlives its request."""
-    loop = asyncio.get_running_loop()
     result.setblocking(False)
-    data = b""
-    timed_out = False
     try:
-        async with asyncio.timeout(timeout_s):
-            while len(data) <= _MAX_REPLY_BYTES:
-                chunk = await loop.sock_recv(result, _MAX_REPLY_BYTES + 1)
-                if not chunk:
-                    break
-                data += chunk
-    except TimeoutError:
-        timed_out = True
+        data, timed_out = await asyncio.wait_for(_receive(result), timeout_s), False
+    except asyncio.TimeoutError:
+        data, timed_out = b"", True
     for target in (pid, -pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, signal.SIGKILL)
