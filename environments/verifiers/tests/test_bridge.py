@@ -20,7 +20,7 @@ from envhub.errors import SandboxError
 from envhub.policies import ReferencePolicy
 from envhub.rollout.dispatcher import EpisodeSpec
 from envhub.rollout.episode import EpisodeRunner
-from envhub.testing import call_tool, check_environment
+from envhub.testing import call_tool
 from envhub.testing.hostile import HOSTILE_ANSWERS, hostile_answers
 from envhub.trajectory import Trajectory
 
@@ -66,24 +66,23 @@ async def test_malformed_calls_are_error_observations(make_env: MakeEnv) -> None
         assert result.observations[0].content == "5"
 
 
-def test_envhub_check_passes(make_env: MakeEnv) -> None:
-    check_environment(make_env("vf_guess"))
-
-
 def test_cli_check_and_bad_options() -> None:
+    """The real CLI: `envhub check` passes on the multi-turn taskset; an option error and a
+    taskset verifiers cannot load are one line each, exit 2. The three run at once."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    cli = [sys.executable, "-m", "envhub.cli"]
-    ok = subprocess.run([*cli, "check", "verifiers", "--env-arg", "taskset=vf_arith",
-                         "--env-arg", f"path={TASKSETS}"],
-                        capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "ok: 3 tasks of verifiers" in ok.stdout + ok.stderr
-    for args, says in (([], "needs taskset="),
-                       (["--env-arg", "taskset=no_such_taskset"], "could not load taskset")):
-        bad = subprocess.run([*cli, "check", "verifiers", *args], capture_output=True,
-                             text=True, env=env, timeout=300)
-        assert bad.returncode == 2 and says in bad.stderr, bad.stderr
-        assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    cli = [sys.executable, "-m", "envhub.cli", "check", "verifiers"]
+    runs = [[*cli, "--env-arg", "taskset=vf_guess", "--env-arg", f"path={TASKSETS}"],
+            cli, [*cli, "--env-arg", "taskset=no_such_taskset"]]  # fmt: skip
+    processes = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env) for args in runs]  # fmt: skip
+    (ok, ok_err), *bad = [p.communicate(timeout=300) for p in processes]
+    assert processes[0].returncode == 0, ok + ok_err
+    assert "ok: 2 tasks of verifiers" in ok + ok_err
+    for process, (_, stderr), says in zip(processes[1:], bad,
+                                          ("needs taskset=", "could not load taskset"),
+                                          strict=True):  # fmt: skip
+        assert process.returncode == 2 and says in stderr, stderr
+        assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
 
 
 async def _answering(env: envhub.LocalEnvironment, task_id: str, answer: str) -> Trajectory:
