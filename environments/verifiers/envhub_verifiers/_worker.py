@@ -16,6 +16,24 @@ answers one JSON object per line on the file descriptor it was handed (the real 
   .commit(response)``), scored by ``Task.score``: the task's ``@vf.reward`` functions
   and judges with their weights, as verifiers scores.
 
+Isolation (the design of Reasoning Gym's scorer, ``envhub_reasoning_gym._score_worker``):
+reward functions may parse or ``eval`` the model's text, or keep module state, so this
+process, warm with verifiers and the taskset loaded, never scores. Each ``score`` forks a
+child for that request alone (the cost of a fork, not of an import): the child replaces
+fds 0-2 with ``/dev/null``, closes every other inherited fd (it cannot reach the request
+or reply pipes; this process is not dumpable, so ``/proc/<pid>/fd`` cannot reopen them),
+runs under CPU and file-size limits and dies with this process, scores, and sends one
+JSON line on a socket made for the request. This process accepts exactly one well-formed
+reply from a child that exited cleanly, checks its numbers, and kills the child's process
+group: whatever an answer did in the child is gone before the next score. What code that
+runs in the child can still do is forge its own episode's reward, and act as this
+process's user on the host (no sandbox beyond the limits above).
+
+Tool calls run here, in each episode's own toolset instances (taskset-level toolsets are
+shared, as verifiers shares them across rollouts): a toolset that keeps module state or
+runs the model's arguments as code shares that state with other episodes' tools. Their
+results reach a reward only through the transcript, which is scored in a child.
+
 Errors come back as ``{"error": {"kind", "message"}}``: ``tool`` (the model's call
 failed: an observation), ``reward`` (a reward function raised: the episode is masked,
 not scored 0), ``request`` (the bridge asked for something unknown), ``load``.
@@ -24,12 +42,19 @@ not scored 0), ``request`` (the bridge asked for something unknown), ``load``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import gc
 import json
+import math
 import os
+import resource
+import signal
+import socket
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 _PROTO_FD = os.dup(1)
 os.dup2(2, 1)  # stdout of verifiers and user code goes to stderr from here on
@@ -45,6 +70,148 @@ class _Failure(Exception):
         self.kind = kind
 
 
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_MAX_REPLY_BYTES = 1 << 20
+_MAX_MESSAGE = 2000
+_MAX_FILE_BYTES = 1 << 20
+_FD_LIMIT = 1 << 20
+_CHILD_ERRORS = {
+    "timeout": "scoring ran past score_timeout_s",
+    "died": "the scoring process died",
+    "unexpected": "the scoring process sent an unexpected reply",
+}
+
+
+def _prctl(option: int, value: int) -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
+
+
+def _confine(result_fd: int, timeout_s: float) -> None:
+    """Cut the scoring child off from everything but its result socket (the worker's
+    request and reply pipes included), and limit it, as Reasoning Gym's scorer does."""
+    os.setpgid(0, 0)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, result_fd)
+    os.closerange(result_fd + 1, _FD_LIMIT)
+    cpu = math.ceil(timeout_s) + 1  # SIGXCPU, then SIGKILL a second on
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (_MAX_FILE_BYTES, _MAX_FILE_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+
+
+async def _score(task: Any, tools: list[dict[str, Any]],
+                 messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The verifiers side of a score: a ``Trace`` rebuilt from the transcript, through
+    the graph API verifiers' interception records model calls with, scored by
+    ``Task.score``. Runs in the scoring child only."""
+    import verifiers.v1 as vf
+    from verifiers.v1.dialects.chat import parse_message, parse_tools
+    from verifiers.v1.graph import prepare_turn
+
+    trace = vf.Trace(
+        task=vf.TraceTask(type=type(task).__name__, data=task.data,
+                          key=task.key, hash=task.hash),
+        agent=vf.AgentInfo(config=vf.AgentConfig(runtime=vf.SubprocessConfig())),
+    )
+    parsed_tools = parse_tools([{"type": "function", "function": t} for t in tools]) or []
+    parsed = [parse_message(m) for m in messages]
+    now = int(time.time())
+    for i, message in enumerate(parsed):
+        if message.role == "assistant":
+            response = vf.Response(id=f"envhub-{i}", created=now, model="envhub",
+                                   message=message, finish_reason="stop")
+            prepare_turn(trace, parsed[:i], parsed_tools).commit(response)
+    trace.is_completed = True
+    trace.ok = True
+    try:
+        await task.score(trace)
+    except Exception as exc:
+        cause = exc.__cause__ or exc
+        return {"error": {"kind": "reward", "message": f"{type(cause).__name__}: {cause}"}}
+    components = {}
+    weights = {}
+    for name, reward in trace.rewards.items():
+        if reward is None:
+            return {"error": {"kind": "reward", "message": f"reward {name!r} did not run"}}
+        components[name] = reward.score
+        weights[name] = reward.weight
+    return {"reward": trace.reward, "components": components, "weights": weights,
+            "metrics": {k: v for k, v in trace.metrics.items() if v is not None}}
+
+
+def _score_child(result: socket.socket, task: Any, tools: list[dict[str, Any]],
+                 messages: list[dict[str, Any]], timeout_s: float) -> NoReturn:
+    """Score in the forked child, send the one reply and exit without running any of
+    the worker's cleanup (its loop, its toolsets)."""
+    try:
+        _confine(result.fileno(), timeout_s)
+        asyncio.events._set_running_loop(None)  # the worker's loop is not this process's
+        reply = asyncio.run(_score(task, tools, messages))
+        result.sendall(json.dumps(reply).encode() + b"\n")
+    finally:
+        os._exit(0)
+
+
+async def _receive(result: socket.socket) -> bytes:
+    """What the child sent until it closed its end, or more than a reply's worth."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while len(data) <= _MAX_REPLY_BYTES:
+        chunk = await loop.sock_recv(result, _MAX_REPLY_BYTES + 1)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+async def _read_result(result: socket.socket, pid: int, timeout_s: float) -> dict[str, Any]:
+    """The child's one reply; a child past the deadline, one that died, or one that sent
+    anything but one JSON object on one line is an error of this request. The child's
+    process group is killed either way: nothing it started outlives its request."""
+    result.setblocking(False)
+    try:
+        data, timed_out = await asyncio.wait_for(_receive(result), timeout_s), False
+    except asyncio.TimeoutError:
+        data, timed_out = b"", True
+    for target in (pid, -pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+    _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+    if timed_out or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU):
+        return {"error": "timeout"}
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0 or not data:
+        return {"error": "died"}
+    if len(data) > _MAX_REPLY_BYTES or data.count(b"\n") != 1 or not data.endswith(b"\n"):
+        return {"error": "unexpected"}
+    try:
+        reply = json.loads(data)
+    except ValueError:
+        return {"error": "unexpected"}
+    return reply if isinstance(reply, dict) else {"error": "unexpected"}
+
+
+def _checked(reply: dict[str, Any]) -> dict[str, Any]:
+    """A score reply of the right shape, finite numbers only, else a ``reward`` failure:
+    the bridge takes nothing from the child it did not check."""
+    def number(value: object) -> bool:
+        return (isinstance(value, int | float) and not isinstance(value, bool)
+                and math.isfinite(value))
+
+    tables = [reply.get(k) for k in ("components", "weights", "metrics")]
+    if not (number(reply.get("reward")) and all(
+            isinstance(t, dict) and all(isinstance(k, str) and number(v) for k, v in t.items())
+            for t in tables)):
+        raise _Failure("reward", _CHILD_ERRORS["unexpected"])
+    return {k: reply[k] for k in ("reward", "components", "weights", "metrics")}
+
+
 class _Episode:
     def __init__(self, task: Any, toolsets: list[Any]) -> None:
         self.task = task
@@ -53,8 +220,10 @@ class _Episode:
 
 
 class Worker:
-    def __init__(self, taskset_id: str, kwargs: dict[str, Any]) -> None:
+    def __init__(self, taskset_id: str, kwargs: dict[str, Any], score_timeout_s: float) -> None:
         import verifiers.v1 as vf
+
+        self.score_timeout_s = score_timeout_s
 
         config = vf.resolve_env_config({"taskset": {"id": taskset_id, **kwargs}})
         self.taskset = vf.load_taskset(config.taskset)
@@ -106,6 +275,7 @@ class Worker:
             self.tools = await self._mount(self.shared, self._shared_servers)
             sample = next(iter(self.tasks.values()))
             self.tools += await self._mount(self.task_type.toolsets(sample.config), {})
+            gc.freeze()  # what is loaded now stays shared with the scoring children
         return {
             "tasks": [self._describe(key, task) for key, task in self.tasks.items()],
             "tools": self.tools,
@@ -165,41 +335,27 @@ class Worker:
         return {"content": text}
 
     async def score(self, episode: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        import verifiers.v1 as vf
-        from verifiers.v1.dialects.chat import parse_message, parse_tools
-        from verifiers.v1.graph import prepare_turn
-
+        """Score in a child forked for this request (see the module docstring): this
+        process never runs reward code on model text, so nothing an answer does there
+        reaches another episode's reward."""
         state = self._episode(episode)
-        task = state.task
-        trace = vf.Trace(
-            task=vf.TraceTask(type=type(task).__name__, data=task.data,
-                              key=task.key, hash=task.hash),
-            agent=vf.AgentInfo(config=vf.AgentConfig(runtime=vf.SubprocessConfig())),
-        )
-        tools = parse_tools([{"type": "function", "function": t} for t in self.tools]) or []
-        parsed = [parse_message(m) for m in messages]
-        now = int(time.time())
-        for i, message in enumerate(parsed):
-            if message.role == "assistant":
-                response = vf.Response(id=f"envhub-{i}", created=now, model="envhub",
-                                       message=message, finish_reason="stop")
-                prepare_turn(trace, parsed[:i], tools).commit(response)
-        trace.is_completed = True
-        trace.ok = True
-        try:
-            await task.score(trace)
-        except Exception as exc:
-            cause = exc.__cause__ or exc
-            raise _Failure("reward", f"{type(cause).__name__}: {cause}") from None
-        components = {}
-        weights = {}
-        for name, reward in trace.rewards.items():
-            if reward is None:
-                raise _Failure("reward", f"reward {name!r} did not run")
-            components[name] = reward.score
-            weights[name] = reward.weight
-        return {"reward": trace.reward, "components": components, "weights": weights,
-                "metrics": {k: v for k, v in trace.metrics.items() if v is not None}}
+        parent_end, child_end = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            parent_end.close()
+            _score_child(child_end, state.task, self.tools, messages, self.score_timeout_s)
+        child_end.close()
+        with contextlib.suppress(OSError):  # the child did it first (or already exited)
+            os.setpgid(pid, pid)
+        with parent_end:
+            reply = await _read_result(parent_end, pid, self.score_timeout_s)
+        if "error" in reply:
+            error = reply["error"]
+            kind = error.get("kind") if isinstance(error, dict) else None
+            if kind != "reward":  # the child's words on its own failure, else ours
+                raise _Failure("reward", _CHILD_ERRORS.get(str(error), "unexpected reply"))
+            raise _Failure("reward", str(error.get("message"))[:_MAX_MESSAGE])
+        return _checked(reply)
 
     async def close(self, episode: str) -> dict[str, Any]:
         self.episodes.pop(episode, None)
@@ -213,6 +369,7 @@ class Worker:
 
 
 async def _serve(worker_args: dict[str, Any]) -> None:
+    _prctl(_PR_SET_DUMPABLE, 0)  # no scoring child may reopen our pipes by /proc/<pid>/fd
     out = os.fdopen(_PROTO_FD, "w", buffering=1, encoding="utf-8")
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
@@ -222,7 +379,8 @@ async def _serve(worker_args: dict[str, Any]) -> None:
         out.write(json.dumps({"id": request_id, **body}) + "\n")
 
     try:
-        worker = Worker(worker_args["taskset"], worker_args.get("kwargs") or {})
+        worker = Worker(worker_args["taskset"], worker_args.get("kwargs") or {},
+                        float(worker_args["score_timeout_s"]))
         reply(None, {"result": {"ready": True}})
     except Exception as exc:  # the bridge reports it (one line): no traceback here
         reply(None, {"error": {"kind": "load", "message": f"{type(exc).__name__}: {exc}"}})

@@ -2,10 +2,11 @@
 
 The operator names the taskset as verifiers does (``taskset=``: the id of an installed
 taskset package, or a module found on ``path=``), its options (``taskset_args=``, the
-``[env.taskset]`` keys of a verifiers config), the verifiers interpreter (``python=``)
-and how long the worker may take to import verifiers and load the taskset
-(``startup_timeout_s=``). Clients of ``envhub serve`` choose none of them: each would pick code
-to run on the server's machine.
+``[env.taskset]`` keys of a verifiers config), the verifiers interpreter (``python=``),
+how long the worker may take to import verifiers and load the taskset
+(``startup_timeout_s=``) and one episode's scoring (``score_timeout_s=``: CPU and wall
+time of the process it is scored in; judges count). Clients of ``envhub serve`` choose
+none of them: each would pick code to run on the server's machine.
 
 Mapping: each task of ``Taskset.load()`` is an envhub task (id: the task's source id,
 else its content key, so ids are stable); the tools of the taskset's and the task's
@@ -74,6 +75,7 @@ class VerifiersEnv(Environment):
         path: str | list[str] | None = None,
         python: str | None = None,
         startup_timeout_s: float = 300.0,
+        score_timeout_s: float = 300.0,
     ) -> None:
         super().__init__()
         if not taskset:
@@ -93,6 +95,7 @@ class VerifiersEnv(Environment):
             kwargs_json=json.dumps(taskset_args or {}, sort_keys=True),
             path=tuple(os.path.abspath(p) for p in paths if p),
             startup_timeout_s=float(startup_timeout_s),
+            score_timeout_s=float(score_timeout_s),
         )
         self._worker: Worker | None = None
         self._episode: str | None = None

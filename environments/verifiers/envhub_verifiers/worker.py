@@ -6,7 +6,8 @@ verifiers lives in its own venv (``.ci/verifiers_setup.sh`` builds it under
 started with that venv's Python, running :mod:`envhub_verifiers._worker` (standard library
 plus verifiers). Requests and replies are JSON lines; importing verifiers takes seconds,
 so one process serves every episode of a (python, taskset, options) key and each
-episode keeps its own state there.
+episode keeps its own state there; it scores each episode in a child forked for it
+(:mod:`envhub_verifiers._worker` says why and how).
 
 A worker that dies or answers garbage is an infrastructure failure
 (:class:`~envhub.errors.SandboxError`, as the MCP bridge reports a lost server: the
@@ -61,6 +62,7 @@ class WorkerKey:
     kwargs_json: str
     path: tuple[str, ...]
     startup_timeout_s: float
+    score_timeout_s: float
 
 
 class Worker:
@@ -90,7 +92,7 @@ class Worker:
                     ".ci/verifiers_setup.sh, or pass --env-arg python=/path/to/venv/bin/python"
                 )
             args = {"taskset": self.key.taskset, "kwargs": json.loads(self.key.kwargs_json),
-                    "path": list(self.key.path)}
+                    "path": list(self.key.path), "score_timeout_s": self.key.score_timeout_s}
             self._process = await asyncio.create_subprocess_exec(
                 self.key.python, str(_WORKER_SCRIPT), json.dumps(args),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

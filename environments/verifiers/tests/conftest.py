@@ -36,9 +36,10 @@ def make_env() -> MakeEnv:
     return make
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def _workers() -> Iterator[None]:
-    """Skip without verifiers; stop the module's worker processes after it."""
+    """Skip without verifiers; stop the worker processes after the session (a worker
+    imports verifiers, about 5 CPU-s: the modules share them, one per taskset)."""
     problem = verifiers_problem()
     if problem is not None:
         pytest.skip(problem)

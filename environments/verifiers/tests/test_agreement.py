@@ -4,10 +4,11 @@ servers, its ``Task.score``) and under envhub through the bridge, per episode an
 reward function.
 
 Both sides talk to the scripted OpenAI-compatible server (``tests/rollout``), one per
-taskset, whose replies depend only on the turn: the tool taskset (two weighted reward
-functions) and the multi-turn one (the environment answers each guess) get different
-rewards per task from the same script. The two evaluations run at once (vf-eval
-dominates: it starts a toolset server and a chat program per rollout).
+taskset, whose replies depend only on the turn. One task per taskset (vf-eval starts a
+toolset server and a chat program per rollout: the cost of this test) compares every
+reward function of both: the tool taskset's two weighted ones (the script uses the tool
+and answers wrong: 0 and 1) and the multi-turn one's (the environment answers each guess;
+found on the second: 1 and 0.5). The evaluations run at once.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ TASKSETS = Path(__file__).with_name("vf_tasksets")
 SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "vf_arith": [
         {"tool_calls": [{"name": "calculator_add", "arguments": '{"a": 2, "b": 3}'}]},
-        {"content": "5"},
+        {"content": "6"},
     ],
     "vf_guess": [
         {"tool_calls": [{"name": "guess", "arguments": '{"number": 50}'}]},
@@ -40,7 +41,7 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
-TASKS = 2  # the first two tasks of each taskset: their rewards differ under the scripts
+TASKS = 1  # the first task of each taskset: every reward function, scores that differ
 Scores = dict[str, tuple[float, dict[str, float]]]  # task key prefix -> (reward, components)
 
 
@@ -115,6 +116,7 @@ def test_rewards_equal_verifiers_own_evaluation(
     both: dict[str, tuple[Scores, Scores]], taskset: str
 ) -> None:
     theirs, ours = both[taskset]
-    assert theirs == ours
-    # the scripts make the rewards differ across tasks, so equality is not a constant's
-    assert len({value for value, _ in ours.values()}) > 1, ours
+    assert theirs == ours and len(ours) == TASKS
+    # the scripts make the components differ, so equality is not a constant's
+    for _, components in ours.values():
+        assert len(set(components.values())) > 1, ours

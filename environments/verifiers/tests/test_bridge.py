@@ -20,7 +20,7 @@ from envhub.errors import SandboxError
 from envhub.policies import ReferencePolicy
 from envhub.rollout.dispatcher import EpisodeSpec
 from envhub.rollout.episode import EpisodeRunner
-from envhub.testing import call_tool, check_environment
+from envhub.testing import call_tool
 from envhub.testing.hostile import HOSTILE_ANSWERS, hostile_answers
 from envhub.trajectory import Trajectory
 
@@ -66,24 +66,23 @@ async def test_malformed_calls_are_error_observations(make_env: MakeEnv) -> None
         assert result.observations[0].content == "5"
 
 
-def test_envhub_check_passes(make_env: MakeEnv) -> None:
-    check_environment(make_env("vf_guess"))
-
-
 def test_cli_check_and_bad_options() -> None:
+    """The real CLI: `envhub check` passes on the multi-turn taskset; an option error and a
+    taskset verifiers cannot load are one line each, exit 2. The three run at once."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    cli = [sys.executable, "-m", "envhub.cli"]
-    ok = subprocess.run([*cli, "check", "verifiers", "--env-arg", "taskset=vf_arith",
-                         "--env-arg", f"path={TASKSETS}"],
-                        capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "ok: 3 tasks of verifiers" in ok.stdout + ok.stderr
-    for args, says in (([], "needs taskset="),
-                       (["--env-arg", "taskset=no_such_taskset"], "could not load taskset")):
-        bad = subprocess.run([*cli, "check", "verifiers", *args], capture_output=True,
-                             text=True, env=env, timeout=300)
-        assert bad.returncode == 2 and says in bad.stderr, bad.stderr
-        assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    cli = [sys.executable, "-m", "envhub.cli", "check", "verifiers"]
+    runs = [[*cli, "--env-arg", "taskset=vf_guess", "--env-arg", f"path={TASKSETS}"],
+            cli, [*cli, "--env-arg", "taskset=no_such_taskset"]]  # fmt: skip
+    processes = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env) for args in runs]  # fmt: skip
+    (ok, ok_err), *bad = [p.communicate(timeout=300) for p in processes]
+    assert processes[0].returncode == 0, ok + ok_err
+    assert "ok: 2 tasks of verifiers" in ok + ok_err
+    for process, (_, stderr), says in zip(processes[1:], bad,
+                                          ("needs taskset=", "could not load taskset"),
+                                          strict=True):  # fmt: skip
+        assert process.returncode == 2 and says in stderr, stderr
+        assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
 
 
 async def _answering(env: envhub.LocalEnvironment, task_id: str, answer: str) -> Trajectory:
@@ -156,7 +155,7 @@ def _worker_pids(taskset: str) -> list[int]:
 async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     make_env: MakeEnv,
 ) -> None:
-    """A reward function that raises (``int()`` of a reply that is no number) fails
+    """A reward function that raises (``eval`` of a reply that is no expression) fails
     verifiers' scoring: the episode is masked with the reason, not scored 0, as
     verifiers errors the rollout. A worker killed mid-episode masks that episode; the
     next one gets a fresh worker."""
@@ -164,7 +163,7 @@ async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     (task_id,) = await env.task_ids()
     crashed = await _answering(env, task_id, "five")
     assert crashed.masked and crashed.error is not None
-    assert "ValueError" in crashed.error.message
+    assert "NameError" in crashed.error.message
     assert (await _answering(env, task_id, "5")).reward == 1.0
 
     with pytest.raises(SandboxError, match="verifiers worker"):  # the rollout masks it
@@ -176,3 +175,16 @@ async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     killed = await _answering(env, task_id, "5")
     assert not killed.masked and killed.reward == 1.0
     assert _worker_pids("vf_faulty") not in ([], [pid])
+
+
+async def test_an_answer_cannot_change_another_episodes_reward(make_env: MakeEnv) -> None:
+    """vf_faulty's reward function ``eval``s the reply in its module's globals and scores a
+    wrong answer with the module's ``LENIENCY``. An answer that sets it forges its own
+    episode's reward (its code ran), and no later episode's: each episode is scored in a
+    process of its own."""
+    env = make_env("vf_faulty")
+    (task_id,) = await env.task_ids()
+    hostile = await _answering(env, task_id, "globals().update(LENIENCY=1.0)")
+    assert hostile.reward == 1.0  # the hostile code did run, in its own scoring
+    after = [await _answering(env, task_id, answer) for answer in ("4", "5")]
+    assert [t.reward for t in after] == [0.0, 1.0]
