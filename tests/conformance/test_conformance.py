@@ -59,9 +59,14 @@ def _chromium_problem() -> str | None:
 
     if find_chromium() is not None:
         return None
-    if os.environ.get("ENVHUB_REQUIRE_CHROMIUM") == "1":
-        pytest.fail("ENVHUB_REQUIRE_CHROMIUM=1 but no Chromium was found")
-    return "needs Chromium (apt-get install -y chromium)"
+    return _unless_required("ENVHUB_REQUIRE_CHROMIUM", "no Chromium (apt-get install -y chromium)")
+
+
+def _unless_required(variable: str, problem: str) -> str:
+    """Why a case skips, or a failure where CI's ``variable=1`` requires what it lacks."""
+    if os.environ.get(variable) == "1":
+        pytest.fail(f"{variable}=1 but {problem}")
+    return problem
 
 
 def _verifiers_problem() -> str | None:
@@ -69,7 +74,8 @@ def _verifiers_problem() -> str | None:
 
     if default_python().exists():
         return None
-    return f"needs the verifiers venv at {default_python()} (.ci/verifiers_setup.sh)"
+    return _unless_required("ENVHUB_REQUIRE_VERIFIERS",
+                            f"no verifiers venv at {default_python()} (.ci/verifiers_setup.sh)")
 
 
 _VF_TASKSETS = Path(__file__).parents[2] / "environments" / "verifiers" / "tests" / "vf_tasksets"
@@ -100,9 +106,8 @@ def _openenv_adder() -> dict[str, Any]:
 def _openenv_problem() -> str | None:
     if OPENENV_PYTHON.exists():
         return None
-    if os.environ.get("ENVHUB_REQUIRE_OPENENV") == "1":
-        pytest.fail(f"ENVHUB_REQUIRE_OPENENV=1 but {OPENENV_PYTHON} is missing")
-    return "needs the OpenEnv venv (bash .ci/openenv_setup.sh)"
+    return _unless_required("ENVHUB_REQUIRE_OPENENV",
+                            f"no OpenEnv venv at {OPENENV_PYTHON} (bash .ci/openenv_setup.sh)")
 
 
 CASES = {

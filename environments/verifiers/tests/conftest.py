@@ -4,6 +4,7 @@ and the tasksets written against verifiers' public API in ``vf_tasksets/``."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,10 +17,14 @@ TASKSETS = Path(__file__).with_name("vf_tasksets")
 
 
 def verifiers_problem() -> str | None:
-    """Why the bridge cannot run here (no verifiers venv), or None."""
+    """Why the bridge cannot run here (no verifiers venv), or None; with CI's
+    ``ENVHUB_REQUIRE_VERIFIERS=1`` a missing venv fails instead of skipping."""
     if default_python().exists():
         return None
-    return f"no verifiers venv at {default_python()}: run .ci/verifiers_setup.sh"
+    problem = f"no verifiers venv at {default_python()}: run .ci/verifiers_setup.sh"
+    if os.environ.get("ENVHUB_REQUIRE_VERIFIERS") == "1":
+        pytest.fail(f"ENVHUB_REQUIRE_VERIFIERS=1 but {problem}")
+    return problem
 
 
 MakeEnv = Callable[..., envhub.LocalEnvironment]
