@@ -64,8 +64,18 @@ class HarborContainer(DockerSandbox):
         finally:
             self.exec_user = previous
 
-    async def prepare(self) -> None:
-        """Give the agent its workdir (and ``/solution`` for the reference solution)."""
+    async def start(self) -> HarborContainer:
+        """Start, then give the agent its workdir (and ``/solution`` for the reference
+        solution): a started container is ready for an episode, so a warm pool's are."""
+        await super().start()
+        try:
+            await self._prepare()
+        except BaseException:
+            await asyncio.shield(self.close())
+            raise
+        return self
+
+    async def _prepare(self) -> None:
         with self.acting_as(ROOT):
             r = await self.exec(
                 ["sh", "-c", 'mkdir -p "$1" /solution && chown -R "$2" "$1" /solution',

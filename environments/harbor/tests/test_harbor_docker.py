@@ -190,18 +190,20 @@ async def test_agent_cannot_forge_its_verdict(own_tasks: envhub.LocalEnvironment
     assert right.reward == 1.0
 
 
-async def _remove_first_container() -> None:
-    """Wait for this process's first task container, then remove it from outside."""
+async def _remove_the_sleeping_container() -> None:
+    """Wait for this process's task container running ``sleep 3`` (the warm pool holds
+    idle ones too), then remove it from outside."""
     label = f"label=envhub.owner.pid={os.getpid()}"
     while True:
         found = await asyncio.to_thread(
             run_docker, "ps", "-q", "--filter", "label=envhub.pool=harbor", "--filter", label
         )
-        if found.stdout.strip():
-            await asyncio.sleep(0.5)  # the episode is inside its first command by now
-            await asyncio.to_thread(run_docker, "rm", "-f", found.stdout.split()[0])
-            return
-        await asyncio.sleep(0.1)
+        for cid in found.stdout.split():
+            top = await asyncio.to_thread(run_docker, "top", cid)
+            if "sleep 3" in top.stdout:
+                await asyncio.to_thread(run_docker, "rm", "-f", cid)
+                return
+        await asyncio.sleep(0.2)
 
 
 async def test_a_container_that_dies_mid_episode_masks_the_episode(
@@ -212,7 +214,7 @@ async def test_a_container_that_dies_mid_episode_masks_the_episode(
     container, where the solution scores 1."""
     task = await shipped.task("count-errors")
     calls = [terminal("sleep 3"), *task.gold_actions]
-    killer = asyncio.create_task(_remove_first_container())
+    killer = asyncio.create_task(_remove_the_sleeping_container())
     retried = await replay_calls(shipped, task.id, calls, max_env_attempts=2)
     await killer
     assert not retried.masked and retried.reward == 1.0
