@@ -94,10 +94,17 @@ async def test_failing_solution_scores_zero_and_a_right_answer_one(
 
 
 async def test_reward_json_components(shipped: envhub.LocalEnvironment) -> None:
-    """reward.json's named rewards are the reward's components, ``reward`` its value."""
+    """reward.json's named rewards are the reward's components, ``reward`` its value. An
+    agent that ran no command gets the verdict on the untouched image, graded once."""
     wrong = await replay_calls(shipped, "count-errors", [terminal("echo 4 > answer.txt"), FINISH])
     assert wrong.reward == 0.0
     assert wrong.reward_components == {"reward": 0.0, "answer_present": 1.0}
+    assert "untouched" not in wrong.reward_info
+    idle = [await replay_calls(shipped, "count-errors", [FINISH]) for _ in range(2)]
+    for trajectory in idle:
+        assert not trajectory.masked and trajectory.reward == 0.0
+        assert trajectory.reward_components == {"reward": 0.0, "answer_present": 0.0}
+        assert trajectory.reward_info["untouched"] is True
 
 
 async def test_terminal_bench_template_from_its_wheel(
