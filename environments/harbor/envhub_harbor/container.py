@@ -51,7 +51,10 @@ class HarborContainer(DockerSandbox):
 
     def _create_kwargs(self, image: str) -> dict[str, Any]:
         kwargs = super()._create_kwargs(image)
-        kwargs.update(read_only=False, tmpfs={}, cap_drop=["ALL"], cap_add=_ROOT_CAPS)
+        # a task image's HEALTHCHECK would run for the container's whole life: nothing
+        # here reads container health, so it is off
+        kwargs.update(read_only=False, tmpfs={}, cap_drop=["ALL"], cap_add=_ROOT_CAPS,
+                      healthcheck={"test": ["NONE"]})  # fmt: skip
         return kwargs
 
     @contextmanager
