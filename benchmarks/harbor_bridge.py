@@ -42,9 +42,11 @@ async def measure(
     env: envhub.LocalEnvironment, rounds: int, command: str, times: dict[str, list[float]]
 ) -> None:
     """``rounds`` interleaved samples of each path on one episode's container (an
-    episode allows ``max_turns`` commands; the first 5 rounds warm up, not counted)."""
+    episode allows ``max_turns`` commands; its first command takes the container, the
+    first 5 rounds warm up, not counted)."""
     session = await env.open("count-errors")
     try:
+        await call_tool(session, "terminal", command="true")
         container = session.env.sb.container_id  # type: ignore[attr-defined]
         cli = [docker_cli(), "exec", "-u", "1000:1000", "-w", "/app", container,
                "bash", "-c", command]  # fmt: skip
@@ -71,9 +73,12 @@ async def measure(
 async def main(samples: int, command: str) -> None:
     env = envhub.make("harbor")
     times: dict[str, list[float]] = {"bridge": [], "docker exec": [], "sdk exec_run": []}
-    per_episode = HarborEnv.budgets.max_turns - 5  # the warm-up rounds take 5 turns
-    while len(times["bridge"]) < samples:
-        await measure(env, min(per_episode, samples - len(times["bridge"])), command, times)
+    per_episode = HarborEnv.budgets.max_turns - 6  # the first command and 5 warm-up rounds
+    try:
+        while len(times["bridge"]) < samples:
+            await measure(env, min(per_episode, samples - len(times["bridge"])), command, times)
+    finally:
+        await env.aclose()
     print(f"{samples} samples of {command!r}, interleaved on each episode's container")
     for name, xs in times.items():
         print(f"  {name:13s} p50 {pct(xs, 0.5) * 1e3:7.1f} ms   p90 {pct(xs, 0.9) * 1e3:7.1f} ms")

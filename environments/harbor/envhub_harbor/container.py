@@ -51,7 +51,10 @@ class HarborContainer(DockerSandbox):
 
     def _create_kwargs(self, image: str) -> dict[str, Any]:
         kwargs = super()._create_kwargs(image)
-        kwargs.update(read_only=False, tmpfs={}, cap_drop=["ALL"], cap_add=_ROOT_CAPS)
+        # a task image's HEALTHCHECK would run for the container's whole life: nothing
+        # here reads container health, so it is off
+        kwargs.update(read_only=False, tmpfs={}, cap_drop=["ALL"], cap_add=_ROOT_CAPS,
+                      healthcheck={"test": ["NONE"]})  # fmt: skip
         return kwargs
 
     @contextmanager
@@ -64,8 +67,18 @@ class HarborContainer(DockerSandbox):
         finally:
             self.exec_user = previous
 
-    async def prepare(self) -> None:
-        """Give the agent its workdir (and ``/solution`` for the reference solution)."""
+    async def start(self) -> HarborContainer:
+        """Start, then give the agent its workdir (and ``/solution`` for the reference
+        solution): a started container is ready for an episode, so a warm pool's are."""
+        await super().start()
+        try:
+            await self._prepare()
+        except BaseException:
+            await asyncio.shield(self.close())
+            raise
+        return self
+
+    async def _prepare(self) -> None:
         with self.acting_as(ROOT):
             r = await self.exec(
                 ["sh", "-c", 'mkdir -p "$1" /solution && chown -R "$2" "$1" /solution',

@@ -11,12 +11,19 @@ that, ``reward.txt`` (one number). Where Harbor's error policy has no valid rewa
 ``VerifierOutputParseError``), the episode is masked with that name; it is never
 scored 0. The reference policy replays ``solution/solve.sh`` as Harbor's
 ``OracleAgent`` runs it.
+
+Cost: an episode takes its container, already started and prepared, from a warm pool per
+task image (:mod:`envhub.sandboxes.shared_pools`, ``pool_size`` idle ones) at its first
+command, and removes it in the background when it closes. An episode whose agent ran no
+command left the task image as built, so it gets the verdict on the untouched image:
+graded in a container once per process and task, then reused (it depends on no episode).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import math
 import shlex
@@ -27,7 +34,7 @@ from typing import Any
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
 from envhub.errors import EnvironmentFailure, InvalidRequest, SandboxError
-from envhub.sandboxes import SandboxSpec
+from envhub.sandboxes import SandboxSpec, shared_pools
 from envhub.sandboxes.docker_cli import run_docker
 from envhub.task import GoldCall
 from envhub_harbor.container import AGENT_USER, ROOT, HarborContainer
@@ -41,6 +48,10 @@ TESTS_DIR = "/tests"
 #: the verifier's output the model never sees but the trajectory keeps (its tail)
 _LOG_TAIL_CHARS = 4000
 _images: dict[tuple[str, str], str] = {}
+#: the sandbox backend of the pools: envhub's docker sandbox with the task image's files
+_BACKEND = "envhub_harbor.container:HarborContainer"
+#: the verdict on each untouched task image (cache key: :func:`_untouched_key`)
+_untouched: dict[str, Reward] = {}
 
 
 class VerifierError(EnvironmentFailure):
@@ -63,7 +74,8 @@ class HarborEnv(Environment):
     a LOCAL may be a sandbox recipe name such as ``python``); ``network`` ``task`` (the
     task's ``network_mode``; none unless it says ``public``) or ``none``;
     ``command_timeout_s`` per terminal command; ``memory`` and ``cpus`` per container
-    unless the task sets ``memory_mb``/``cpus``; ``pids``.
+    unless the task sets ``memory_mb``/``cpus``; ``pids``; ``pool_size`` started
+    containers kept idle per task image (module docstring).
     """
 
     name = "harbor"
@@ -82,6 +94,7 @@ class HarborEnv(Environment):
         memory: str = "2GiB",
         cpus: float = 1.0,
         pids: int = 1024,
+        pool_size: int = 1,
     ) -> None:
         super().__init__()
         if network not in ("task", "none"):
@@ -93,7 +106,9 @@ class HarborEnv(Environment):
         self.memory = memory
         self.cpus = float(cpus)
         self.pids = int(pids)
+        self.pool_size = int(pool_size)
         self.spec: HarborTask | None = None
+        self.sandbox_spec: SandboxSpec | None = None
         self.sb: HarborContainer | None = None
         self.deadline: float | None = None
 
@@ -134,7 +149,7 @@ class HarborEnv(Environment):
         image = await asyncio.to_thread(self._image, spec)
         self.spec = spec
         workdir = spec.workdir or await asyncio.to_thread(_image_workdir, image)
-        sandbox_spec = SandboxSpec.model_validate({
+        self.sandbox_spec = SandboxSpec.model_validate({
             "image": image,
             "memory": f"{spec.memory_mb}MiB" if spec.memory_mb else self.memory,
             "cpus": spec.cpus or self.cpus,
@@ -143,14 +158,6 @@ class HarborEnv(Environment):
             "workdir": workdir,
             "max_lifetime_s": self.budgets.episode_timeout_s + 2 * spec.verifier_timeout_s + 600,
         })  # fmt: skip
-        sb = HarborContainer(sandbox_spec, agent_user=spec.agent_user or AGENT_USER)
-        await sb.start()
-        try:
-            await sb.prepare()
-        except BaseException:
-            await sb.close()
-            raise
-        self.sb = sb
         if spec.agent_timeout_s is not None:
             self.deadline = time.monotonic() + spec.agent_timeout_s
         return messages
@@ -158,11 +165,25 @@ class HarborEnv(Environment):
     async def close(self) -> None:
         if self.sb is not None:
             sb, self.sb = self.sb, None
-            await sb.close()
+            await shared_pools.release(sb, wait=False)
 
-    def _container(self) -> HarborContainer:
+    @classmethod
+    async def aclose_shared(cls) -> None:
+        """Destroy this process's warm containers (and wait for background removals)."""
+        await asyncio.to_thread(shared_pools.shutdown, "harbor")
+
+    async def _container(self) -> HarborContainer:
+        """The episode's container, taken from the warm pool at its first use."""
         if self.sb is None:
-            raise SandboxError("the episode has no container (reset failed or it was closed)")
+            spec, sandbox_spec = self.spec, self.sandbox_spec
+            if spec is None or sandbox_spec is None:
+                raise SandboxError("the episode has no container (reset failed or it was closed)")
+            sb = await shared_pools.acquire(
+                sandbox_spec, _BACKEND, group="harbor", min_idle=self.pool_size,
+                agent_user=spec.agent_user or AGENT_USER,
+            )  # fmt: skip
+            assert isinstance(sb, HarborContainer)
+            self.sb = sb
         return self.sb
 
     # -- tools ----------------------------------------------------------------------------
@@ -175,7 +196,7 @@ class HarborEnv(Environment):
         Args:
             command: The command line, e.g. "ls -la" or "python3 solve.py > out.txt".
         """
-        sb = self._container()
+        sb = await self._container()
         timeout = self.command_timeout_s
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
@@ -198,8 +219,18 @@ class HarborEnv(Environment):
 
     async def reward(self) -> Reward:  # type: ignore[override]  # may be async: it is awaited
         """Harbor's verdict (module docstring), on the container as the agent left it."""
-        sb, spec = self._container(), self.spec
-        assert spec is not None
+        spec = self.spec
+        if spec is None:
+            raise SandboxError("the episode has no task (reset failed)")
+        if self.sb is not None:
+            return await self._grade(self.sb, spec)
+        key = _untouched_key(spec, self.sandbox_spec)
+        if key not in _untouched:
+            _untouched[key] = await self._grade(await self._container(), spec)
+        verdict = _untouched[key]
+        return verdict.model_copy(deep=True, update={"info": {**verdict.info, "untouched": True}})
+
+    async def _grade(self, sb: HarborContainer, spec: HarborTask) -> Reward:
         await sb.kill_agent()
         verifier = spec.verifier_user or ROOT
         env = {"HOME": "/root", **resolve_env(spec.verifier_env, spec.name)}
@@ -242,6 +273,21 @@ class HarborEnv(Environment):
                 "test_output": log,
             },
         )
+
+
+def _untouched_key(spec: HarborTask, sandbox_spec: SandboxSpec | None) -> str:
+    """What the verdict on an untouched image depends on: the container (image and
+    limits), the tests' files, the verifier's user and environment."""
+    h = hashlib.sha256()
+    h.update(sandbox_spec.model_dump_json().encode() if sandbox_spec else b"")
+    h.update(json.dumps([spec.name, spec.test_script, spec.verifier_user,
+                         resolve_env(spec.verifier_env, spec.name),
+                         spec.verifier_timeout_s]).encode())  # fmt: skip
+    for path in sorted(spec.tests_dir.rglob("*")):
+        h.update(path.relative_to(spec.tests_dir).as_posix().encode() + b"\0")
+        if path.is_file():
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def _parse_rewards(files: dict[str, bytes], log: str) -> dict[str, float]:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from envhub.runtime.cache import cache_root
+from envhub.sandboxes import shared_pools
+from envhub.sandboxes.docker_cli import run_docker
 from tests.images.conftest import docker_problem
 
 TERMINAL_BENCH = "0.2.18"
@@ -23,10 +26,18 @@ _TEMPLATE_IN_WHEEL = "terminal_bench/cli/template-task/"
 
 
 @pytest.fixture(scope="session")
-def docker_ready() -> None:
+def docker_ready() -> Iterator[None]:
+    """Docker is there; at the end, the warm containers the tests' episodes left idle
+    are removed (as ``LocalEnvironment.aclose`` removes them), and so is every container
+    an episode released in the background."""
     problem = docker_problem()
     if problem is not None:
         pytest.skip(problem)
+    yield
+    shared_pools.shutdown("harbor")
+    left = run_docker("ps", "-aq", "--filter", "label=envhub.pool=harbor",
+                      "--filter", f"label=envhub.owner.pid={os.getpid()}").stdout.split()  # fmt: skip
+    assert not left, f"task containers left after shutdown: {left}"
 
 
 def _wheels() -> Path:

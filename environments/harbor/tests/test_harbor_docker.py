@@ -94,10 +94,17 @@ async def test_failing_solution_scores_zero_and_a_right_answer_one(
 
 
 async def test_reward_json_components(shipped: envhub.LocalEnvironment) -> None:
-    """reward.json's named rewards are the reward's components, ``reward`` its value."""
+    """reward.json's named rewards are the reward's components, ``reward`` its value. An
+    agent that ran no command gets the verdict on the untouched image, graded once."""
     wrong = await replay_calls(shipped, "count-errors", [terminal("echo 4 > answer.txt"), FINISH])
     assert wrong.reward == 0.0
     assert wrong.reward_components == {"reward": 0.0, "answer_present": 1.0}
+    assert "untouched" not in wrong.reward_info
+    idle = [await replay_calls(shipped, "count-errors", [FINISH]) for _ in range(2)]
+    for trajectory in idle:
+        assert not trajectory.masked and trajectory.reward == 0.0
+        assert trajectory.reward_components == {"reward": 0.0, "answer_present": 0.0}
+        assert trajectory.reward_info["untouched"] is True
 
 
 async def test_terminal_bench_template_from_its_wheel(
@@ -190,18 +197,20 @@ async def test_agent_cannot_forge_its_verdict(own_tasks: envhub.LocalEnvironment
     assert right.reward == 1.0
 
 
-async def _remove_first_container() -> None:
-    """Wait for this process's first task container, then remove it from outside."""
+async def _remove_the_sleeping_container() -> None:
+    """Wait for this process's task container running ``sleep 3`` (the warm pool holds
+    idle ones too), then remove it from outside."""
     label = f"label=envhub.owner.pid={os.getpid()}"
     while True:
         found = await asyncio.to_thread(
             run_docker, "ps", "-q", "--filter", "label=envhub.pool=harbor", "--filter", label
         )
-        if found.stdout.strip():
-            await asyncio.sleep(0.5)  # the episode is inside its first command by now
-            await asyncio.to_thread(run_docker, "rm", "-f", found.stdout.split()[0])
-            return
-        await asyncio.sleep(0.1)
+        for cid in found.stdout.split():
+            top = await asyncio.to_thread(run_docker, "top", cid)
+            if "sleep 3" in top.stdout:
+                await asyncio.to_thread(run_docker, "rm", "-f", cid)
+                return
+        await asyncio.sleep(0.2)
 
 
 async def test_a_container_that_dies_mid_episode_masks_the_episode(
@@ -212,7 +221,7 @@ async def test_a_container_that_dies_mid_episode_masks_the_episode(
     container, where the solution scores 1."""
     task = await shipped.task("count-errors")
     calls = [terminal("sleep 3"), *task.gold_actions]
-    killer = asyncio.create_task(_remove_first_container())
+    killer = asyncio.create_task(_remove_the_sleeping_container())
     retried = await replay_calls(shipped, task.id, calls, max_env_attempts=2)
     await killer
     assert not retried.masked and retried.reward == 1.0

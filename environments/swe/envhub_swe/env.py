@@ -16,7 +16,7 @@ from typing import Any
 from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
 from envhub.errors import SandboxError, ToolError
 from envhub.sandboxes import Sandbox, SandboxSpec, resolve_backend
-from envhub_swe import pools
+from envhub.sandboxes import shared_pools as pools
 from envhub_swe.catalog import IMAGE_LAYOUT, SWEBENCH_LAYOUT, Layout
 from envhub_swe.editor import Editor
 from envhub_swe.instances import Instance, load_instances, resolve_instance
@@ -129,7 +129,9 @@ class SweEnv(Environment):
 
     async def _fresh(self, inst: Instance) -> Sandbox:
         """A sandbox from the warm pool with the repository at the task's base commit."""
-        sb = await pools.acquire(self._spec(inst), self.backend, min_idle=self.pool_size)
+        sb = await pools.acquire(
+            self._spec(inst), self.backend, group="swe", min_idle=self.pool_size
+        )
         try:
             await setup_task(sb, inst.layout, inst.bug_patch, inst.base_commit)
         except BaseException:
@@ -156,7 +158,7 @@ class SweEnv(Environment):
     @classmethod
     async def aclose_shared(cls) -> None:
         """Destroy this process's warm sandbox pools (containers, sandbox directories)."""
-        await asyncio.to_thread(pools.shutdown)
+        await asyncio.to_thread(pools.shutdown, "swe")
 
     def _sandbox(self) -> Sandbox:
         if self.sb is None:

@@ -23,20 +23,20 @@ import time
 from collections import Counter
 from typing import Any
 
-from envhub_swe import pools
 from envhub_swe.env import SweEnv
 from envhub_swe.instances import load_instances
 from envhub_swe.testrun import apply_patch, run_tests, setup_task
 
 from envhub import Task
 from envhub.rewards.swe import PASSING, read_statuses
+from envhub.sandboxes import shared_pools as pools
 
 
 async def validate(task: Task, env: SweEnv) -> dict[str, Any]:
     inst = env._resolve(task)
     out: dict[str, Any] = {"id": task.id, "repo": inst.repo.name, "ok": False}
     started = time.monotonic()
-    sb = await pools.acquire(env._spec(inst), env.backend, min_idle=0)
+    sb = await pools.acquire(env._spec(inst), env.backend, group="swe", min_idle=0)
     try:
         await setup_task(sb, inst.layout, inst.bug_patch, inst.base_commit)
         base = await run_tests(sb, inst.repo, inst.layout, timeout=env.test_timeout_s)
@@ -103,7 +103,7 @@ def main() -> int:
     try:
         results = asyncio.run(run(tasks, env, args.concurrency))
     finally:
-        pools.shutdown()
+        pools.shutdown("swe")
     total: Counter[str] = Counter(r["repo"] for r in results)
     ok: Counter[str] = Counter(r["repo"] for r in results if r["ok"])
     print(f"\n{'repository':<12} {'tasks':>5} {'valid':>5}")

@@ -47,9 +47,9 @@ def release_pools() -> Iterator[None]:
     """The test process owns the environments it makes, so it closes their pools (and
     sandbox directories) at the end: the pools register no exit hook."""
     yield
-    from envhub_swe import pools
+    from envhub.sandboxes import shared_pools as pools
 
-    pools.shutdown()
+    pools.shutdown("swe")
 
 
 @pytest.fixture(scope="session")
@@ -66,9 +66,9 @@ def swe_images() -> Iterator[dict[str, str]]:
 
     catalog = load_catalog()
     yield {name: build_image(catalog.get(name)) for name in CI_REPOS}
-    from envhub_swe import pools
+    from envhub.sandboxes import shared_pools as pools
 
-    pools.shutdown()
+    pools.shutdown("swe")
     assert _swe_containers() == []
 
 

@@ -30,7 +30,6 @@ from typing import Any
 import pytest
 import swebench.harness.constants as swebench_constants
 import swebench.types as swebench_types
-from envhub_swe import pools
 from envhub_swe.catalog import Layout
 from envhub_swe.instances import Instance, resolve_instance, to_task
 from envhub_swe.testrun import TestRun, apply_patch, checkout, run_tests
@@ -40,6 +39,7 @@ from swebench.harness.log_parsers import PARSER_REGISTRY
 import envhub
 from envhub.rewards.swe import PASSING, Resolution, grade_log, passed_tests, read_statuses
 from envhub.sandboxes import SandboxSpec, open_sandbox
+from envhub.sandboxes import shared_pools as pools
 from envhub.testing import call_tool
 
 BUGGY = '''\
@@ -195,7 +195,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
         "diffs": diffs,
         "layout": Layout(repo_dir=str(repo), venv=sys.prefix),
     }
-    pools.shutdown()
+    pools.shutdown("swe")
 
 
 def _record(project: dict[str, Any], f2p: list[str], p2p: list[str], **extra: Any) -> dict:
