@@ -42,9 +42,9 @@ from envhub.sandboxes._docker_api import engine_socket, exec_api
 from envhub.sandboxes._proc import kill_group, run_process
 from envhub.sandboxes.base import Argv, RawResult, Sandbox, SandboxSpec
 
-__all__ = ["DockerSandbox", "docker_available", "get_client", "owner_labels"]
+__all__ = ["LABEL", "DockerSandbox", "docker_available", "get_client", "owner_labels"]
 
-LABEL = "envhub.sandbox"
+LABEL = "envhub.sandbox"  # on every container a sandbox starts: what the garbage collector reaps
 _UID = 1000
 _client_lock = threading.Lock()
 _client: Any = None

@@ -35,7 +35,6 @@ from envhub.environment_images.wheelhouse import (
     build_wheels,
     envhub_source,
     plugin_source,
-    tree_digest,
 )
 from envhub.errors import EnvhubError
 from envhub.sandboxes import images as sandbox_images
@@ -119,7 +118,7 @@ def _hash(*parts: str) -> str:
 
 def _digest(source: Source) -> str:
     with tempfile.TemporaryDirectory(prefix="envhub-src-") as tmp:
-        return tree_digest(source.copy_to(Path(tmp) / "src"))
+        return sandbox_images.tree_digest(source.copy_to(Path(tmp) / "src"))
 
 
 def plan_env_image(env: str) -> BuildPlan:

@@ -12,7 +12,6 @@ owns ``envhub`` there).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -57,14 +56,6 @@ class Source:
             elif src.is_file():
                 shutil.copy2(src, dest / rel)
         return dest
-
-
-def tree_digest(root: Path) -> str:
-    """A hash of every file's relative path and bytes under ``root`` (a clean copy)."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
 
 
 def _requirements(dist_name: str, extras: Iterable[str]) -> tuple[str, ...]:

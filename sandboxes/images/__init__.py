@@ -44,6 +44,7 @@ __all__ = [
     "list_recipes",
     "load_recipe",
     "resolve_image",
+    "tree_digest",
 ]
 
 _RECIPES_DIR = Path(__file__).parent
@@ -83,6 +84,14 @@ def load_recipe(name: str) -> Recipe:
             f"no sandbox image recipe {name!r}; known: {', '.join(list_recipes()) or 'none'}"
         )
     return Recipe.model_validate(yaml.safe_load(path.read_text()) or {})
+
+
+def tree_digest(root: Path) -> str:
+    """A hash of every file's relative path and bytes under ``root`` (a clean copy)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def content_hash(name: str) -> str:

@@ -14,10 +14,8 @@ in its browser. Without Docker or Chromium those cases skip, unless CI's
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -30,11 +28,16 @@ from envhub.server import create_app
 from envhub.task import GoldCall, Task
 from envhub.testing import serve_in_thread
 from envhub.testing.conformance import CHECKS, check_client_conformance
+from tests.bridges import (
+    openenv_adder,
+    openenv_problem,
+    unless_required,
+    verifiers_guess,
+    verifiers_problem,
+)
 from tests.images.conftest import docker_problem
 
 TRANSPORTS = ("http", "ws", "local")  # local last: closing it releases shared resources
-ROOT = Path(__file__).resolve().parents[2]
-OPENENV_PYTHON = Path(os.environ.get("ENVHUB_OPENENV_PYTHON", ROOT / ".venv-openenv/bin/python"))
 
 
 def _swe_ci_task() -> list[str]:
@@ -59,26 +62,9 @@ def _chromium_problem() -> str | None:
 
     if find_chromium() is not None:
         return None
-    return _unless_required("ENVHUB_REQUIRE_CHROMIUM", "no Chromium (apt-get install -y chromium)")
+    return unless_required("ENVHUB_REQUIRE_CHROMIUM", "no Chromium (apt-get install -y chromium)")
 
 
-def _unless_required(variable: str, problem: str) -> str:
-    """Why a case skips, or a failure where CI's ``variable=1`` requires what it lacks."""
-    if os.environ.get(variable) == "1":
-        pytest.fail(f"{variable}=1 but {problem}")
-    return problem
-
-
-def _verifiers_problem() -> str | None:
-    from envhub_verifiers import default_python
-
-    if default_python().exists():
-        return None
-    return _unless_required("ENVHUB_REQUIRE_VERIFIERS",
-                            f"no verifiers venv at {default_python()} (.ci/verifiers_setup.sh)")
-
-
-_VF_TASKSETS = Path(__file__).parents[2] / "environments" / "verifiers" / "tests" / "vf_tasksets"
 
 
 @dataclass(frozen=True)
@@ -93,21 +79,6 @@ class Case:
 
     def local(self) -> envhub.LocalEnvironment:
         return envhub.make(self.env, **self.options)
-
-
-def _openenv_adder() -> dict[str, Any]:
-    """The bridge over OpenEnv's own server of the adder MCP environment (the openenv
-    plugin's tests), run from the OpenEnv venv (.ci/openenv_setup.sh)."""
-    tests = ROOT / "environments" / "openenv" / "tests"
-    return {"command": [str(OPENENV_PYTHON), str(tests / "openenv_servers.py"), "adder",
-                        "--port", "{port}"], "tasks": str(tests / "adder.jsonl")}
-
-
-def _openenv_problem() -> str | None:
-    if OPENENV_PYTHON.exists():
-        return None
-    return _unless_required("ENVHUB_REQUIRE_OPENENV",
-                            f"no OpenEnv venv at {OPENENV_PYTHON} (bash .ci/openenv_setup.sh)")
 
 
 CASES = {
@@ -126,10 +97,9 @@ CASES = {
     "harbor": Case("harbor", task_ids=lambda: ["count-errors"], problem=docker_problem,
                    fork_prefix=lambda task: [GoldCall(name="terminal", arguments={
                        "command": "echo forked >> probe.txt && cat probe.txt"})]),
-    "openenv": Case("openenv", _openenv_adder(), task_ids=lambda: ["add-0"],
-                    problem=_openenv_problem),
-    "verifiers": Case("verifiers", {"taskset": "vf_guess", "path": str(_VF_TASKSETS)},
-                      problem=_verifiers_problem),
+    "openenv": Case("openenv", openenv_adder(), task_ids=lambda: ["add-0"],
+                    problem=openenv_problem),
+    "verifiers": Case("verifiers", verifiers_guess(), problem=verifiers_problem),
 }  # fmt: skip
 
 

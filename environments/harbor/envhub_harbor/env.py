@@ -32,11 +32,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from envhub import Budgets, Environment, Reward, Task, TaskSet, tool
+from envhub import Budgets, Environment, GoldCall, Reward, Task, TaskSet, tool
 from envhub.errors import EnvironmentFailure, InvalidRequest, SandboxError
 from envhub.sandboxes import SandboxSpec, shared_pools
 from envhub.sandboxes.docker_cli import run_docker
-from envhub.task import GoldCall
 from envhub_harbor.container import AGENT_USER, ROOT, HarborContainer
 from envhub_harbor.images import ensure_image, parse_base_images
 from envhub_harbor.taskdir import HarborTask, find_task_dirs, load_task, resolve_env

@@ -25,10 +25,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from envhub.environment_images.wheelhouse import tree_digest
 from envhub.errors import InvalidRequest
 from envhub.sandboxes.docker_cli import run_docker
-from envhub.sandboxes.images import build_image_once, image_exists, resolve_image
+from envhub.sandboxes.images import build_image_once, image_exists, resolve_image, tree_digest
 from envhub_harbor.taskdir import HarborTask
 
 __all__ = ["DEFAULT_BASE_IMAGES", "TaskBuildError", "ensure_image", "parse_base_images"]

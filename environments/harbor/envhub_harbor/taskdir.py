@@ -32,9 +32,9 @@ from typing import Any
 
 import yaml
 
-from envhub.environment_images.wheelhouse import tree_digest
 from envhub.errors import InvalidRequest
 from envhub.runtime.cache import cache_root
+from envhub.sandboxes.images import tree_digest
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -35,8 +35,9 @@ def docker_ready() -> Iterator[None]:
         pytest.skip(problem)
     yield
     shared_pools.shutdown("harbor")
-    left = run_docker("ps", "-aq", "--filter", "label=envhub.pool=harbor",
-                      "--filter", f"label=envhub.owner.pid={os.getpid()}").stdout.split()  # fmt: skip
+    owned = f"label=envhub.owner.pid={os.getpid()}"
+    left = run_docker("ps", "-aq", "--filter", "label=envhub.pool=harbor", "--filter", owned)
+    left = left.stdout.split()
     assert not left, f"task containers left after shutdown: {left}"
 
 

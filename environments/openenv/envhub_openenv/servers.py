@@ -34,7 +34,6 @@ from typing import IO
 
 import httpx
 
-from envhub._util.net import free_port
 from envhub.environment_images.run import (
     CONTAINER_LABEL,
     ensure_network,
@@ -44,6 +43,7 @@ from envhub.environment_images.run import (
 from envhub.errors import SandboxError
 from envhub.sandboxes.docker_cli import run_docker
 from envhub.sandboxes.images import image_exists
+from envhub.testing import free_port
 
 __all__ = ["PORT", "CommandServer", "ImageServer", "ServerSource", "UrlServer", "base_url",
            "hold", "parse_source", "release", "stop_servers"]
