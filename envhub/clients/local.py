@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -70,6 +72,11 @@ def _shared_taskset(key: _TaskSetKey, load: Callable[[], TaskSet]) -> tuple[Task
                 _LOADING.pop(key, None)
 
 
+_open_clients: dict[type[Environment], weakref.WeakSet[LocalEnvironment]] = {}
+"""The open :class:`LocalEnvironment` clients of each environment class: the class's
+shared resources are released when the last of them closes."""
+
+
 class LocalEnvironment:
     """Factory of in-process sessions for one environment and one option set: the
     in-process :class:`~envhub.protocol.EnvironmentClient`.
@@ -92,6 +99,7 @@ class LocalEnvironment:
         self._prototype = self._instantiate()  # validates the options once, up front
         self._tasks: tuple[TaskSet, int] | None = None
         self._tools: list[dict[str, Any]] | None = None
+        self._mark_open()
 
     @property
     def version(self) -> str:
@@ -224,6 +232,7 @@ class LocalEnvironment:
         session_id: str | None = None,
     ) -> Session:
         """A session that is not started yet (``await session.reset()`` starts it)."""
+        self._mark_open()  # a client used again after aclose holds the resources again
         task = self.tasks.get(task_id) if task_id is not None else self.tasks.sample(seed)
         return Session(
             self._instantiate(),
@@ -258,9 +267,24 @@ class LocalEnvironment:
             raise
         return session
 
+    def _mark_open(self) -> None:
+        _open_clients.setdefault(self.env_class, weakref.WeakSet()).add(self)
+
     async def aclose(self) -> None:
         """Release the environment class's process-wide resources
-        (:meth:`Environment.aclose_shared`); call it when no session is open any more."""
+        (:meth:`Environment.aclose_shared`: sandbox pools, workers, browsers) once no other
+        open client of the class is left; call it when no session of this one is open any
+        more. Those resources belong to the class, not to a client: two clients of one
+        class (gymnasium's ``check_env`` makes a second to close it; a rollout's
+        ``--tasks-from``) share them, and closing one must not end the other's episodes.
+        A client nobody holds any more does not count."""
+        clients = _open_clients.get(self.env_class)
+        if clients is not None:
+            clients.discard(self)
+            if clients:
+                gc.collect()  # clients only a reference cycle still holds
+            if clients:
+                return
         await self.env_class.aclose_shared()
 
     async def __aenter__(self) -> LocalEnvironment:

@@ -32,13 +32,6 @@ _QUICK_OPTIONS: dict[str, dict[str, object]] = {
     "verifiers": verifiers_guess(),  # ... or the taskset
 }
 _BRIDGE_PROBLEMS = {"openenv": openenv_problem, "verifiers": verifiers_problem}
-# Known failure: check_env's close check makes and closes a second env of the class, and
-# closing a LocalEnvironment releases the class's shared resources (aclose_shared) under
-# the first, whose swe sandbox (verifiers: worker process) is then gone before it is scored.
-_SHARED_CLOSE_BUG = pytest.mark.xfail(
-    strict=True, raises=envhub.errors.SandboxError,
-    reason="LocalEnvironment.aclose frees the class's sandbox pool under a live env",
-)
 
 
 def _chromium_problem(name: str) -> str | None:
@@ -52,13 +45,7 @@ def _chromium_problem(name: str) -> str | None:
     return "miniwob needs Chromium (apt-get install -y chromium)"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=[_SHARED_CLOSE_BUG] if name in ("swe", "verifiers") else [])
-        for name in sorted(envhub.discover_environments())
-    ],
-)
+@pytest.mark.parametrize("name", sorted(envhub.discover_environments()))
 def test_check_env_passes_for_every_installed_plugin(name: str) -> None:
     """gymnasium's own ``check_env`` (API, seeding determinism, spaces, render, close)
     over every plugin installed beside envhub, through its registered id; the checker's
@@ -232,4 +219,23 @@ def test_close_releases_the_shared_resources() -> None:
     env.reset(seed=0)
     before = PooledGymEnv.released
     env.close()
+    assert PooledGymEnv.released == before + 1
+
+
+def test_closing_one_of_two_clients_leaves_the_shared_resources_to_the_other() -> None:
+    """A class's shared resources belong to every open client of it: closing the second
+    of two gymnasium environments (as ``check_env`` does) must not end the first's
+    episodes; closing the last one frees them, and a client dropped unclosed does not
+    hold them."""
+    first = envhub.gym.EnvhubGymEnv(f"{__name__}:PooledGymEnv")
+    second = envhub.gym.EnvhubGymEnv(f"{__name__}:PooledGymEnv")
+    first.reset(seed=0)
+    before = PooledGymEnv.released
+    second.close()
+    assert PooledGymEnv.released == before
+    first.step(json.dumps({"role": "assistant", "content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "noop", "arguments": "{}"}}]}))
+    dropped = envhub.gym.EnvhubGymEnv(f"{__name__}:PooledGymEnv")
+    del dropped
+    first.close()
     assert PooledGymEnv.released == before + 1
