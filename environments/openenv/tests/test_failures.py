@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from envhub_openenv import OpenEnvEnv
 from typer.testing import CliRunner
 
 import envhub
@@ -122,13 +123,16 @@ async def test_a_killed_server_masks_and_retries_or_masks_its_episodes(
 async def test_closing_a_client_leaves_the_server_to_episodes_still_using_it(
     guess_command: list[str],
 ) -> None:
-    """Closing one client asks the shared server to stop; it stops only when the last
-    episode of another client using it ends (this test stops the guess server)."""
+    """Closing one client while another is open leaves the shared server alone; the
+    class's release (``aclose_shared``: a stopping ``envhub serve``) while an episode runs
+    stops the server only when that episode ends (this test stops the guess server)."""
     env = envhub.make("openenv", command=guess_command, tasks=str(GUESS_TASKS))
     async with env.open("guess-1") as session:
         server = _guess_servers()
         await envhub.make("openenv", command=guess_command, tasks=str(GUESS_TASKS)).aclose()
         assert len(server) == 1 and _guess_servers() == server
+        await OpenEnvEnv.aclose_shared()
+        assert _guess_servers() == server
         right = await call_tool(session, "step", number=random.Random(1).randrange(100))
         assert right.done
         await session.close()
