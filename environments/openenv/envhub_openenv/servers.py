@@ -27,12 +27,9 @@ import shlex
 import subprocess
 import tempfile
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import IO
-
-import httpx
 
 from envhub.environment_images.run import (
     CONTAINER_LABEL,
@@ -43,7 +40,7 @@ from envhub.environment_images.run import (
 from envhub.errors import SandboxError
 from envhub.sandboxes.docker_cli import run_docker
 from envhub.sandboxes.images import image_exists
-from envhub.testing import free_port
+from envhub.testing import free_port, wait_for_http
 
 __all__ = ["PORT", "CommandServer", "ImageServer", "ServerSource", "UrlServer", "base_url",
            "hold", "parse_source", "release", "stop_servers"]
@@ -209,24 +206,16 @@ def _start_image(source: ImageServer) -> _Running:
 
 
 def _wait_ready(source: ServerSource, running: _Running, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=2.0, trust_env=False) as client:
-        while True:
-            try:
-                if client.get(f"{running.url}/health").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if not running.alive():
-                why = f"OpenEnv server {source.describe()} exited while starting{running.tail()}"
-                running.stop()
-                raise SandboxError(why)
-            if time.monotonic() > deadline:
-                why = (f"OpenEnv server {source.describe()} did not answer /health within "
-                       f"{timeout_s:g}s{running.tail()}")
-                running.stop()
-                raise SandboxError(why)
-            time.sleep(_POLL_S)
+    if wait_for_http(f"{running.url}/health", timeout_s=timeout_s,
+                     gone=lambda: not running.alive(), interval_s=_POLL_S):  # fmt: skip
+        return
+    if not running.alive():
+        why = f"OpenEnv server {source.describe()} exited while starting{running.tail()}"
+    else:
+        why = (f"OpenEnv server {source.describe()} did not answer /health within "
+               f"{timeout_s:g}s{running.tail()}")
+    running.stop()
+    raise SandboxError(why)
 
 
 def _lock_of(source: ServerSource) -> threading.Lock:
