@@ -20,9 +20,12 @@ code that ran in it could act as that user, so the answer screen (:mod:`.screen`
 then the only barrier against code. Install bubblewrap on any server that scores
 untrusted answers.
 
-A score that takes longer than its timeout kills its child (reward 0, the reason in the
-error); a worker that stops answering, or answers anything but its protocol, is
-discarded, never returned to the pool. Errors are fixed phrases (:func:`_outcome`): no
+A score that takes longer than its timeout while it computes kills its child (reward 0,
+the reason in the error): the answer made the scorer work that long. A child the machine
+kept from running (:mod:`envhub.sandboxes.disposable_child` tells the two apart by the
+CPU it used), or a worker that stops answering or answers anything but its protocol (it
+is discarded, never returned to the pool), is infrastructure: the score is asked once
+more, then the episode is masked, never scored 0. Errors are fixed phrases (:func:`_outcome`): no
 text a scored answer controls reaches the caller.
 """
 
@@ -48,12 +51,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envhub.errors import SandboxError
+from envhub.sandboxes import disposable_child
+
 __all__ = ["DEFAULT_MEMORY_BYTES", "Outcome", "ScorerPool"]
 
 #: what one score may allocate beyond the worker's own size
 DEFAULT_MEMORY_BYTES = 1 << 30
 _WORKER = Path(__file__).with_name("_score_worker.py")
-_GRACE_S = 10.0  # past the score timeout, how long the worker has to report the child's end
+_GRACE_S = 10.0  # past the child's longest wait, how long the worker has to report its end
 _TMP_BYTES = 16 << 20
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
@@ -87,7 +93,7 @@ def _interpreter_paths() -> list[str]:
     paths = sysconfig.get_paths()
     places = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parents[1])}
     places |= {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    places |= {str(Path(reasoning_gym.__file__).parent), str(_WORKER)}
+    places |= {str(Path(reasoning_gym.__file__).parent), str(_WORKER), disposable_child.PATH}
     resolved = sorted({Path(place).resolve() for place in places} | {Path(p) for p in places})
     existing = [path for path in resolved if path.exists()]
     return [str(p) for p in existing if not any(p != q and p.is_relative_to(q) for q in existing)]
@@ -105,8 +111,6 @@ def _system_binds() -> list[str]:
 
 def _bwrap_prefix() -> list[str]:
     if shutil.which("bwrap") is None:
-        from envhub.errors import SandboxError
-
         raise SandboxError("the bwrap backend needs bubblewrap (apt-get install bubblewrap)")
     code = [arg for path in _interpreter_paths() for arg in ("--ro-bind", path, path)]
     return [
@@ -204,7 +208,7 @@ class ScorerPool:
         self.start_timeout_s = start_timeout_s
         prefix = _bwrap_prefix() if bwrap else []
         self._tmp = "/tmp" if bwrap else tempfile.mkdtemp(prefix="envhub-rg-scorer-")
-        self.argv = [*prefix, sys.executable, "-I", "-B", str(_WORKER)]
+        self.argv = [*prefix, sys.executable, "-I", "-B", str(_WORKER), disposable_child.PATH]
         self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
         self._started = 0
         self._lock = threading.Lock()
@@ -247,24 +251,41 @@ class ScorerPool:
     def score(
         self, dataset: str, config_json: str, entry: dict[str, Any], answer: str, timeout_s: float
     ) -> Outcome:
-        """``score_answer(answer, entry)`` of ``dataset`` built with ``config_json``."""
+        """``score_answer(answer, entry)`` of ``dataset`` built with ``config_json``. A
+        score the machine kept from happening (a worker that did not answer, or a child
+        that stalled) is asked once more, of another worker; a second such failure is a
+        :class:`~envhub.errors.SandboxError`: infrastructure, masked, never a score."""
         request = (dataset, config_json, entry, answer, timeout_s, self.memory_bytes)
+        for _ in range(2):
+            outcome = self._score_once(request, timeout_s)
+            if outcome is not None:
+                return outcome
+        raise SandboxError(
+            f"the Reasoning Gym scorer could not score twice ({dataset}): its worker was "
+            "lost or stalled (a loaded machine), not the answer's doing"
+        )
+
+    def _score_once(self, request: tuple[Any, ...], timeout_s: float) -> Outcome | None:
+        """One worker's outcome for ``request``, or ``None`` when the worker did not give
+        one (it is then discarded) or the child stalled."""
         worker = self._acquire()
         try:
             worker.send(pickle.dumps(request))
             line = worker.read_line(time.monotonic() + self.start_timeout_s)
             if line == b'{"scoring": true}':
-                line = worker.read_line(time.monotonic() + timeout_s + _GRACE_S)
+                wait_s = disposable_child.longest_wait_s(timeout_s) + _GRACE_S
+                line = worker.read_line(time.monotonic() + wait_s)
         except OSError:
             line = None
         try:
-            outcome = None if line is None else _outcome(json.loads(line), timeout_s)
+            reply = None if line is None else json.loads(line)
         except ValueError:
-            outcome = None
-        if outcome is None or worker.buffer:
+            reply = None
+        outcome = _outcome(reply, timeout_s)
+        if worker.buffer or (outcome is None and reply != {"error": "stalled"}):
             self._discard(worker)
-            return Outcome(None, f"scoring took longer than {timeout_s:g}s or its worker died")
-        self._idle.put(worker)
+            return None
+        self._idle.put(worker)  # a stalled child leaves a working worker
         return outcome
 
     def close(self) -> None:

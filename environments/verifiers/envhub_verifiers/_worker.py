@@ -16,18 +16,17 @@ answers one JSON object per line on the file descriptor it was handed (the real 
   .commit(response)``), scored by ``Task.score``: the task's ``@vf.reward`` functions
   and judges with their weights, as verifiers scores.
 
-Isolation (the design of Reasoning Gym's scorer, ``envhub_reasoning_gym._score_worker``):
-reward functions may parse or ``eval`` the model's text, or keep module state, so this
-process, warm with verifiers and the taskset loaded, never scores. Each ``score`` forks a
-child for that request alone (the cost of a fork, not of an import): the child replaces
-fds 0-2 with ``/dev/null``, closes every other inherited fd (it cannot reach the request
-or reply pipes; this process is not dumpable, so ``/proc/<pid>/fd`` cannot reopen them),
-runs under CPU and file-size limits and dies with this process, scores, and sends one
-JSON line on a socket made for the request. This process accepts exactly one well-formed
-reply from a child that exited cleanly, checks its numbers, and kills the child's process
-group: whatever an answer did in the child is gone before the next score. What code that
-runs in the child can still do is forge its own episode's reward, and act as this
-process's user on the host (no sandbox beyond the limits above).
+Isolation: reward functions may parse or ``eval`` the model's text, or keep module
+state, so this process, warm with verifiers and the taskset loaded, never scores. Each
+``score`` runs in a child forked for that request alone by envhub's
+:mod:`envhub.sandboxes.disposable_child` (loaded by the path the bridge passes: this
+interpreter has no envhub), as Reasoning Gym's scorer does: the child cannot reach this
+process's request or reply pipes, runs under CPU and file-size limits, dies with this
+process, and is killed with its process group after its one reply, which is accepted
+only well formed and then checked here (:func:`_checked`). Whatever an answer did in the
+child is gone before the next score. What code that runs in the child can still do is
+forge its own episode's reward, and act as this process's user on the host (no sandbox
+beyond the limits above).
 
 Tool calls run here, in each episode's own toolset instances (taskset-level toolsets are
 shared, as verifiers shares them across rollouts): a toolset that keeps module state or
@@ -42,19 +41,17 @@ not scored 0), ``request`` (the bridge asked for something unknown), ``load``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
+import functools
 import gc
 import json
 import math
 import os
-import resource
-import signal
-import socket
+import runpy
 import sys
 import time
 import traceback
-from typing import Any, NoReturn
+from types import SimpleNamespace
+from typing import Any
 
 _PROTO_FD = os.dup(1)
 os.dup2(2, 1)  # stdout of verifiers and user code goes to stderr from here on
@@ -70,40 +67,14 @@ class _Failure(Exception):
         self.kind = kind
 
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_DUMPABLE = 4
-_PR_SET_NO_NEW_PRIVS = 38
 _MAX_REPLY_BYTES = 1 << 20
 _MAX_MESSAGE = 2000
-_MAX_FILE_BYTES = 1 << 20
-_FD_LIMIT = 1 << 20
 _CHILD_ERRORS = {
     "timeout": "scoring ran past score_timeout_s",
+    "stalled": "the scoring process stopped making progress (blocked, or a stalled machine)",
     "died": "the scoring process died",
     "unexpected": "the scoring process sent an unexpected reply",
 }
-
-
-def _prctl(option: int, value: int) -> None:
-    if ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option}, {value}) failed")
-
-
-def _confine(result_fd: int, timeout_s: float) -> None:
-    """Cut the scoring child off from everything but its result socket (the worker's
-    request and reply pipes included), and limit it, as Reasoning Gym's scorer does."""
-    os.setpgid(0, 0)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.closerange(3, result_fd)
-    os.closerange(result_fd + 1, _FD_LIMIT)
-    cpu = math.ceil(timeout_s) + 1  # SIGXCPU, then SIGKILL a second on
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (_MAX_FILE_BYTES, _MAX_FILE_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
 
 async def _score(task: Any, tools: list[dict[str, Any]],
@@ -146,55 +117,11 @@ async def _score(task: Any, tools: list[dict[str, Any]],
             "metrics": {k: v for k, v in trace.metrics.items() if v is not None}}
 
 
-def _score_child(result: socket.socket, task: Any, tools: list[dict[str, Any]],
-                 messages: list[dict[str, Any]], timeout_s: float) -> NoReturn:
-    """Score in the forked child, send the one reply and exit without running any of
-    the worker's cleanup (its loop, its toolsets)."""
-    try:
-        _confine(result.fileno(), timeout_s)
-        asyncio.events._set_running_loop(None)  # the worker's loop is not this process's
-        reply = asyncio.run(_score(task, tools, messages))
-        result.sendall(json.dumps(reply).encode() + b"\n")
-    finally:
-        os._exit(0)
-
-
-async def _receive(result: socket.socket) -> bytes:
-    """What the child sent until it closed its end, or more than a reply's worth."""
-    loop = asyncio.get_running_loop()
-    data = b""
-    while len(data) <= _MAX_REPLY_BYTES:
-        chunk = await loop.sock_recv(result, _MAX_REPLY_BYTES + 1)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-async def _read_result(result: socket.socket, pid: int, timeout_s: float) -> dict[str, Any]:
-    """The child's one reply; a child past the deadline, one that died, or one that sent
-    anything but one JSON object on one line is an error of this request. The child's
-    process group is killed either way: nothing it started outlives its request."""
-    result.setblocking(False)
-    try:
-        data, timed_out = await asyncio.wait_for(_receive(result), timeout_s), False
-    except asyncio.TimeoutError:
-        data, timed_out = b"", True
-    for target in (pid, -pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(target, signal.SIGKILL)
-    _, status = await asyncio.to_thread(os.waitpid, pid, 0)
-    if timed_out or (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU):
-        return {"error": "timeout"}
-    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0 or not data:
-        return {"error": "died"}
-    if len(data) > _MAX_REPLY_BYTES or data.count(b"\n") != 1 or not data.endswith(b"\n"):
-        return {"error": "unexpected"}
-    try:
-        reply = json.loads(data)
-    except ValueError:
-        return {"error": "unexpected"}
-    return reply if isinstance(reply, dict) else {"error": "unexpected"}
+def _score_child(task: Any, tools: list[dict[str, Any]],
+                 messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reply of a score, in the forked child (the worker's loop is not its own)."""
+    asyncio.events._set_running_loop(None)
+    return asyncio.run(_score(task, tools, messages))
 
 
 def _checked(reply: dict[str, Any]) -> dict[str, Any]:
@@ -220,10 +147,12 @@ class _Episode:
 
 
 class Worker:
-    def __init__(self, taskset_id: str, kwargs: dict[str, Any], score_timeout_s: float) -> None:
+    def __init__(self, taskset_id: str, kwargs: dict[str, Any], score_timeout_s: float,
+                 child: SimpleNamespace) -> None:
         import verifiers.v1 as vf
 
         self.score_timeout_s = score_timeout_s
+        self.child = child  # envhub's disposable_child, loaded by path
 
         config = vf.resolve_env_config({"taskset": {"id": taskset_id, **kwargs}})
         self.taskset = vf.load_taskset(config.taskset)
@@ -339,16 +268,10 @@ class Worker:
         process never runs reward code on model text, so nothing an answer does there
         reaches another episode's reward."""
         state = self._episode(episode)
-        parent_end, child_end = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:
-            parent_end.close()
-            _score_child(child_end, state.task, self.tools, messages, self.score_timeout_s)
-        child_end.close()
-        with contextlib.suppress(OSError):  # the child did it first (or already exited)
-            os.setpgid(pid, pid)
-        with parent_end:
-            reply = await _read_result(parent_end, pid, self.score_timeout_s)
+        work = functools.partial(_score_child, state.task, self.tools, messages)
+        pid, result = self.child.fork_confined(work, self.score_timeout_s)
+        reply = await asyncio.to_thread(
+            self.child.read_reply, result, pid, self.score_timeout_s, _MAX_REPLY_BYTES)
         if "error" in reply:
             error = reply["error"]
             kind = error.get("kind") if isinstance(error, dict) else None
@@ -369,7 +292,8 @@ class Worker:
 
 
 async def _serve(worker_args: dict[str, Any]) -> None:
-    _prctl(_PR_SET_DUMPABLE, 0)  # no scoring child may reopen our pipes by /proc/<pid>/fd
+    child = SimpleNamespace(**runpy.run_path(worker_args["disposable_child"]))
+    child.forbid_fd_reopen()  # no scoring child may reopen our pipes by /proc/<pid>/fd
     out = os.fdopen(_PROTO_FD, "w", buffering=1, encoding="utf-8")
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
@@ -380,7 +304,7 @@ async def _serve(worker_args: dict[str, Any]) -> None:
 
     try:
         worker = Worker(worker_args["taskset"], worker_args.get("kwargs") or {},
-                        float(worker_args["score_timeout_s"]))
+                        float(worker_args["score_timeout_s"]), child)
         reply(None, {"result": {"ready": True}})
     except Exception as exc:  # the bridge reports it (one line): no traceback here
         reply(None, {"error": {"kind": "load", "message": f"{type(exc).__name__}: {exc}"}})

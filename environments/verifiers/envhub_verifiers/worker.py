@@ -30,6 +30,7 @@ from typing import Any
 from envhub.errors import EnvironmentFailure, SandboxError, ToolError
 from envhub.runtime.cache import cache_root
 from envhub.runtime.loop_thread import LoopThread
+from envhub.sandboxes import disposable_child
 
 __all__ = [
     "WorkerError",
@@ -92,7 +93,8 @@ class Worker:
                     ".ci/verifiers_setup.sh, or pass --env-arg python=/path/to/venv/bin/python"
                 )
             args = {"taskset": self.key.taskset, "kwargs": json.loads(self.key.kwargs_json),
-                    "path": list(self.key.path), "score_timeout_s": self.key.score_timeout_s}
+                    "path": list(self.key.path), "score_timeout_s": self.key.score_timeout_s,
+                    "disposable_child": disposable_child.PATH}
             self._process = await asyncio.create_subprocess_exec(
                 self.key.python, str(_WORKER_SCRIPT), json.dumps(args),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
