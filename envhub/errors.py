@@ -103,6 +103,12 @@ class InvalidRequest(EnvhubError):
     code = "invalid_request"
 
 
+class OptionsRequired(InvalidRequest):
+    """The environment has no default for an option only its operator can give (the
+    server to reach, the taskset to load): not a broken plugin, so ``envhub list`` shows
+    what it needs instead of an error."""
+
+
 class ToolError(EnvhubError):
     code = "tool_error"
 

@@ -301,6 +301,11 @@ class EnvironmentInfo(BaseModel):
     error: str | None = Field(
         None, description="why the environment could not be loaded; never set by a server"
     )
+    needs_options: str | None = Field(
+        None, description="the options the operator must give before it builds, which have "
+        "no default (an OpenEnv server, a verifiers taskset); set instead of error; never by "
+        "a server"
+    )
 
     @property
     def tool_names(self) -> list[str]:

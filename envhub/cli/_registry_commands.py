@@ -15,6 +15,7 @@ from envhub.cli._app import app
 from envhub.cli.options import EnvArgOption, parse_env_args, warn_tool_gaps
 from envhub.errors import EnvhubError
 from envhub.hub import INDEX_URL_ENV, PLUGIN_PREFIX
+from envhub.types import EnvironmentInfo
 
 console = Console()
 
@@ -23,7 +24,8 @@ console = Console()
 def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
-    """List installed environments: name, version, tools, tasks; broken plugins show their error."""
+    """List installed environments: name, version, tools, tasks; broken plugins show their
+    error, and those that need operator options (a server, a taskset) say which."""
     from envhub.clients.describe import describe_environments
 
     listings = describe_environments()
@@ -36,11 +38,19 @@ def list_command(
             entry.name,
             entry.version or "?",
             ", ".join(entry.tool_names),
-            "" if entry.error else str(entry.tasks),
+            "" if entry.error or entry.needs_options else str(entry.tasks),
             ", ".join(entry.splits),
-            "[red]" + entry.error + "[/red]" if entry.error else "[green]ok[/green]",
+            _status(entry),
         )
     console.print(table)
+
+
+def _status(entry: EnvironmentInfo) -> str:
+    if entry.error:
+        return f"[red]{escape(entry.error)}[/red]"
+    if entry.needs_options:
+        return f"[yellow]{escape(entry.needs_options)}[/yellow]"
+    return "[green]ok[/green]"
 
 
 @app.command("info")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from envhub.clients.local import LocalEnvironment
+from envhub.errors import OptionsRequired
 from envhub.registry import discover_environments
 from envhub.types import EnvironmentInfo
 
@@ -22,15 +23,18 @@ __all__ = ["describe_environment", "describe_environments"]
 
 def describe_environment(name: str, options: dict[str, Any] | None = None) -> EnvironmentInfo:
     """Import, build and summarise one environment (plugin name or ``module:Class``) with
-    ``options``; a failure is the row's ``error``, with the distribution and version its
-    metadata gives."""
+    ``options``; a failure is the row's ``error`` (an environment that needs operator
+    options: its ``needs_options``), with the distribution and version its metadata gives."""
     try:
         return LocalEnvironment(name, options or {}).describe()
     except Exception as exc:  # a plugin's import or build may fail in any way
         spec = discover_environments().get(name)
         version = spec.version if spec is not None and spec.version else ""
+        needs = isinstance(exc, OptionsRequired)
         return EnvironmentInfo(
-            name=name, version=version, error=f"{type(exc).__name__}: {exc}",
+            name=name, version=version,
+            error=None if needs else f"{type(exc).__name__}: {exc}",
+            needs_options=str(exc) if needs else None,
             distribution=spec.distribution if spec is not None else None,
             distribution_version=spec.version if spec is not None else None,
         )

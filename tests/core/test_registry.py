@@ -22,14 +22,14 @@ def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: envhub-broken\nVersion: 0.3.0\n")
     (dist / "entry_points.txt").write_text(
         "[envhub.environments]\nbroken = envhub_broken_mod:Env\ntoy = tests.core.toy_envs:ToyEnv\n"
-        "counted = tests.core.toy_envs:CountedEnv\n"
+        "counted = tests.core.toy_envs:CountedEnv\nneedy = tests.core.toy_envs:NeedsServerEnv\n"
     )
     (tmp_path / "envhub_broken_mod.py").write_text("raise ImportError('missing dependency xyz')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     # listing builds every plugin it finds (reasoning_gym's import alone takes many
     # seconds); these tests are about the broken one beside two that work, so the other
     # installed plugins are blocked
-    others = set(discover_environments()) - {"broken", "toy", "counted", "calc"}
+    others = set(discover_environments()) - {"broken", "toy", "counted", "needy", "calc"}
     monkeypatch.setenv("ENVHUB_BLOCK_PLUGINS", ",".join(sorted(others)))
     return tmp_path
 
@@ -41,6 +41,9 @@ def test_listing_reports_broken_plugins(fake_plugins: Path) -> None:
     assert listings["toy"].error is None and listings["toy"].tasks == 6
     assert "add" in listings["toy"].tool_names and listings["toy"].budgets.max_turns > 0
     assert listings["calc"].tasks == 3000
+    # one that needs an operator's option is not broken: the listing says what it needs
+    assert listings["needy"].error is None
+    assert listings["needy"].needs_options == "needy needs server= (the server it reaches)"
 
 
 def test_blocking_a_plugin(fake_plugins: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,6 +93,12 @@ def test_cli_list_and_info(fake_plugins: Path) -> None:
     assert '"yo 0"' in info.stdout and '"name": "add"' in info.stdout
     bad = runner.invoke(app, ["info", "toy", "--env-arg", "colour=red"])
     assert bad.exit_code == 2 and "bad options" in bad.stderr and not bad.stdout
+    table = runner.invoke(app, ["list"], env={"COLUMNS": "200"}).stdout
+    assert "needy needs server=" in table and "OptionsRequired" not in table
+    needy = runner.invoke(app, ["info", "needy"])
+    assert needy.exit_code == 2 and needy.stderr.strip() == (
+        "error: needy needs server= (the server it reaches)"
+    )
 
 
 def test_cli_list_counts_tasks_without_loading_them(fake_plugins: Path) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from envhub import Budgets, Environment, GoldCall, Reward, Task, TaskSet, tool
-from envhub.errors import SandboxError
+from envhub.errors import OptionsRequired, SandboxError
 
 
 class ToyEnv(Environment):
@@ -158,3 +158,15 @@ class CountedEnv(Environment):
 
     def reward(self) -> float:
         return 0.0
+
+
+class NeedsServerEnv(ToyEnv):
+    """Cannot build without an option only its operator can give (as a bridge needs the
+    server it reaches)."""
+
+    name = "needy"
+
+    def __init__(self, server: str | None = None) -> None:
+        if server is None:
+            raise OptionsRequired("needy needs server= (the server it reaches)")
+        super().__init__()

@@ -34,7 +34,7 @@ from envhub_mcp import ServerToolError
 from envhub_mcp.tools import ForwardedCall, ServerTool, render_result, server_tool
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec
-from envhub.errors import EnvironmentFailure
+from envhub.errors import EnvironmentFailure, OptionsRequired
 from envhub.types import Message
 from envhub_openenv.protocol import (
     OpenEnvSession,
@@ -103,6 +103,9 @@ class OpenEnvEnv(Environment):
         startup_timeout_s: float = 120.0,
     ) -> None:
         super().__init__()
+        if url is None and command is None and image is None:
+            raise OptionsRequired("openenv needs the OpenEnv server as url=, command= or "
+                                  "image=, and its tasks as tasks= or seeds=N")
         try:
             self.source = parse_source(url, command, image)
         except ValueError as exc:

@@ -55,7 +55,7 @@ def test_bad_options_are_one_line_errors() -> None:
     result = CliRunner().invoke(app, ["check", "openenv", "--env-arg", "seeds=3"])
     assert result.exit_code == 2
     assert result.output.strip().count("\n") == 0, result.output
-    assert "exactly one of url=, command= or image=" in result.output
+    assert "openenv needs the OpenEnv server as url=, command= or image=" in result.output
 
 
 async def test_rollout_over_the_bridge_has_exact_counts(

@@ -29,7 +29,7 @@ import mcp_types
 from envhub_mcp.tools import server_tool
 
 from envhub import Budgets, Environment, Reward, Task, TaskSet, ToolSpec
-from envhub.errors import EnvironmentFailure, SandboxError
+from envhub.errors import EnvironmentFailure, OptionsRequired, SandboxError
 from envhub.model_text import valid_text
 from envhub.types import Message, ToolCall
 from envhub_verifiers.worker import (
@@ -79,8 +79,8 @@ class VerifiersEnv(Environment):
     ) -> None:
         super().__init__()
         if not taskset:
-            raise TypeError("the verifiers environment needs taskset= (a verifiers taskset "
-                            "id or module, as `vf-eval <taskset>` takes it)")
+            raise OptionsRequired("verifiers needs taskset= (a verifiers taskset id or "
+                                  "module, as `vf-eval <taskset>` takes it)")
         if isinstance(taskset_args, str):
             try:
                 taskset_args = json.loads(taskset_args)
