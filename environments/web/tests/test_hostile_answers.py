@@ -91,6 +91,9 @@ def _enter_text_calls(text: str) -> list[GoldCall]:
 
 @pytest.mark.chromium
 async def test_hostile_text_typed_into_a_miniwob_page_scores_as_a_plain_wrong_answer() -> None:
+    """The browser subset too: the page's own script compares the typed text as a string,
+    so the code injections are one more wrong string to it, while what Chromium types,
+    presses and navigates differently is what the subset keeps."""
     env = envhub.make("miniwob")
     await check_hostile_answers(env, ENTER_TEXT_TASK, _enter_text_calls, plain_wrong="0",
-                                concurrency=4)  # fmt: skip
+                                answers=BROWSER_SUBSET, concurrency=4)  # fmt: skip
