@@ -36,7 +36,13 @@ results reach a reward only through the transcript, which is scored in a child.
 
 Errors come back as ``{"error": {"kind", "message"}}``: ``tool`` (the model's call
 failed: an observation), ``reward`` (a reward function raised: the episode is masked,
-not scored 0), ``request`` (the bridge asked for something unknown), ``load``.
+not scored 0), ``judge`` (a judge's endpoint failed or it gave no verdict: masked as a
+judge failure), ``request`` (the bridge asked for something unknown), ``load``.
+
+Judges (plugged in the task config, or called by a reward function) run in the scoring
+child like every reward: their HTTP call to the endpoint their config names leaves from
+the child, which keeps its limits (nothing in the confinement above closes the network;
+the call counts against ``score_timeout_s``).
 """
 
 from __future__ import annotations
@@ -134,7 +140,8 @@ async def _score(task: Any, tools: list[dict[str, Any]],
         await task.score(trace)
     except Exception as exc:
         cause = exc.__cause__ or exc
-        return {"error": {"kind": "reward", "message": f"{type(cause).__name__}: {cause}"}}
+        kind = "judge" if _from_judge(cause) else "reward"
+        return {"error": {"kind": kind, "message": f"{type(cause).__name__}: {cause}"}}
     components = {}
     weights = {}
     for name, reward in trace.rewards.items():
@@ -144,6 +151,27 @@ async def _score(task: Any, tools: list[dict[str, Any]],
         weights[name] = reward.weight
     return {"reward": trace.reward, "components": components, "weights": weights,
             "metrics": {k: v for k, v in trace.metrics.items() if v is not None}}
+
+
+def _from_judge(exc: BaseException) -> bool:
+    """Whether a scoring failure came out of a verifiers judge: its endpoint failed (down,
+    an HTTP error: verifiers' judge client makes one attempt) or its reply held no verdict
+    (verifiers raises then, "so judge failures are not scored against the model"). Told
+    by a ``vf.Judge`` method among the frames the exception (or one it was raised from)
+    went through, so it holds for plugged judges and for judges a reward function calls."""
+    from verifiers.v1 import Judge
+
+    seen: set[int] = set()
+    pending: BaseException | None = exc
+    while pending is not None and id(pending) not in seen:
+        seen.add(id(pending))
+        frame = pending.__traceback__
+        while frame is not None:
+            if isinstance(frame.tb_frame.f_locals.get("self"), Judge):
+                return True
+            frame = frame.tb_next
+        pending = pending.__cause__ or pending.__context__
+    return False
 
 
 def _score_child(result: socket.socket, task: Any, tools: list[dict[str, Any]],
@@ -352,9 +380,9 @@ class Worker:
         if "error" in reply:
             error = reply["error"]
             kind = error.get("kind") if isinstance(error, dict) else None
-            if kind != "reward":  # the child's words on its own failure, else ours
+            if kind not in ("reward", "judge"):  # the child's words on its own failure, else ours
                 raise _Failure("reward", _CHILD_ERRORS.get(str(error), "unexpected reply"))
-            raise _Failure("reward", str(error.get("message"))[:_MAX_MESSAGE])
+            raise _Failure(kind, str(error.get("message"))[:_MAX_MESSAGE])
         return _checked(reply)
 
     async def close(self, episode: str) -> dict[str, Any]:
