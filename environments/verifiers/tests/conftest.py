@@ -5,10 +5,12 @@ judge endpoint ``vf_judged``'s judges are pointed at."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-import socket
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from envhub_verifiers import VerifiersEnv, default_python
 
 import envhub
+from envhub._util.net import bound_socket
 from envhub.policies import ReferencePolicy
 from envhub.rollout.dispatcher import EpisodeSpec
 from envhub.rollout.episode import EpisodeRunner
@@ -98,14 +101,47 @@ def scripted_judge(messages: list[dict[str, Any]]) -> str:
     return "yes" if response.strip() == reference.strip() else "no"
 
 
+class JudgeEndpoint:
+    """The judge endpoint ``vf_judged``'s judges are pointed at: the scripted model server
+    on 127.0.0.1 answering as :func:`scripted_judge` (a little latency, so concurrent
+    scorings overlap there), which a test can take down and bring back on its port."""
+
+    def __init__(self) -> None:
+        self.config = ScriptConfig(judge=scripted_judge, latency_s=0.05)
+        self.server = ScriptedServer(self.config).start()
+        self.base_url = self.server.base_url
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """Nothing answers at the endpoint within the block (its port is held bound and
+        never listened on: connections are refused); the same server after it."""
+        port = self.server.port
+        self.server.stop()
+        held = bound_socket("127.0.0.1", port)
+        try:
+            yield
+        finally:
+            held.close()
+            self.server = ScriptedServer(self.config, port=port).start()
+
+
 @pytest.fixture(scope="session")
-def judge_server() -> Iterator[ScriptedServer]:
-    """The judge endpoint (the scripted model server on 127.0.0.1, answering as
-    :func:`scripted_judge`; a little latency so concurrent scorings overlap)."""
-    server = ScriptedServer(ScriptConfig(judge=scripted_judge, latency_s=0.05))
-    server.start()
-    yield server
-    server.stop()
+def judge_endpoint() -> Iterator[JudgeEndpoint]:
+    endpoint = JudgeEndpoint()
+    yield endpoint
+    endpoint.server.stop()
+
+
+@pytest.fixture(scope="session")
+def judge_down(judge_endpoint: JudgeEndpoint) -> Callable[[], AbstractContextManager[None]]:
+    """``with judge_down():`` the judge endpoint is down (:meth:`JudgeEndpoint.down`)."""
+    return judge_endpoint.down
+
+
+@pytest.fixture(scope="session")
+def judge_faults(judge_endpoint: JudgeEndpoint) -> deque[str]:
+    """The judge endpoint's faults, consumed one per request (``tests/rollout``)."""
+    return judge_endpoint.config.faults
 
 
 def judges_at(base_url: str) -> dict[str, Any]:
@@ -121,16 +157,6 @@ def judges_at(base_url: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def judged_args(judge_server: ScriptedServer) -> dict[str, Any]:
-    """``vf_judged``'s judges at :func:`judge_server` (one worker for every module)."""
-    return judges_at(judge_server.base_url)
-
-
-@pytest.fixture(scope="session")
-def judges_down() -> Iterator[dict[str, Any]]:
-    """``vf_judged``'s judges at a port of 127.0.0.1 held bound and never listened on:
-    every connection is refused (the judge endpoint is down), and no other process can
-    take the port meanwhile."""
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        yield judges_at(f"http://127.0.0.1:{held.getsockname()[1]}/v1")
+def judged_args(judge_endpoint: JudgeEndpoint) -> dict[str, Any]:
+    """``vf_judged``'s judges at :class:`JudgeEndpoint` (one worker for every module)."""
+    return judges_at(judge_endpoint.base_url)
