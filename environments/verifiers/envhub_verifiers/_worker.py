@@ -121,11 +121,7 @@ async def _score(task: Any, tools: list[dict[str, Any]],
     from verifiers.v1.dialects.chat import parse_message, parse_tools
     from verifiers.v1.graph import prepare_turn
 
-    trace = vf.Trace(
-        task=vf.TraceTask(type=type(task).__name__, data=task.data,
-                          key=task.key, hash=task.hash),
-        agent=vf.AgentInfo(config=vf.AgentConfig(runtime=vf.SubprocessConfig())),
-    )
+    trace = _empty_trace(task)
     parsed_tools = parse_tools([{"type": "function", "function": t} for t in tools]) or []
     parsed = [parse_message(m) for m in messages]
     now = int(time.time())
@@ -240,6 +236,30 @@ def _checked(reply: dict[str, Any]) -> dict[str, Any]:
     return {k: reply[k] for k in ("reward", "components", "weights", "metrics")}
 
 
+def _empty_trace(task: Any) -> Any:
+    """A verifiers ``Trace`` of ``task`` with no turns yet."""
+    import verifiers.v1 as vf
+
+    return vf.Trace(
+        task=vf.TraceTask(type=type(task).__name__, data=task.data,
+                          key=task.key, hash=task.hash),
+        agent=vf.AgentInfo(config=vf.AgentConfig(runtime=vf.SubprocessConfig())),
+    )
+
+
+async def _warm_scoring(task: Any) -> None:
+    """Do here, once, what every score does first and a process then keeps: a trace's
+    build provenance (verifiers runs ``git rev-parse`` for it, cached per process) and a
+    judge call's imports (the OpenAI client's lazily loaded resources). The children
+    forked for each score inherit both instead of paying them per score (a subprocess;
+    a quarter second of imports per judged score). No reward code runs; nothing is sent."""
+    from openai import AsyncOpenAI
+
+    _empty_trace(task)
+    async with AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1/v1") as client:
+        _ = client.chat.completions, client.beta.chat.completions  # loaded on access
+
+
 class _Episode:
     def __init__(self, task: Any, toolsets: list[Any]) -> None:
         self.task = task
@@ -303,6 +323,7 @@ class Worker:
             self.tools = await self._mount(self.shared, self._shared_servers)
             sample = next(iter(self.tasks.values()))
             self.tools += await self._mount(self.task_type.toolsets(sample.config), {})
+            await _warm_scoring(sample)
             gc.freeze()  # what is loaded now stays shared with the scoring children
         return {
             "tasks": [self._describe(key, task) for key, task in self.tasks.items()],
