@@ -30,6 +30,9 @@ import envhub
 from tests.rollout.helpers import openai_policy
 from tests.rollout.scripted_server import ScriptConfig, ScriptedServer
 
+# one xdist worker for the modules that share the session's verifiers workers (a
+# verifiers import each) and judge endpoint
+pytestmark = pytest.mark.xdist_group("verifiers")
 TASKSETS = Path(__file__).with_name("vf_tasksets")
 
 SCRIPTS: dict[str, list[dict[str, Any]]] = {

@@ -21,6 +21,9 @@ from envhub.testing import call_tool
 from envhub.testing.hostile import HOSTILE_ANSWERS, hostile_answers
 from envhub.trajectory import Trajectory
 
+# one xdist worker for the modules that share the session's verifiers workers (a
+# verifiers import each) and judge endpoint
+pytestmark = pytest.mark.xdist_group("verifiers")
 MakeEnv = Callable[..., envhub.LocalEnvironment]
 Answering = Callable[[envhub.LocalEnvironment, str, str], Awaitable[Trajectory]]
 TASKSETS = Path(__file__).with_name("vf_tasksets")

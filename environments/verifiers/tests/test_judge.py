@@ -13,9 +13,14 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+import pytest
+
 import envhub
 from envhub.trajectory import Trajectory
 
+# one xdist worker for the modules that share the session's verifiers workers (a
+# verifiers import each) and judge endpoint
+pytestmark = pytest.mark.xdist_group("verifiers")
 MakeEnv = Callable[..., envhub.LocalEnvironment]
 Answering = Callable[[envhub.LocalEnvironment, str, str], Awaitable[Trajectory]]
 
