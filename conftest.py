@@ -13,7 +13,9 @@ or a file and a test) starts with:
 - ``local-llm``: the real llama.cpp server (one process per worker would double its
   memory and fight for the same cores);
 - ``openenv``: the OpenEnv servers the openenv plugin's tests share (each start costs
-  seconds of CPU; one set per worker would double them).
+  seconds of CPU; one set per worker would double them);
+- ``verifiers``: the verifiers workers of the verifiers plugin's tests (a session's, each
+  seconds of imports).
 
 Work is handed out by scope (a group, else a test module): the scopes in ``_FIRST``, then
 those with a test marked ``slow``, then the rest, largest first within each (as xdist does
@@ -65,6 +67,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "tests/docs/test_tutorials.py::test_rollout",  # serves SmolLM2
     ),
     "openenv": ("environments/openenv/tests/",),
+    "verifiers": ("environments/verifiers/tests/",),
 }
 
 

@@ -4,11 +4,14 @@ A real FastAPI app served by a real uvicorn on 127.0.0.1. Each reply follows a s
 indexed by the turn (the number of assistant messages in the request), with optional
 vLLM-style token ids and logprobs, injected latency (with a slow tail), and injected
 faults consumed one per request: ``"500"``, ``"429"``, ``"hang"`` (sleeps ``hang_s``),
-``"malformed"`` (a tool call whose arguments are not JSON). It counts requests and those
+``"malformed"`` (a tool call whose arguments are not JSON), ``"garbled"`` (text no
+verdict parser takes, as a confused judge writes). It counts requests and those
 in flight (``GET /stats``, which the saturation benchmark samples), counts requests per
 session id header (``X-Session-ID``), and with ``record_bodies`` keeps each request body
 (what the policy sent: messages, tools). A request that offers no tools (a judge's, a
-context compaction's summary call, a one-message episode's) is answered from ``replies``
+context compaction's summary call, a one-message episode's) is answered by ``judge``
+where there is one (a function of the request's messages: a judge whose verdict depends
+on what it is asked, whatever the order of concurrent requests), else from ``replies``
 where there are some: the next one, the last kept for the rest. With a
 :class:`PrefixCache` it models a server's automatic prefix cache: prompt tokens it has
 not cached add latency (``us_per_token`` each) and are counted as recomputed (the
@@ -24,6 +27,7 @@ import argparse
 import asyncio
 import random
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +76,8 @@ class ScriptConfig:
     seed: int = 0
     # contents answering the requests that offer no tools, in order (the last one repeats)
     replies: deque[str] = field(default_factory=deque)
+    # answers the requests that offer no tools from their messages (before ``replies``)
+    judge: Callable[[list[dict[str, Any]]], str] | None = None
 
 
 @dataclass
@@ -259,9 +265,13 @@ def create_app(config: ScriptConfig, stats: ServerStats) -> FastAPI:
         if delay:
             await asyncio.sleep(delay)
         step = config.turns[turn] if turn < len(config.turns) else {"content": "done"}
-        if config.replies and not body.get("tools"):  # a judge's, a summarizer's answer
+        if config.judge is not None and not body.get("tools"):  # a judge reading its prompt
+            step = {"content": config.judge(messages)}
+        elif config.replies and not body.get("tools"):  # a judge's, a summarizer's answer
             reply = config.replies.popleft() if len(config.replies) > 1 else config.replies[0]
             step = {"content": reply}
+        if fault == "garbled":
+            step = {"content": "(garbled)"}
         calls = [MALFORMED_CALL] if fault == "malformed" else step.get("tool_calls") or []
         content = step.get("content")
         if config.distinct_samples:

@@ -35,7 +35,13 @@ results reach a reward only through the transcript, which is scored in a child.
 
 Errors come back as ``{"error": {"kind", "message"}}``: ``tool`` (the model's call
 failed: an observation), ``reward`` (a reward function raised: the episode is masked,
-not scored 0), ``request`` (the bridge asked for something unknown), ``load``.
+not scored 0), ``judge`` (a judge's endpoint failed or it gave no verdict: masked as a
+judge failure), ``request`` (the bridge asked for something unknown), ``load``.
+
+Judges (plugged in the task config, or called by a reward function) run in the scoring
+child like every reward: their HTTP call to the endpoint their config names leaves from
+the child, which keeps its limits (nothing in the confinement above closes the network;
+the call counts against ``score_timeout_s``).
 """
 
 from __future__ import annotations
@@ -86,11 +92,7 @@ async def _score(task: Any, tools: list[dict[str, Any]],
     from verifiers.v1.dialects.chat import parse_message, parse_tools
     from verifiers.v1.graph import prepare_turn
 
-    trace = vf.Trace(
-        task=vf.TraceTask(type=type(task).__name__, data=task.data,
-                          key=task.key, hash=task.hash),
-        agent=vf.AgentInfo(config=vf.AgentConfig(runtime=vf.SubprocessConfig())),
-    )
+    trace = _empty_trace(task)
     parsed_tools = parse_tools([{"type": "function", "function": t} for t in tools]) or []
     parsed = [parse_message(m) for m in messages]
     now = int(time.time())
@@ -105,7 +107,8 @@ async def _score(task: Any, tools: list[dict[str, Any]],
         await task.score(trace)
     except Exception as exc:
         cause = exc.__cause__ or exc
-        return {"error": {"kind": "reward", "message": f"{type(cause).__name__}: {cause}"}}
+        kind = "judge" if _from_judge(cause) else "reward"
+        return {"error": {"kind": kind, "message": f"{type(cause).__name__}: {cause}"}}
     components = {}
     weights = {}
     for name, reward in trace.rewards.items():
@@ -115,6 +118,27 @@ async def _score(task: Any, tools: list[dict[str, Any]],
         weights[name] = reward.weight
     return {"reward": trace.reward, "components": components, "weights": weights,
             "metrics": {k: v for k, v in trace.metrics.items() if v is not None}}
+
+
+def _from_judge(exc: BaseException) -> bool:
+    """Whether a scoring failure came out of a verifiers judge: its endpoint failed (down,
+    an HTTP error: verifiers' judge client makes one attempt) or its reply held no verdict
+    (verifiers raises then, "so judge failures are not scored against the model"). Told
+    by a ``vf.Judge`` method among the frames the exception (or one it was raised from)
+    went through, so it holds for plugged judges and for judges a reward function calls."""
+    from verifiers.v1 import Judge
+
+    seen: set[int] = set()
+    pending: BaseException | None = exc
+    while pending is not None and id(pending) not in seen:
+        seen.add(id(pending))
+        frame = pending.__traceback__
+        while frame is not None:
+            if isinstance(frame.tb_frame.f_locals.get("self"), Judge):
+                return True
+            frame = frame.tb_next
+        pending = pending.__cause__ or pending.__context__
+    return False
 
 
 def _score_child(task: Any, tools: list[dict[str, Any]],
@@ -137,6 +161,30 @@ def _checked(reply: dict[str, Any]) -> dict[str, Any]:
             for t in tables)):
         raise _Failure("reward", _CHILD_ERRORS["unexpected"])
     return {k: reply[k] for k in ("reward", "components", "weights", "metrics")}
+
+
+def _empty_trace(task: Any) -> Any:
+    """A verifiers ``Trace`` of ``task`` with no turns yet."""
+    import verifiers.v1 as vf
+
+    return vf.Trace(
+        task=vf.TraceTask(type=type(task).__name__, data=task.data,
+                          key=task.key, hash=task.hash),
+        agent=vf.AgentInfo(config=vf.AgentConfig(runtime=vf.SubprocessConfig())),
+    )
+
+
+async def _warm_scoring(task: Any) -> None:
+    """Do here, once, what every score does first and a process then keeps: a trace's
+    build provenance (verifiers runs ``git rev-parse`` for it, cached per process) and a
+    judge call's imports (the OpenAI client's lazily loaded resources). The children
+    forked for each score inherit both instead of paying them per score (a subprocess;
+    a quarter second of imports per judged score). No reward code runs; nothing is sent."""
+    from openai import AsyncOpenAI
+
+    _empty_trace(task)
+    async with AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1/v1") as client:
+        _ = client.chat.completions, client.beta.chat.completions  # loaded on access
 
 
 class _Episode:
@@ -204,6 +252,7 @@ class Worker:
             self.tools = await self._mount(self.shared, self._shared_servers)
             sample = next(iter(self.tasks.values()))
             self.tools += await self._mount(self.task_type.toolsets(sample.config), {})
+            await _warm_scoring(sample)
             gc.freeze()  # what is loaded now stays shared with the scoring children
         return {
             "tasks": [self._describe(key, task) for key, task in self.tasks.items()],
@@ -275,9 +324,9 @@ class Worker:
         if "error" in reply:
             error = reply["error"]
             kind = error.get("kind") if isinstance(error, dict) else None
-            if kind != "reward":  # the child's words on its own failure, else ours
+            if kind not in ("reward", "judge"):  # the child's words on its own failure, else ours
                 raise _Failure("reward", _CHILD_ERRORS.get(str(error), "unexpected reply"))
-            raise _Failure("reward", str(error.get("message"))[:_MAX_MESSAGE])
+            raise _Failure(kind, str(error.get("message"))[:_MAX_MESSAGE])
         return _checked(reply)
 
     async def close(self, episode: str) -> dict[str, Any]:

@@ -14,7 +14,10 @@ toolsets are envhub tools (verifiers' names and schemas); the model's final mess
 (an assistant message without tool calls) ends the episode, as verifiers' chat harness
 ends it; ``reward()`` rebuilds a verifiers ``Trace`` from the transcript this environment
 holds and scores it with ``Task.score``, each ``@vf.reward`` function and judge a
-component, the value their weighted sum (verifiers' ``Trace.reward``).
+component, the value their weighted sum (verifiers' ``Trace.reward``). Judges are
+verifiers config (``taskset_args={"task": {"judges": [...]}}``, each entry naming its
+endpoint) and call it from the episode's scoring process; a judge that fails (endpoint
+down or erring, no verdict) is a :class:`~envhub.errors.JudgeError`, masking the episode.
 """
 
 from __future__ import annotations

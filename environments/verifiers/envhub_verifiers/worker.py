@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envhub.errors import EnvironmentFailure, SandboxError, ToolError
+from envhub.errors import EnvironmentFailure, JudgeError, SandboxError, ToolError
 from envhub.runtime.cache import cache_root
 from envhub.runtime.loop_thread import LoopThread
 from envhub.sandboxes import disposable_child
@@ -142,10 +142,11 @@ class Worker:
             self._waiting.clear()
 
     async def request(self, method: str, **params: Any) -> dict[str, Any]:
-        """One request; a ``tool`` error is the model's (:class:`WorkerError`), every
-        other error the environment's (:class:`EnvironmentFailure`), and a lost worker a
-        :class:`SandboxError`, which the session lets through even from a tool call: the
-        episode is masked, never scored."""
+        """One request; a ``tool`` error is the model's (:class:`WorkerError`), a judge's
+        failure a :class:`JudgeError` (the rollout masks the episode ``judge_error`` and
+        does not run it again), every other error the environment's
+        (:class:`EnvironmentFailure`), and a lost worker a :class:`SandboxError`, which the
+        session lets through even from a tool call: the episode is masked, never scored."""
         if not self.alive or self._process is None or self._process.stdin is None:
             raise SandboxError("the verifiers worker is not running")
         request_id = next(self._ids)
@@ -165,6 +166,8 @@ class Worker:
             return dict(reply["result"])
         if error.get("kind") == "tool":
             raise WorkerError(str(error.get("message")))
+        if error.get("kind") == "judge":
+            raise JudgeError(f"verifiers judge failed: {error.get('message')}")
         raise EnvironmentFailure(f"verifiers {error.get('kind')} error: {error.get('message')}")
 
     async def stop(self) -> None:

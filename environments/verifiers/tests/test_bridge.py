@@ -10,21 +10,21 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 import envhub
 from envhub.errors import SandboxError
-from envhub.policies import ReferencePolicy
-from envhub.rollout.dispatcher import EpisodeSpec
-from envhub.rollout.episode import EpisodeRunner
 from envhub.testing import call_tool
 from envhub.testing.hostile import HOSTILE_ANSWERS, hostile_answers
 from envhub.trajectory import Trajectory
 
+# one xdist worker for the modules that share the session's verifiers workers (a
+# verifiers import each) and judge endpoint
 MakeEnv = Callable[..., envhub.LocalEnvironment]
+Answering = Callable[[envhub.LocalEnvironment, str, str], Awaitable[Trajectory]]
 TASKSETS = Path(__file__).with_name("vf_tasksets")
 
 
@@ -85,14 +85,9 @@ def test_cli_check_and_bad_options() -> None:
         assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
 
 
-async def _answering(env: envhub.LocalEnvironment, task_id: str, answer: str) -> Trajectory:
-    """One episode: the task's gold calls, then ``answer`` as the model's final message."""
-    task = (await env.task(task_id)).model_copy(update={"answer": answer})
-    runner = EpisodeRunner(env, ReferencePolicy(), max_env_attempts=1, task_of=lambda _: task)
-    return await runner.run(EpisodeSpec(task_id=task_id, sample_index=0, group_id="hostile"))
-
-
-async def test_hostile_answers_cannot_forge_a_reward(make_env: MakeEnv) -> None:
+async def test_hostile_answers_cannot_forge_a_reward(
+    make_env: MakeEnv, answering: Answering
+) -> None:
     """Every hostile final answer (run at once, so episodes share the worker) scores as a
     plain wrong answer: the reward is what verifiers' functions compute from the
     transcript, never text the model wrote, and nothing ran on this machine."""
@@ -104,8 +99,8 @@ async def test_hostile_answers_cannot_forge_a_reward(make_env: MakeEnv) -> None:
     with tempfile.TemporaryDirectory() as folder:
         marker = Path(folder) / "ran"
         answers = hostile_answers(str(marker), [*HOSTILE_ANSWERS, *forged])
-        trajectories = await asyncio.gather(*(_answering(env, task_id, a) for a in answers),
-                                            _answering(env, task_id, "5"))  # fmt: skip
+        trajectories = await asyncio.gather(*(answering(env, task_id, a) for a in answers),
+                                            answering(env, task_id, "5"))  # fmt: skip
         assert not marker.exists()
     *hostile, gold = trajectories
     assert gold.reward == 1.0
@@ -153,7 +148,7 @@ def _worker_pids(taskset: str) -> list[int]:
 
 
 async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
-    make_env: MakeEnv,
+    make_env: MakeEnv, answering: Answering
 ) -> None:
     """A reward function that raises (``eval`` of a reply that is no expression) fails
     verifiers' scoring: the episode is masked with the reason, not scored 0, as
@@ -161,10 +156,10 @@ async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
     next one gets a fresh worker."""
     env = make_env("vf_faulty")
     (task_id,) = await env.task_ids()
-    crashed = await _answering(env, task_id, "five")
+    crashed = await answering(env, task_id, "five")
     assert crashed.masked and crashed.error is not None
     assert "NameError" in crashed.error.message
-    assert (await _answering(env, task_id, "5")).reward == 1.0
+    assert (await answering(env, task_id, "5")).reward == 1.0
 
     with pytest.raises(SandboxError, match="verifiers worker"):  # the rollout masks it
         async with env.open(task_id) as session:
@@ -172,19 +167,21 @@ async def test_a_raising_reward_masks_and_a_dead_worker_masks_then_restarts(
             (pid,) = _worker_pids("vf_faulty")
             os.kill(pid, signal.SIGKILL)
             await call_tool(session, "calculator_add", a=2, b=3)
-    killed = await _answering(env, task_id, "5")
+    killed = await answering(env, task_id, "5")
     assert not killed.masked and killed.reward == 1.0
     assert _worker_pids("vf_faulty") not in ([], [pid])
 
 
-async def test_an_answer_cannot_change_another_episodes_reward(make_env: MakeEnv) -> None:
+async def test_an_answer_cannot_change_another_episodes_reward(
+    make_env: MakeEnv, answering: Answering
+) -> None:
     """vf_faulty's reward function ``eval``s the reply in its module's globals and scores a
     wrong answer with the module's ``LENIENCY``. An answer that sets it forges its own
     episode's reward (its code ran), and no later episode's: each episode is scored in a
     process of its own."""
     env = make_env("vf_faulty")
     (task_id,) = await env.task_ids()
-    hostile = await _answering(env, task_id, "globals().update(LENIENCY=1.0)")
+    hostile = await answering(env, task_id, "globals().update(LENIENCY=1.0)")
     assert hostile.reward == 1.0  # the hostile code did run, in its own scoring
-    after = [await _answering(env, task_id, answer) for answer in ("4", "5")]
+    after = [await answering(env, task_id, answer) for answer in ("4", "5")]
     assert [t.reward for t in after] == [0.0, 1.0]
