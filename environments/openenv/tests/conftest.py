@@ -33,6 +33,12 @@ def openenv_python() -> Path:
     return Path(os.environ.get("ENVHUB_OPENENV_PYTHON", ROOT / ".venv-openenv/bin/python"))
 
 
+@pytest.fixture(scope="session")
+def openenv_interpreter() -> Path:
+    """The OpenEnv venv's python, for scripts that run OpenEnv's own clients."""
+    return openenv_python()
+
+
 def _command(kind: str) -> list[str]:
     return [str(openenv_python()), str(SERVERS), kind, "--port", "{port}"]
 
