@@ -23,7 +23,9 @@ turn's reward (or none) before, its ``done`` the episode's end, its ``metadata``
 door's ``envhub/*`` keys. A call or listing before any ``reset`` opens an episode on the
 server's seeded pick. An episode that ends is closed (scored) at once; later calls are
 error results until the next ``reset``. Closing the session (``openenv/session/close``,
-or the end of a WebSocket that created its own session) scores its open episode.
+or the end of a WebSocket that created its own session) scores its open episode; a
+session its client never closes holds its episode until the server reaps it idle, and is
+itself dropped, least recently used first, once :data:`MAX_SESSIONS` are kept.
 
 Every episode is a session of the hosted environment's client (the store's, under
 ``envhub serve``): counted against its capacity, reaped when idle. Unknown methods,
@@ -55,7 +57,7 @@ __all__ = ["MAX_SESSIONS", "OpenEnvSessions", "is_openenv_request"]
 
 log = logging.getLogger("envhub.mcp")
 
-MAX_SESSIONS = 10_000  #: open OpenEnv sessions per door; beyond it ``session/create`` is refused
+MAX_SESSIONS = 10_000  #: OpenEnv sessions kept per door (the least recently used go first)
 _RESET_KEYS = frozenset({"task_id", "seed", "episode_id"})
 _SESSION_METHODS = ("openenv/session/create", "openenv/session/close")
 
@@ -138,7 +140,7 @@ class OpenEnvSessions:
 
     async def _rpc(self, env: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "openenv/session/create":
-            return {"session_id": self._create(env).session_id}
+            return {"session_id": (await self._create(env)).session_id}
         if method not in (*_SESSION_METHODS, "tools/list", "tools/call"):
             raise _Refusal(types.METHOD_NOT_FOUND, "", f"Method not found: {method} (OpenEnv "
                            "sessions take openenv/session/create, openenv/session/close, "
@@ -172,7 +174,7 @@ class OpenEnvSessions:
             requested = socket.query_params.get("session_id")
             try:
                 if requested is None:
-                    entry, owned = self._create(env), True
+                    entry, owned = await self._create(env), True
                 else:
                     entry = self._find(env, requested)
                     if entry.attached:
@@ -279,12 +281,17 @@ class OpenEnvSessions:
 
     # -- sessions and episodes ---------------------------------------------------------------
 
-    def _create(self, env: str) -> _Session:
+    async def _create(self, env: str) -> _Session:
+        """A new session; at :data:`MAX_SESSIONS`, the least recently used one without a
+        socket is closed first (a client that never closed its session cannot fill the
+        table), and with every one on a socket the new one is refused."""
         if len(self._sessions) >= MAX_SESSIONS:
-            raise _Refusal(types.INTERNAL_ERROR, "CAPACITY_REACHED",
-                           f"{MAX_SESSIONS} OpenEnv sessions are open here: close some "
-                           "(openenv/session/close)",
-                           {"code": "capacity", "max_sessions": MAX_SESSIONS})
+            idle = next((e for e in self._sessions.values() if not e.attached), None)
+            if idle is None:
+                raise _Refusal(types.INTERNAL_ERROR, "CAPACITY_REACHED",
+                               f"{MAX_SESSIONS} OpenEnv sessions are open here, each on a "
+                               "WebSocket", {"code": "capacity", "max_sessions": MAX_SESSIONS})
+            await self._close(idle)
         entry = _Session(env, uuid.uuid4().hex)
         self._sessions[entry.session_id] = entry
         return entry
@@ -298,6 +305,7 @@ class OpenEnvSessions:
             raise _Refusal(types.INVALID_PARAMS, "SESSION_ERROR",
                            f"Unknown session_id: {session_id[:64]!r} for {env!r}",
                            {"code": "session_not_found"})
+        self._sessions[session_id] = self._sessions.pop(session_id)  # most recently used
         return entry
 
     async def _episode(self, entry: _Session) -> _Episode:
