@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from envhub_openenv.servers import CommandServer, base_url, stop_servers
 
+from envhub.sandboxes.docker import docker_available
+from environments.openenv.tests.openenv_image import build_adder_image
 from tests.rollout.conftest import scripted  # noqa: F401 - the scripted model server
 
 HERE = Path(__file__).resolve().parent
@@ -60,6 +62,17 @@ def guess_url(guess_command: list[str]) -> str:
     """The ``guess`` server the bridge started (as ``command=`` environments share it),
     asked per test: test_failures.py kills it, and the bridge starts it again."""
     return base_url(CommandServer(tuple(guess_command)), STARTUP_S)
+
+
+@pytest.fixture(scope="session")
+def adder_image() -> str:
+    """The OpenEnv server image of ``adder`` (:mod:`openenv_image`; CI builds it in the
+    background of its setup, so this finds the tag)."""
+    if not docker_available():
+        if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
+            pytest.fail("ENVHUB_REQUIRE_DOCKER=1 but no Docker engine")
+        pytest.skip("needs a Docker engine")
+    return build_adder_image(openenv_python())
 
 
 @pytest.fixture(scope="session", autouse=True)
