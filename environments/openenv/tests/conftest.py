@@ -4,9 +4,10 @@
 Without that venv the tests skip, unless ``ENVHUB_REQUIRE_OPENENV=1`` (CI) makes that a
 failure. The bridge starts each server itself (its ``command=`` option) once per test
 process, when a test first needs it; tests that need a URL get the one it started
-(``guess_url``). Both modules run on one xdist worker (the ``openenv``
+(``guess_url``). The modules run on one xdist worker (the ``openenv``
 group of the root conftest.py), so a CI run starts each server once, plus the one
-restart test_failures.py causes by killing ``guess``.
+restart test_failures.py causes by killing ``guess``; test_image.py runs ``adder`` from
+its image (``adder_image``), test_reverse.py runs OpenEnv's clients against envhub.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ episode (never a 0) while the next episode gets a new container.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,24 @@ def _containers(image: str) -> list[str]:
     """The running containers of ``image`` that envhub started."""
     return run_docker("ps", "-q", "--filter", f"ancestor={image}",
                       "--filter", f"label={CONTAINER_LABEL}").stdout.split()
+
+
+def _docker_runs(image: str) -> list[int]:
+    """Live ``docker run`` child processes of this test process for ``image``: the
+    bridge watches its container through one (it exits when the container does)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (int(fields[1]) == os.getpid() and fields[0] != "Z" and b"run" in cmdline
+                and image.encode() in cmdline):
+            found.append(int(entry.name))
+    return found
 
 
 def test_envhub_check_passes_on_an_image(adder_image: str) -> None:
@@ -79,6 +99,10 @@ class KillTheContainer:
         if request.turn == 1:
             self.killed = _containers(self.image)
             run_docker("kill", *self.killed, check=True)
+            for _ in range(1000):  # until the bridge's docker run has seen it
+                if not _docker_runs(self.image):
+                    break
+                await asyncio.sleep(0.01)
         call = ToolCall(id=f"call-{request.turn}", name="add", arguments={"a": 1, "b": 2})
         return Completion(content=None, tool_calls=[call], finish_reason="tool_calls")
 
