@@ -186,7 +186,12 @@ class OpenEnvSessions:
                                                         "code": refusal.frame or "SESSION_ERROR"}))
                 return
             while True:
-                raw = await socket.receive_text()
+                message = await socket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                raw = message.get("text")
+                if raw is None:  # a binary frame: read as UTF-8 JSON, as text would be
+                    raw = (message.get("bytes") or b"").decode("utf-8", "replace")
                 answer = await self._frame(entry, raw)
                 if answer is None:
                     return

@@ -102,6 +102,8 @@ def test_malformed_openenv_requests_are_typed_errors(calc_url: str) -> None:
             socket.send(frame)
             answer = json.loads(socket.recv())
             assert answer["type"] == "error" and answer["data"]["code"] == code, answer
+        socket.send(b"\xff\xfe")  # a binary frame, not UTF-8
+        assert json.loads(socket.recv())["data"]["code"] == "INVALID_JSON"
         socket.send('{"type": "state"}')
         assert json.loads(socket.recv())["data"]["step_count"] == 0
     with ws.connect(f"{socket_url}?session_id=nope") as socket:
