@@ -17,8 +17,11 @@ import httpx
 import pytest
 import websockets.sync.client as ws
 from envhub_calc.problems import generate_tasks
+from websockets.exceptions import ConnectionClosedOK
 
-from envhub.testing import serve_in_subprocess
+import envhub.mcp.openenv as openenv_door
+from envhub.server.app import create_app
+from envhub.testing import serve_in_subprocess, serve_in_thread
 
 CLIENT = Path(__file__).resolve().with_name("openenv_client.py")
 RIGHT, WRONG = "calc-0-00001", "calc-0-00002"
@@ -114,3 +117,38 @@ def test_malformed_openenv_requests_are_typed_errors(calc_url: str) -> None:
                                                        "method": "tools/list"})
     assert refused.status_code == 400 and "must be initialize" in refused.text
     assert httpx.get(f"{calc_url}/health").status_code == 200
+
+
+def test_sessions_left_open_are_dropped_least_recently_used_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At the limit, a new session drops the least recently used one without a socket
+    (scoring its episode); with every kept session on a socket, it is refused."""
+    monkeypatch.setattr(openenv_door, "MAX_SESSIONS", 2)
+    with serve_in_thread(create_app(["calc"], mcp=True)) as url:
+        def create() -> str:
+            return _rpc(url, "openenv/session/create")["result"]["session_id"]  # type: ignore[index]
+
+        first, second = create(), create()
+        assert "tools" in _rpc(url, "tools/list", {"session_id": first})["result"]  # type: ignore[operator]
+        third = create()  # drops second, used less recently than first
+        assert _rpc(url, "tools/list", {"session_id": second})["error"]["data"] == {  # type: ignore[index]
+            "code": "session_not_found"}
+        socket_url = url.replace("http://", "ws://") + "/calc/ws"
+        with ws.connect(f"{socket_url}?session_id={first}") as one, \
+                ws.connect(f"{socket_url}?session_id={third}") as other:
+            for socket in (one, other):
+                socket.send('{"type": "state"}')
+                assert json.loads(socket.recv())["type"] == "state"
+            refused = _rpc(url, "openenv/session/create")["error"]
+            assert refused["data"] == {"code": "capacity", "max_sessions": 2}  # type: ignore[index]
+            for socket in (one, other):  # OpenEnv's close frame: the server lets go, then closes
+                socket.send('{"type": "close"}')
+                with pytest.raises(ConnectionClosedOK):
+                    socket.recv()
+        fourth = create()  # the sockets are gone: first (with its episode) is dropped
+        assert _rpc(url, "tools/list", {"session_id": first})["error"]["message"].startswith(  # type: ignore[index]
+            "Unknown session_id")
+        assert fourth
+        metrics = httpx.get(f"{url}/metrics").text
+        assert 'envhub_sessions_closed_total{env="calc"} 1.0' in metrics
