@@ -33,14 +33,14 @@ OpenSession = Callable[[str], Awaitable[Any]]
 
 
 async def _episodes(open_session: OpenSession, steps: int, deadline: float, run: Run,
-                    index: int) -> None:
+                    index: int, call: list[dict[str, str]]) -> None:
     """One worker: episodes back to back until the deadline (at least one)."""
     while True:
         try:
             session = await open_session(f"calc-0-{index % 3000:05d}")
             for _ in range(steps):
                 started = time.perf_counter()
-                await session.step(CALL)
+                await session.step(call)
                 run.latencies.append(time.perf_counter() - started)
                 run.steps += 1
             await session.close()
@@ -53,11 +53,12 @@ async def _episodes(open_session: OpenSession, steps: int, deadline: float, run:
 
 
 async def drive(open_session: OpenSession, concurrency: int, steps: int,
-                duration: float) -> tuple[Run, float]:
+                duration: float, call: list[dict[str, str]] = CALL) -> tuple[Run, float]:
+    """``call`` is each step's tool calls (calc's ``calculate``, unless given)."""
     run = Run()
     started = time.perf_counter()
     deadline = time.monotonic() + duration
-    await asyncio.gather(*(_episodes(open_session, steps, deadline, run, i)
+    await asyncio.gather(*(_episodes(open_session, steps, deadline, run, i, call)
                            for i in range(concurrency)))
     return run, time.perf_counter() - started
 

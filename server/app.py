@@ -106,7 +106,7 @@ def create_app(
     if mcp:
         from envhub.server.mcp import mcp_endpoints
 
-        mcp_door = mcp_endpoints(store, metrics)
+        mcp_door = mcp_endpoints(store, metrics, max_body_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -142,7 +142,8 @@ class StoreEnvironment:
         """The app's lifespan releases the hosted environments; nothing is owned here."""
 
 
-def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
+def mcp_endpoints(store: SessionStore, metrics: ServerMetrics,
+                  max_message_bytes: int = 16 * 1024 * 1024) -> McpEndpoints:
     """``/mcp/{env}`` and ``/{env}/mcp`` for every hosted environment (and ``/mcp`` for the
     only one). Capacity and idle time are the store's:
     an MCP session is one store session, and it ends when the store lets go of that
@@ -151,13 +152,16 @@ def mcp_endpoints(store: SessionStore, metrics: ServerMetrics) -> McpEndpoints:
 
     ``ENVHUB_MCP_LEAN=0`` in the environment turns the lean path of ``tools/call`` and
     ``tools/list`` off (every request through the SDK's transport): the reference the
-    tests hold the lean path to, and a way out should a client meet a difference."""
+    tests hold the lean path to, and a way out should a client meet a difference.
+    ``max_message_bytes`` bounds each message of OpenEnv's WebSocket
+    (:mod:`envhub.mcp.openenv`), as the server's body limit bounds HTTP bodies."""
     return McpEndpoints(
         {name: StoreEnvironment(store, name) for name in store.envs},
         session_gone=store.wait_forgotten,
         error_status=lambda exc: STATUS_BY_CODE.get(exc.code, 500),
         on_error=lambda code: metrics.errors.labels(code).inc(),
         lean=os.environ.get("ENVHUB_MCP_LEAN", "1") != "0",
+        max_message_bytes=max_message_bytes,
     )
 
 
@@ -172,6 +176,8 @@ class McpDoor:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.endpoints.serves(scope["path"]):
             await self.endpoints(scope, receive, send)
+        elif scope["type"] == "websocket" and self.endpoints.serves_socket(scope["path"]):
+            await self.endpoints.socket(scope, receive, send)
         else:
             await self.app(scope, receive, send)
 

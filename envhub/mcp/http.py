@@ -70,6 +70,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError, InvalidRequest
 from envhub.mcp.door import SessionDoor, door_server, mcp_error
+from envhub.mcp.openenv import OpenEnvSessions, is_openenv_request
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.types import SessionStart
 
@@ -145,11 +146,16 @@ class McpEndpoints:
         error_status: Callable[[EnvhubError], int] = lambda exc: 400,
         on_error: Callable[[str], None] = lambda code: None,
         lean: bool = True,
+        max_message_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.clients = dict(clients)
         self.lean = lean
         self.session_gone = session_gone
         self._suffixed = {f"/{name}/mcp": name for name in self.clients}
+        self._sockets = {f"/{name}/ws": name for name in self.clients}
+        if len(self.clients) == 1:
+            self._sockets["/ws"] = next(iter(self.clients))
+        self.openenv = OpenEnvSessions(self.clients, max_message_bytes=max_message_bytes)
         self.error_status = error_status
         self.on_error = on_error
         self._sessions: dict[str, _McpSession] = {}
@@ -159,6 +165,16 @@ class McpEndpoints:
         """Whether ``path`` is an MCP endpoint of this app (a trailing ``/`` is allowed)."""
         path = path.rstrip("/")
         return path == "/mcp" or path.startswith("/mcp/") or path in self._suffixed
+
+    def serves_socket(self, path: str) -> bool:
+        """Whether ``path`` is the OpenEnv WebSocket of a hosted environment (``/ENV/ws``,
+        and ``/ws`` when one is hosted): :mod:`envhub.mcp.openenv`."""
+        return path.rstrip("/") in self._sockets
+
+    async def socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An OpenEnv client's WebSocket (:meth:`serves_socket`)."""
+        await self.openenv.websocket(self._sockets[scope["path"].rstrip("/")], scope,
+                                     receive, send)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -204,6 +220,10 @@ class McpEndpoints:
                                                      "starts with a POSTed initialize request")
             body = await _read_body(receive)
             request_id = _request_id(body)
+            message = _openenv_message(body)
+            if message is not None:  # OpenEnv's client: no initialize (envhub.mcp.openenv)
+                await _json(send, 200, await self.openenv.rpc(env, message))
+                return
             await self._initialize(env, scope, body, send)
         except _Refused as refusal:
             self.on_error(_envhub_code(refusal))
@@ -443,6 +463,15 @@ def _request_id(body: bytes) -> Any:
     return request_id if isinstance(request_id, (str, int)) else None
 
 
+def _openenv_message(body: bytes) -> dict[str, Any] | None:
+    """The request if it is OpenEnv's (:func:`~envhub.mcp.openenv.is_openenv_request`)."""
+    try:
+        message = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    return message if is_openenv_request(message) else None
+
+
 def _negotiated(answer: bytes) -> str | None:
     """The protocol version a successful initialize answer names."""
     try:
@@ -573,8 +602,12 @@ async def _jsonrpc_error(send: Send, refusal: _Refused, request_id: Any) -> None
     error: dict[str, Any] = {"code": refusal.code, "message": refusal.message}
     if refusal.data is not None:
         error["data"] = refusal.data
-    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
-    await send({"type": "http.response.start", "status": refusal.status,
+    await _json(send, refusal.status, {"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+async def _json(send: Send, status: int, answer: dict[str, Any]) -> None:
+    body = json.dumps(answer).encode()
+    await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

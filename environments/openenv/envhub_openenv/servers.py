@@ -18,7 +18,11 @@ routable address; no traffic between containers), with every capability dropped,
 ``no-new-privileges`` and memory/pid limits, its port 8000 (OpenEnv's) published on
 127.0.0.1 only. ``--network none`` is not possible for a server reached over TCP.
 Readiness is OpenEnv's ``GET /health`` answering, polled here: the Docker health check
-of OpenEnv's image template runs every 30 s, too rarely to wait on.
+of OpenEnv's image template runs every 30 s, too rarely to wait on. The container runs
+under an attached ``docker run --rm`` child process, which exits when the container does:
+each episode's look at whether the server is alive is then a ``poll()``, as for a
+command, not a ``docker inspect`` (a CLI call of 20 ms or more, under a lock every
+episode of the image waits on), and the container's output is that process's.
 """
 
 from __future__ import annotations
@@ -31,14 +35,9 @@ import uuid
 from dataclasses import dataclass
 from typing import IO
 
-from envhub.environment_images.run import (
-    CONTAINER_LABEL,
-    ensure_network,
-    health,
-    stop_container,
-)
+from envhub.environment_images.run import CONTAINER_LABEL, ensure_network, stop_container
 from envhub.errors import SandboxError
-from envhub.sandboxes.docker_cli import run_docker
+from envhub.sandboxes.docker_cli import docker_cli
 from envhub.sandboxes.images import image_exists
 from envhub.testing import free_port, wait_for_http
 
@@ -127,43 +126,32 @@ def _check_image(image: str) -> None:
 
 
 class _Running:
-    """A started server: its URL and what stops it."""
+    """A started server: its URL, its process (the command, or the attached ``docker
+    run`` of its container) with its output, and its container, if any."""
 
-    def __init__(self, url: str, proc: subprocess.Popen[bytes] | None = None,
-                 stderr: IO[str] | None = None, container: str | None = None) -> None:
-        self.url, self.proc, self.stderr, self.container = url, proc, stderr, container
+    def __init__(self, url: str, proc: subprocess.Popen[bytes], output: IO[str],
+                 container: str | None = None) -> None:
+        self.url, self.proc, self.output, self.container = url, proc, output, container
 
     def alive(self) -> bool:
-        if self.proc is not None:
-            return self.proc.poll() is None
-        assert self.container is not None
-        return health(self.container) in ("running", "healthy", "starting")
+        return self.proc.poll() is None
 
     def tail(self) -> str:
-        if self.stderr is None:
-            if self.container is None:
-                return ""
-            logs = run_docker("logs", "--tail", "30", self.container)
-            text = logs.stdout + logs.stderr
-        else:
-            self.stderr.flush()
-            self.stderr.seek(0)
-            text = self.stderr.read()
-        text = text[-_STDERR_TAIL:].strip()
+        self.output.flush()
+        self.output.seek(0)
+        text = self.output.read()[-_STDERR_TAIL:].strip()
         return f"; its output ends: {text}" if text else ""
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
         if self.container is not None:
-            stop_container(self.container)
-        if self.stderr is not None:
-            self.stderr.close()
+            stop_container(self.container)  # its docker run then exits
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.output.close()
 
 
 _lock = threading.Lock()  # guards _locks, _episodes and _stop_when_idle
@@ -173,36 +161,34 @@ _episodes: dict[ServerSource, int] = {}  # episodes using each source's server n
 _stop_when_idle: set[ServerSource] = set()  # asked to stop while episodes used them
 
 
+def _spawn(source: ServerSource, argv: list[str], port: int,
+           container: str | None = None) -> _Running:
+    output = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output, stderr=output)
+    except OSError as exc:
+        output.close()
+        raise SandboxError(f"OpenEnv server {source.describe()} failed to start: {exc}") from None
+    return _Running(f"http://127.0.0.1:{port}", proc, output, container)
+
+
 def _start_command(source: CommandServer) -> _Running:
     port = free_port()
-    argv = [a.replace(PORT, str(port)) for a in source.argv]
-    stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
-    except OSError as exc:
-        stderr.close()
-        raise SandboxError(f"OpenEnv server {source.describe()} failed to start: {exc}") from None
-    return _Running(f"http://127.0.0.1:{port}", proc=proc, stderr=stderr)
+    return _spawn(source, [a.replace(PORT, str(port)) for a in source.argv], port)
 
 
 def _start_image(source: ImageServer) -> _Running:
     network = ensure_network()
     name = f"envhub-openenv-{uuid.uuid4().hex[:8]}"
-    proc = run_docker(
-        "run", "-d", "--name", name, "--network", network,
-        "-p", f"127.0.0.1::{OPENENV_PORT}",
+    port = free_port()
+    argv = [
+        docker_cli(), "run", "--rm", "--pull", "never", "--name", name, "--network", network,
+        "-p", f"127.0.0.1:{port}:{OPENENV_PORT}",
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--memory", source.memory, "--memory-swap", source.memory, "--pids-limit", "4096",
         "--label", f"{CONTAINER_LABEL}=1", source.image,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise SandboxError(f"docker run {source.image} failed: {proc.stderr.strip()[-500:]}")
-    container = proc.stdout.strip()
-    published = run_docker("port", container, str(OPENENV_PORT)).stdout.split()
-    if not published:
-        stop_container(container)
-        raise SandboxError(f"{source.image} exited before publishing port {OPENENV_PORT}")
-    return _Running(f"http://127.0.0.1:{published[0].rsplit(':', 1)[1]}", container=container)
+    ]  # fmt: skip
+    return _spawn(source, argv, port, container=name)
 
 
 def _wait_ready(source: ServerSource, running: _Running, timeout_s: float) -> None:

@@ -4,9 +4,10 @@
 Without that venv the tests skip, unless ``ENVHUB_REQUIRE_OPENENV=1`` (CI) makes that a
 failure. The bridge starts each server itself (its ``command=`` option) once per test
 process, when a test first needs it; tests that need a URL get the one it started
-(``guess_url``). Both modules run on one xdist worker (the ``openenv``
+(``guess_url``). The modules run on one xdist worker (the ``openenv``
 group of the root conftest.py), so a CI run starts each server once, plus the one
-restart test_failures.py causes by killing ``guess``.
+restart test_failures.py causes by killing ``guess``; test_image.py runs ``adder`` from
+its image (``adder_image``), test_reverse.py runs OpenEnv's clients against envhub.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 from envhub_openenv.servers import CommandServer, base_url, stop_servers
 
+from envhub.sandboxes.docker import docker_available
+from environments.openenv.tests.openenv_image import build_adder_image
 from tests.rollout.conftest import scripted  # noqa: F401 - the scripted model server
 
 HERE = Path(__file__).resolve().parent
@@ -31,6 +34,12 @@ STARTUP_S = 120.0  # seconds for a server to start, on a loaded 2-core machine
 def openenv_python() -> Path:
     """The OpenEnv venv's python (``ENVHUB_OPENENV_PYTHON`` or ``.venv-openenv``)."""
     return Path(os.environ.get("ENVHUB_OPENENV_PYTHON", ROOT / ".venv-openenv/bin/python"))
+
+
+@pytest.fixture(scope="session")
+def openenv_interpreter() -> Path:
+    """The OpenEnv venv's python, for scripts that run OpenEnv's own clients."""
+    return openenv_python()
 
 
 def _command(kind: str) -> list[str]:
@@ -54,6 +63,17 @@ def guess_url(guess_command: list[str]) -> str:
     """The ``guess`` server the bridge started (as ``command=`` environments share it),
     asked per test: test_failures.py kills it, and the bridge starts it again."""
     return base_url(CommandServer(tuple(guess_command)), STARTUP_S)
+
+
+@pytest.fixture(scope="session")
+def adder_image() -> str:
+    """The OpenEnv server image of ``adder`` (:mod:`openenv_image`; CI builds it in the
+    background of its setup, so this finds the tag)."""
+    if not docker_available():
+        if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
+            pytest.fail("ENVHUB_REQUIRE_DOCKER=1 but no Docker engine")
+        pytest.skip("needs a Docker engine")
+    return build_adder_image(openenv_python())
 
 
 @pytest.fixture(scope="session", autouse=True)
