@@ -154,7 +154,8 @@ def mcp_endpoints(store: SessionStore, metrics: ServerMetrics,
     ``tools/list`` off (every request through the SDK's transport): the reference the
     tests hold the lean path to, and a way out should a client meet a difference.
     ``max_message_bytes`` bounds each message of OpenEnv's WebSocket
-    (:mod:`envhub.mcp.openenv`), as the server's body limit bounds HTTP bodies."""
+    (:mod:`envhub.mcp.openenv`), as the server's body limit bounds HTTP bodies, and its
+    sessions count as idle after the store's TTL."""
     return McpEndpoints(
         {name: StoreEnvironment(store, name) for name in store.envs},
         session_gone=store.wait_forgotten,
@@ -162,6 +163,7 @@ def mcp_endpoints(store: SessionStore, metrics: ServerMetrics,
         on_error=lambda code: metrics.errors.labels(code).inc(),
         lean=os.environ.get("ENVHUB_MCP_LEAN", "1") != "0",
         max_message_bytes=max_message_bytes,
+        idle_s=store.session_ttl_s,
     )
 
 

@@ -136,6 +136,8 @@ class McpEndpoints:
     ``error_status`` gives the HTTP status of a core error at initialisation (the server's
     mapping); ``on_error`` counts each refused request by envhub error code. ``lean=False``
     sends every request through the SDK's transport (the lean path's reference).
+    OpenEnv's clients are answered too (:mod:`envhub.mcp.openenv`): ``max_message_bytes``
+    bounds their WebSocket messages, and their sessions count as idle after ``idle_s``.
     """
 
     def __init__(
@@ -147,6 +149,7 @@ class McpEndpoints:
         on_error: Callable[[str], None] = lambda code: None,
         lean: bool = True,
         max_message_bytes: int = 16 * 1024 * 1024,
+        idle_s: float = 600.0,
     ) -> None:
         self.clients = dict(clients)
         self.lean = lean
@@ -155,7 +158,8 @@ class McpEndpoints:
         self._sockets = {f"/{name}/ws": name for name in self.clients}
         if len(self.clients) == 1:
             self._sockets["/ws"] = next(iter(self.clients))
-        self.openenv = OpenEnvSessions(self.clients, max_message_bytes=max_message_bytes)
+        self.openenv = OpenEnvSessions(self.clients, max_message_bytes=max_message_bytes,
+                                       idle_s=idle_s)
         self.error_status = error_status
         self.on_error = on_error
         self._sessions: dict[str, _McpSession] = {}

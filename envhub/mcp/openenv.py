@@ -24,8 +24,12 @@ door's ``envhub/*`` keys. A call or listing before any ``reset`` opens an episod
 server's seeded pick. An episode that ends is closed (scored) at once; later calls are
 error results until the next ``reset``. Closing the session (``openenv/session/close``,
 or the end of a WebSocket that created its own session) scores its open episode; a
-session its client never closes holds its episode until the server reaps it idle, and is
-itself dropped, least recently used first, once :data:`MAX_SESSIONS` are kept.
+session its client never closes holds its episode until the server reaps it idle. At
+:data:`MAX_SESSIONS`, a new session replaces the least recently used one without a socket
+only if that one has been unused for longer than the server's idle time (``idle_s``: its
+episode, if any, was reaped already); otherwise it is refused (``CAPACITY_REACHED``). So
+a client that never closes its sessions cannot fill the table for good, and no client can
+end another's episode by opening sessions.
 
 Every episode is a session of the hosted environment's client (the store's, under
 ``envhub serve``): counted against its capacity, reaped when idle. Unknown methods,
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -89,6 +94,7 @@ class _Session:
     session_id: str
     episode: _Episode | None = None
     attached: bool = False
+    used: float = field(default_factory=time.monotonic)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
 
 
@@ -112,9 +118,10 @@ class OpenEnvSessions:
     """The OpenEnv sessions of one MCP door over ``clients`` (module docstring)."""
 
     def __init__(self, clients: Mapping[str, EnvironmentClient], *,
-                 max_message_bytes: int = 16 * 1024 * 1024) -> None:
+                 max_message_bytes: int = 16 * 1024 * 1024, idle_s: float = 600.0) -> None:
         self.clients = clients
         self.max_message_bytes = max_message_bytes
+        self.idle_s = idle_s
         self._sessions: dict[str, _Session] = {}
 
     # -- HTTP: JSON-RPC ----------------------------------------------------------------------
@@ -288,15 +295,16 @@ class OpenEnvSessions:
 
     async def _create(self, env: str) -> _Session:
         """A new session; at :data:`MAX_SESSIONS`, the least recently used one without a
-        socket is closed first (a client that never closed its session cannot fill the
-        table), and with every one on a socket the new one is refused."""
+        socket is closed first if it has been unused for ``idle_s`` (module docstring),
+        else the new one is refused."""
         if len(self._sessions) >= MAX_SESSIONS:
-            idle = next((e for e in self._sessions.values() if not e.attached), None)
-            if idle is None:
+            oldest = next((e for e in self._sessions.values() if not e.attached), None)
+            if oldest is None or time.monotonic() - oldest.used <= self.idle_s:
                 raise _Refusal(types.INTERNAL_ERROR, "CAPACITY_REACHED",
-                               f"{MAX_SESSIONS} OpenEnv sessions are open here, each on a "
-                               "WebSocket", {"code": "capacity", "max_sessions": MAX_SESSIONS})
-            await self._close(idle)
+                               f"{MAX_SESSIONS} OpenEnv sessions are in use here (each on a "
+                               f"socket or used within {self.idle_s:g} s)",
+                               {"code": "capacity", "max_sessions": MAX_SESSIONS})
+            await self._close(oldest)
         entry = _Session(env, uuid.uuid4().hex)
         self._sessions[entry.session_id] = entry
         return entry
@@ -311,6 +319,7 @@ class OpenEnvSessions:
                            f"Unknown session_id: {session_id[:64]!r} for {env!r}",
                            {"code": "session_not_found"})
         self._sessions[session_id] = self._sessions.pop(session_id)  # most recently used
+        entry.used = time.monotonic()
         return entry
 
     async def _episode(self, entry: _Session) -> _Episode:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,16 +123,21 @@ def test_malformed_openenv_requests_are_typed_errors(calc_url: str) -> None:
 def test_sessions_left_open_are_dropped_least_recently_used_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """At the limit, a new session drops the least recently used one without a socket
-    (scoring its episode); with every kept session on a socket, it is refused."""
+    """At the limit, a new session replaces the least recently used one without a socket
+    once that one has been idle past the server's TTL (scoring its episode), and is
+    refused while every kept session is in use: no client ends another's episode by
+    opening sessions."""
     monkeypatch.setattr(openenv_door, "MAX_SESSIONS", 2)
-    with serve_in_thread(create_app(["calc"], mcp=True)) as url:
+    with serve_in_thread(create_app(["calc"], mcp=True, session_ttl_s=1.0)) as url:
         def create() -> str:
             return _rpc(url, "openenv/session/create")["result"]["session_id"]  # type: ignore[index]
 
         first, second = create(), create()
+        busy = _rpc(url, "openenv/session/create")["error"]  # both used within the TTL
+        assert busy["data"] == {"code": "capacity", "max_sessions": 2}  # type: ignore[index]
+        time.sleep(1.2)  # both idle past the TTL now
         assert "tools" in _rpc(url, "tools/list", {"session_id": first})["result"]  # type: ignore[operator]
-        third = create()  # drops second, used less recently than first
+        third = create()  # drops second, idle and used less recently than first
         assert _rpc(url, "tools/list", {"session_id": second})["error"]["data"] == {  # type: ignore[index]
             "code": "session_not_found"}
         socket_url = url.replace("http://", "ws://") + "/calc/ws"
@@ -146,9 +152,10 @@ def test_sessions_left_open_are_dropped_least_recently_used_first(
                 socket.send('{"type": "close"}')
                 with pytest.raises(ConnectionClosedOK):
                     socket.recv()
+        time.sleep(1.2)
         fourth = create()  # the sockets are gone: first (with its episode) is dropped
         assert _rpc(url, "tools/list", {"session_id": first})["error"]["message"].startswith(  # type: ignore[index]
             "Unknown session_id")
         assert fourth
-        metrics = httpx.get(f"{url}/metrics").text
-        assert 'envhub_sessions_closed_total{env="calc"} 1.0' in metrics
+        metrics = httpx.get(f"{url}/metrics").text  # first's episode: reaped idle, as its session
+        assert 'envhub_sessions_reaped_total{env="calc"} 1.0' in metrics
