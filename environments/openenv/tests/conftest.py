@@ -21,29 +21,24 @@ from envhub_openenv.servers import CommandServer, base_url, stop_servers
 
 from envhub.sandboxes.docker import docker_available
 from environments.openenv.tests.openenv_image import build_adder_image
+from tests.bridges import OPENENV_PYTHON  # ENVHUB_OPENENV_PYTHON or .venv-openenv
 from tests.rollout.conftest import scripted  # noqa: F401 - the scripted model server
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
 SERVERS = HERE / "openenv_servers.py"
 GUESS_TASKS = HERE / "guess.jsonl"
 ADDER_TASKS = HERE / "adder.jsonl"
 STARTUP_S = 120.0  # seconds for a server to start, on a loaded 2-core machine
 
 
-def openenv_python() -> Path:
-    """The OpenEnv venv's python (``ENVHUB_OPENENV_PYTHON`` or ``.venv-openenv``)."""
-    return Path(os.environ.get("ENVHUB_OPENENV_PYTHON", ROOT / ".venv-openenv/bin/python"))
-
-
 @pytest.fixture(scope="session")
 def openenv_interpreter() -> Path:
     """The OpenEnv venv's python, for scripts that run OpenEnv's own clients."""
-    return openenv_python()
+    return OPENENV_PYTHON
 
 
 def _command(kind: str) -> list[str]:
-    return [str(openenv_python()), str(SERVERS), kind, "--port", "{port}"]
+    return [str(OPENENV_PYTHON), str(SERVERS), kind, "--port", "{port}"]
 
 
 @pytest.fixture(scope="session")
@@ -73,15 +68,15 @@ def adder_image() -> str:
         if os.environ.get("ENVHUB_REQUIRE_DOCKER") == "1":
             pytest.fail("ENVHUB_REQUIRE_DOCKER=1 but no Docker engine")
         pytest.skip("needs a Docker engine")
-    return build_adder_image(openenv_python())
+    return build_adder_image(OPENENV_PYTHON)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _openenv_venv() -> Iterator[None]:
     """Skip without the OpenEnv venv; stop the servers the bridge started, at the end."""
-    if not openenv_python().exists():
+    if not OPENENV_PYTHON.exists():
         if os.environ.get("ENVHUB_REQUIRE_OPENENV") == "1":
-            pytest.fail(f"ENVHUB_REQUIRE_OPENENV=1 but {openenv_python()} is missing "
+            pytest.fail(f"ENVHUB_REQUIRE_OPENENV=1 but {OPENENV_PYTHON} is missing "
                         "(bash .ci/openenv_setup.sh)")
         pytest.skip("needs the OpenEnv venv: bash .ci/openenv_setup.sh")
     yield
