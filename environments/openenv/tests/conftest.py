@@ -81,3 +81,4 @@ def _openenv_venv() -> Iterator[None]:
         pytest.skip("needs the OpenEnv venv: bash .ci/openenv_setup.sh")
     yield
     stop_servers()
+

@@ -29,26 +29,14 @@ from envhub.errors import SandboxError
 from envhub.policies.base import Completion, GenerateRequest
 from envhub.sandboxes.docker import docker_available
 from envhub.testing import call_tool
+from environments.openenv.tests.processes import live_children
 
 GUESS_TASKS = Path(__file__).resolve().with_name("guess.jsonl")
 
 
 def _guess_servers() -> list[int]:
     """Live child processes of this test process serving ``guess``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (int(fields[1]) == os.getpid() and fields[0] != "Z"
-                and any(a.endswith(b"openenv_servers.py") for a in cmdline)
-                and b"guess" in cmdline):
-            found.append(int(entry.name))
-    return found
+    return live_children("openenv_servers.py", "guess")
 
 
 class KillTheServerOnce:

@@ -7,7 +7,6 @@ episode (never a 0) while the next episode gets a new container.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from envhub.policies.base import Completion, GenerateRequest
 from envhub.policies.openai_compat import OpenAIPolicy
 from envhub.sandboxes.docker_cli import run_docker
 from envhub.testing import call_tool
+from environments.openenv.tests.processes import live_children
 from tests.rollout.scripted_server import ScriptConfig
 
 ADDER_TASKS = Path(__file__).resolve().with_name("adder.jsonl")
@@ -28,24 +28,6 @@ def _containers(image: str) -> list[str]:
     """The running containers of ``image`` that envhub started."""
     return run_docker("ps", "-q", "--filter", f"ancestor={image}",
                       "--filter", f"label={CONTAINER_LABEL}").stdout.split()
-
-
-def _docker_runs(image: str) -> list[int]:
-    """Live ``docker run`` child processes of this test process for ``image``: the
-    bridge watches its container through one (it exits when the container does)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (int(fields[1]) == os.getpid() and fields[0] != "Z" and b"run" in cmdline
-                and image.encode() in cmdline):
-            found.append(int(entry.name))
-    return found
 
 
 def test_envhub_check_passes_on_an_image(adder_image: str) -> None:
@@ -100,7 +82,7 @@ class KillTheContainer:
             self.killed = _containers(self.image)
             run_docker("kill", *self.killed, check=True)
             for _ in range(1000):  # until the bridge's docker run has seen it
-                if not _docker_runs(self.image):
+                if not live_children("run", self.image):
                     break
                 await asyncio.sleep(0.01)
         call = ToolCall(id=f"call-{request.turn}", name="add", arguments={"a": 1, "b": 2})
