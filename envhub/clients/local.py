@@ -252,11 +252,15 @@ class LocalEnvironment:
     ) -> OpeningSession:
         """Create and start a session (the ``POST /v1/sessions`` of the local transport);
         ``await`` it, or use it as ``async with`` to close it on exit."""
-        return OpeningSession(lambda: self._start(task_id, session_id, seed))
+        return OpeningSession(lambda: self.start_session(task_id, session_id, seed))
 
-    async def _start(
+    async def start_session(
         self, task_id: str | None, session_id: str | None, seed: int | None
     ) -> Session:
+        """What awaiting :meth:`open` does, typed as the in-process :class:`Session` (the
+        server's store keeps it): the task set loaded off the event loop the first time,
+        then the session made and started on it (a constructor only stores its options:
+        a worker thread's hop would cost more), aborted when its reset fails."""
         if self._tasks is None:
             await self._task_set()
         session = self.new_session(task_id, seed=seed, session_id=session_id)
