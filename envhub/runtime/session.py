@@ -15,7 +15,6 @@ import asyncio
 import inspect
 import json
 import math
-import sys
 import time
 import uuid
 from collections import OrderedDict
@@ -493,7 +492,7 @@ class Session(ClosingOnExit):
         timeout = min(spec.timeout or self.budgets.tool_timeout_s, max(remaining, 0.0))
         started = time.perf_counter()
         try:
-            output = await self._invoke_within(spec, kwargs, timeout)
+            output = await asyncio.wait_for(self._invoke(spec, kwargs), timeout=timeout)
         except (asyncio.TimeoutError, ToolTimeout):
             if time.monotonic() >= self._deadline:
                 self._end("timeout")
@@ -508,19 +507,6 @@ class Session(ClosingOnExit):
         if spec.terminal:
             self._end("terminal_tool")
         return _observation(call.id, call.name, text, truncated=cut)
-
-    async def _invoke_within(self, spec: ToolSpec, kwargs: dict[str, Any],
-                             timeout: float) -> Any:
-        """The tool's output, or ``asyncio.TimeoutError`` once ``timeout`` has passed (a
-        budget already spent runs nothing). The tool runs in the caller's task under a
-        deadline, as ``asyncio.wait_for`` runs it since Python 3.12 (3.11's made a task
-        per call: the hot path's largest cost after the tool itself)."""
-        if timeout <= 0:
-            raise asyncio.TimeoutError
-        if sys.version_info < (3, 11):
-            return await asyncio.wait_for(self._invoke(spec, kwargs), timeout=timeout)
-        async with asyncio.timeout(timeout):
-            return await self._invoke(spec, kwargs)
 
     async def _invoke(self, spec: ToolSpec, kwargs: dict[str, Any]) -> Any:
         method = getattr(self.env, spec.attr)
