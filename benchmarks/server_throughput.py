@@ -191,9 +191,10 @@ async def measure(label: str, url: str, pid: int, client: str, transport: Sessio
     """Drive the server at ``url`` (process ``pid``) at concurrency ``c``; print its line
     and return (steps/s, server CPU ms per step)."""
     lean = LeanClient(url, transport, c) if client == "lean" else None
+    own = None  # a RemoteEnvironment made here for this server, closed here
     if remote is None and lean is None:
-        remote = RemoteEnvironment(url, "calc", max_connections=c, timeout=300.0,
-                                   transport=transport)
+        remote = own = RemoteEnvironment(url, "calc", max_connections=c, timeout=300.0,
+                                         transport=transport)
     opener = lean.open if lean is not None else remote.open  # type: ignore[union-attr]
     try:
         server_cpu, client_cpu = cpu_seconds(pid), time.process_time()
@@ -201,8 +202,9 @@ async def measure(label: str, url: str, pid: int, client: str, transport: Sessio
         server_cpu = cpu_seconds(pid) - server_cpu
         client_cpu = time.process_time() - client_cpu
     finally:
-        if lean is not None:
-            await lean.aclose()
+        for opened in (lean, own):
+            if opened is not None:
+                await opened.aclose()
     rate = report(label, c, run, elapsed, f"server peak RSS={peak_rss_mib(pid):.0f} MiB")
     print(cpu_per_step(server_cpu, client_cpu, run.steps))
     return rate, server_cpu * 1000 / max(run.steps, 1)
