@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from envhub._util.sized_lru import SizedLRU
 from envhub.clients.local import LocalEnvironment
@@ -36,7 +36,6 @@ from envhub.types import (
     CloseResult,
     CreateSession,
     EnvironmentInfo,
-    EpisodeMetrics,
     ForkRequest,
     ForkResult,
     SessionInfo,
@@ -123,6 +122,17 @@ class HostedEnvironment:
             message = f"bad options for {self.name}: {type(exc).__name__}: {exc}"
             raise InvalidRequest(message) from exc
         return env
+
+
+class _Counts(NamedTuple):
+    """The session counters a step's metrics are the growth of, read before the step (a
+    tuple: copying the pydantic :class:`EpisodeMetrics` cost more than the step's other
+    bookkeeping)."""
+
+    tool_calls: int
+    env_s: float
+    tool_errors: int
+    errors_by_kind: dict[str, int]
 
 
 @dataclass(eq=False)
@@ -217,6 +227,7 @@ class SessionStore:
     ) -> SessionStart:
         try:
             local = await hosted.variant(options)
+            # a plugin's constructor may block (files, a Docker call): not on the event loop
             session = await asyncio.to_thread(local.new_session, task_id, seed=seed, session_id=sid)
             try:
                 start = await session.reset()
@@ -247,7 +258,8 @@ class SessionStore:
     async def step(self, session_id: str, request: StepRequest) -> StepResult:
         entry = self._entry(session_id)
         counts = entry.session.metrics
-        before = counts.model_copy(update={"errors_by_kind": dict(counts.errors_by_kind)})
+        before = _Counts(counts.tool_calls, counts.env_s, counts.tool_errors,
+                         dict(counts.errors_by_kind))
         entry.busy += 1
         started = time.perf_counter()
         try:
@@ -302,7 +314,7 @@ class SessionStore:
                 self.metrics.sessions_open.labels(entry.env).inc()
         return ForkResult(session_ids=[child.session_id for child in children])
 
-    def _record_step(self, entry: _Entry, seconds: float, before: EpisodeMetrics) -> None:
+    def _record_step(self, entry: _Entry, seconds: float, before: _Counts) -> None:
         m, after = self.metrics.step_metrics(entry.env), entry.session.metrics
         m.steps.inc()
         m.step_seconds.observe(seconds)
