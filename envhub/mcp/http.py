@@ -41,13 +41,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 import anyio
 import anyio.abc
 import pydantic_core
-from mcp.server.runner import serve_loop
+from mcp.server.connection import Connection
+from mcp.server.runner import ServerRunner, serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
@@ -64,12 +65,13 @@ from mcp.types import (
     Result,
     TextContent,
 )
-from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from mcp_types.methods import serialize_server_result
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from mcp_types.methods import serialize_server_result, validate_client_request
+from pydantic import ValidationError
 from starlette.types import Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError, InvalidRequest
-from envhub.mcp.door import SessionDoor, door_server, mcp_error
+from envhub.mcp.door import SessionDoor, door_instructions, door_server, mcp_error
 from envhub.mcp.openenv import OpenEnvSessions, is_openenv_request
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.types import SessionStart
@@ -91,6 +93,8 @@ _MAX_TASK_ID = 512
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
 _LEAN_FIELDS = frozenset({"jsonrpc", "id", "method", "params"})
+_INITIALIZE_FIELDS = frozenset({"protocolVersion", "capabilities", "clientInfo", "_meta"})
+_INITIALIZED = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'
 
 
 class _Refused(Exception):
@@ -103,20 +107,35 @@ class _Refused(Exception):
 
 @dataclass(eq=False)
 class _McpSession:
-    """One MCP session: its transport and the envhub session it is."""
+    """One MCP session: the envhub session it is and, once a request needs the SDK, the
+    SDK's transport serving it (``None`` while the lean path has answered everything)."""
 
-    transport: StreamableHTTPServerTransport
+    mcp_session_id: str
     session: SessionHandle
     start: SessionStart
     env: str
     door: SessionDoor
+    transport: StreamableHTTPServerTransport | None = None
     established: bool = False  # its initialize was answered with success
     version: str | None = None  # the protocol version its initialize negotiated
+    # the lean handshake, replayed to the SDK's transport when one is started
+    opening: tuple[Scope, bytes] | None = None
+    initialized: bool = False  # notifications/initialized answered on the lean path
+    ending: bool = False  # being closed or aborted (:meth:`McpEndpoints._end`)
+    watch: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    loop: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    starting: anyio.Lock = field(default_factory=anyio.Lock)
     ended: anyio.Event = field(default_factory=anyio.Event)
 
     @property
     def header(self) -> tuple[bytes, bytes]:
         return ENVHUB_SESSION_HEADER.encode(), self.start.session_id.encode()
+
+    @property
+    def live(self) -> bool:
+        """Not ended by a DELETE or by its envhub session being gone."""
+        return not (self.ending or self.watch.cancel_called
+                    or (self.transport is not None and self.transport.is_terminated))
 
 
 class McpEndpoints:
@@ -163,6 +182,7 @@ class McpEndpoints:
         self.error_status = error_status
         self.on_error = on_error
         self._sessions: dict[str, _McpSession] = {}
+        self._initialize_results: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
 
     def serves(self, path: str) -> bool:
@@ -228,7 +248,7 @@ class McpEndpoints:
             if message is not None:  # OpenEnv's client: no initialize (envhub.mcp.openenv)
                 await _json(send, 200, await self.openenv.rpc(env, message))
                 return
-            await self._initialize(env, scope, body, send)
+            await self._initialize(env, scope, body, send, headers)
         except _Refused as refusal:
             self.on_error(_envhub_code(refusal))
             await _jsonrpc_error(send, refusal, request_id)
@@ -268,28 +288,43 @@ class McpEndpoints:
         if scope["method"] == "POST":
             body = await _read_body(receive)
             if not (self.lean and await self._lean(entry, headers, body, send)):
-                await _answer(entry.transport, scope, body, _with_header(send, entry.header))
+                transport = await self._sdk(entry)
+                await _answer(transport, scope, body, _with_header(send, entry.header))
             return
+        if scope["method"] == "DELETE" and entry.transport is None and entry.live:
+            # as the SDK's transport answers the DELETE of its session (the session id is
+            # the one it was opened with, nothing else is read), once the episode is scored
+            entry.watch.cancel()
+            await entry.ended.wait()
+            await _answer_lean(send, entry, 200, b"")
+            return
+        transport = await self._sdk(entry)
         if scope["method"] != "DELETE":
-            await entry.transport.handle_request(scope, receive, _with_header(send, entry.header))
+            await transport.handle_request(scope, receive, _with_header(send, entry.header))
             return
         held: list[Message] = []
 
         async def hold(message: Message) -> None:
             held.append(message)
 
-        await entry.transport.handle_request(scope, receive, _with_header(hold, entry.header))
-        if entry.transport.is_terminated:
+        await transport.handle_request(scope, receive, _with_header(hold, entry.header))
+        if transport.is_terminated:
             await entry.ended.wait()
         for message in held:
             await send(message)
 
-    async def _initialize(self, env: str, scope: Scope, body: bytes, send: Send) -> None:
+    async def _initialize(self, env: str, scope: Scope, body: bytes, send: Send,
+                          headers: dict[bytes, bytes]) -> None:
+        """Open the envhub session and answer ``initialize``: on the lean path when the
+        request is plainly well formed (:func:`_lean_initialize`), as the SDK's server
+        answers it, with no SDK transport until a request needs one (:meth:`_sdk`);
+        otherwise through a new SDK transport, which words any refusal."""
         message = _parse(body)
         if message.get("method") != "initialize":
             raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: the first request "
                                                  "of an MCP session must be initialize")
         task_id, seed = _task_choice(scope, message)
+        lean = _lean_initialize(headers, message) if self.lean else None
         try:
             session = await self.clients[env].open(task_id, seed=seed)
         except EnvhubError as exc:
@@ -298,68 +333,136 @@ class McpEndpoints:
                            error.data) from exc
         try:
             start = await session.reset()
-            entry = _McpSession(
-                StreamableHTTPServerTransport(uuid.uuid4().hex, is_json_response_enabled=True),
-                session, start, env, SessionDoor(session, start, env_name=env),
-            )
+            entry = _McpSession(uuid.uuid4().hex, session, start, env,
+                                SessionDoor(session, start, env_name=env))
             if self._tasks is None:
                 raise RuntimeError("McpEndpoints is not running (enter running() first)")
-            await self._tasks.start(self._serve, entry)
+            if lean is None:
+                entry.transport = StreamableHTTPServerTransport(
+                    entry.mcp_session_id, is_json_response_enabled=True)
+                await self._tasks.start(self._serve, entry, entry.transport)
+            await self._tasks.start(self._watch, entry)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await session.abort()
             raise
-        assert entry.transport.mcp_session_id is not None
         # known before the answer leaves: the client's next request may come at once
-        self._sessions[entry.transport.mcp_session_id] = entry
-        answer: list[bytes] = []
+        self._sessions[entry.mcp_session_id] = entry
+        if lean is not None:
+            request_id, entry.version = lean
+            entry.established, entry.opening = True, (scope, body)
+            answer = JSONRPCResponse(jsonrpc="2.0", id=request_id,
+                                     result=self._initialize_result(entry, message["params"]))
+            await _answer_lean(send, entry, 200,
+                               answer.model_dump_json(by_alias=True, exclude_unset=True).encode())
+            return
+        assert entry.transport is not None
+        answer_body: list[bytes] = []
 
         async def keep(message: Message) -> None:
             if message["type"] == "http.response.body":
-                answer.append(message.get("body", b""))
+                answer_body.append(message.get("body", b""))
             await send(message)
 
         try:
             status = await _answer(entry.transport, scope, body, _with_header(keep, entry.header))
             entry.established = status is not None and status < 400
             if entry.established:
-                entry.version = _negotiated(b"".join(answer))
+                entry.version = _negotiated(b"".join(answer_body))
         finally:
             if not entry.established:  # the loop ends and the envhub session is aborted
-                self._sessions.pop(entry.transport.mcp_session_id, None)
+                self._sessions.pop(entry.mcp_session_id, None)
                 with anyio.CancelScope(shield=True):
                     await entry.transport.terminate()
 
+    def _initialize_result(self, entry: _McpSession, params: dict[str, Any]) -> dict[str, Any]:
+        """The wire result the SDK's server answers ``initialize`` with: made by the SDK's own
+        runner once per environment and negotiated version, then only the instructions,
+        the one part that differs between sessions (:func:`door_instructions`), are set."""
+        key = (entry.env, params["protocolVersion"])
+        result = self._initialize_results.get(key)
+        if result is None:
+            runner = ServerRunner(door_server(entry.door), cast(Connection, None), {})
+            result = runner._serialize("initialize", LATEST_HANDSHAKE_VERSION,
+                                       runner._handle_initialize(params))
+            self._initialize_results[key] = result
+        return {**result, "instructions": door_instructions(entry.door)}
+
+    async def _sdk(self, entry: _McpSession) -> StreamableHTTPServerTransport:
+        """The session's SDK transport, started at the first request the lean path leaves
+        to the SDK: the handshake the lean path answered is replayed to it first (its
+        answers dropped), so the SDK's session is where the client brought it."""
+        async with entry.starting:
+            if entry.transport is not None:
+                return entry.transport
+            if not entry.live or entry.opening is None or self._tasks is None:
+                raise _Refused(404, INVALID_REQUEST, "Session not found: the MCP session "
+                                                     f"{entry.mcp_session_id!r} has ended",
+                               {"code": "session_not_found"})
+            transport = entry.transport = StreamableHTTPServerTransport(
+                entry.mcp_session_id, is_json_response_enabled=True)
+            await self._tasks.start(self._serve, entry, transport)
+            scope, body = entry.opening
+            await _answer(transport, scope, body, _drop)
+            if entry.initialized:
+                session = (_SESSION_HEADER, entry.mcp_session_id.encode())
+                await _answer(transport, {**scope, "headers": [*scope["headers"], session]},
+                              _INITIALIZED, _drop)
+            return transport
+
     async def _serve(
-        self, entry: _McpSession, *, task_status: anyio.abc.TaskStatus[None]
+        self, entry: _McpSession, transport: StreamableHTTPServerTransport, *,
+        task_status: anyio.abc.TaskStatus[None],
     ) -> None:
-        """The session's message loop, until a DELETE or the envhub session is gone; then
-        the envhub session is closed (scored, if it is still open); after a failed
-        initialize, a crash or at shutdown, aborted."""
-        transport, finished = entry.transport, False
+        """The SDK's message loop of the session, until a DELETE or the envhub session is
+        gone; then the envhub session is closed (scored, if it is still open); after a
+        failed initialize, a crash or at shutdown, aborted."""
+        finished = False
         try:
             async with transport.connect() as (read_stream, write_stream):
                 task_status.started()
-                server = door_server(entry.door)
-                async with anyio.create_task_group() as loop:
-                    loop.start_soon(self._stop_when_gone, entry, loop.cancel_scope)
-                    await serve_loop(server, read_stream, write_stream, lifespan_state={},
-                                     session_id=transport.mcp_session_id)
-                    loop.cancel_scope.cancel()
+                with entry.loop:
+                    await serve_loop(door_server(entry.door), read_stream, write_stream,
+                                     lifespan_state={}, session_id=entry.mcp_session_id)
             finished = True
         except Exception:
-            log.exception("MCP session %s of %s crashed", transport.mcp_session_id, entry.env)
+            log.exception("MCP session %s of %s crashed", entry.mcp_session_id, entry.env)
         finally:
-            assert transport.mcp_session_id is not None
-            self._sessions.pop(transport.mcp_session_id, None)
+            self._sessions.pop(entry.mcp_session_id, None)
+            entry.watch.cancel()
             with anyio.CancelScope(shield=True):
                 await self._end(entry, score=finished and entry.established)
 
+    async def _watch(self, entry: _McpSession, *,
+                     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                     ) -> None:
+        """The session's life beside its requests: it ends when its envhub session is gone
+        or at a DELETE (``entry.watch`` cancelled); later requests then find no session
+        (404), those in flight end as at a DELETE. A session the SDK serves is closed by
+        its loop (:meth:`_serve`), which this stops; one the lean path alone served is
+        closed (scored) here, or aborted at shutdown."""
+        shutdown = True
+        try:
+            with entry.watch:
+                task_status.started()
+                await self.session_gone(entry.start.session_id)
+            shutdown = False
+        finally:
+            self._sessions.pop(entry.mcp_session_id, None)
+            with anyio.CancelScope(shield=True):
+                if entry.transport is None:
+                    await self._end(entry, score=not shutdown)
+                else:
+                    if not entry.transport.is_terminated:
+                        await entry.transport.terminate()
+                    entry.loop.cancel()
+
     async def _lean(self, entry: _McpSession, headers: dict[bytes, bytes], body: bytes,
                     send: Send) -> bool:
-        """Answer a ``tools/call`` or ``tools/list`` here, as the session's SDK server would,
+        """Answer a ``tools/call``, a ``tools/list`` or (before the SDK's transport is
+        started) ``notifications/initialized`` here, as the session's SDK server would,
         when the request is plainly well formed: headers the SDK's transport accepts
-        without a word (JSON content type, an Accept naming JSON), one JSON-RPC request
+        without a word (JSON content type, an Accept naming JSON), one JSON-RPC message
         object with exactly the fields and types the SDK validates without a word, on an
         established, live session whose protocol version is known. ``False`` (nothing read
         beyond ``body``, nothing sent) leaves every other request to the SDK, which words
@@ -373,12 +476,18 @@ class McpEndpoints:
         validation of the protocol's whole result union, half of the step's cost here) for
         the form it gives in every handshake version (:func:`_text_result_wire`)."""
         version = entry.version
-        if version is None or not entry.established or entry.transport.is_terminated:
+        if version is None or not entry.established or not entry.live:
             return False
         request = _lean_request(headers, body)
         if request is None:
             return False
         request_id, method, params = request
+        if request_id is None:  # notifications/initialized: the SDK's 202, its state kept
+            if entry.transport is not None:
+                return False
+            entry.initialized = True
+            await _answer_lean(send, entry, 202, b"")
+            return True
         message: JSONRPCResponse | JSONRPCError
         try:
             result: Result
@@ -397,29 +506,16 @@ class McpEndpoints:
                 log.exception("handler for %r raised", method)
                 error = ErrorData(code=0, message=str(exc))
             message = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
-        payload = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-        assert entry.transport.mcp_session_id is not None
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"),
-            (_SESSION_HEADER, entry.transport.mcp_session_id.encode()),
-            (b"content-length", str(len(payload)).encode()),
-            entry.header,
-        ]})
-        await send({"type": "http.response.body", "body": payload})
+        await _answer_lean(send, entry, 200,
+                           message.model_dump_json(by_alias=True, exclude_unset=True).encode())
         return True
 
-    async def _stop_when_gone(self, entry: _McpSession, loop: anyio.CancelScope) -> None:
-        """End the session once its envhub session is gone: later requests find no
-        session (404), those in flight end as at a DELETE, then the loop stops."""
-        await self.session_gone(entry.start.session_id)
-        assert entry.transport.mcp_session_id is not None
-        self._sessions.pop(entry.transport.mcp_session_id, None)
-        await entry.transport.terminate()
-        loop.cancel()
-
     async def _end(self, entry: _McpSession, *, score: bool) -> None:
+        if entry.ending:
+            return
+        entry.ending = True
         try:
-            if not entry.transport.is_terminated:
+            if entry.transport is not None and not entry.transport.is_terminated:
                 await entry.transport.terminate()
             if score:
                 await entry.session.close()
@@ -486,26 +582,23 @@ def _negotiated(answer: bytes) -> str | None:
 
 
 def _lean_request(headers: dict[bytes, bytes], body: bytes
-                  ) -> tuple[str | int, str, dict[str, Any]] | None:
+                  ) -> tuple[str | int | None, str, dict[str, Any]] | None:
     """``(id, method, params)`` of a request the lean path answers, else ``None``: a
-    ``tools/list`` without parameters, or a ``tools/call`` with a string ``name`` and
-    an object of ``arguments`` (or none), nothing else in either, in a JSON body that
-    says it is JSON to a client that accepts JSON."""
-    if headers.get(b"content-type", b"").split(b";")[0].strip() != b"application/json":
+    ``tools/list`` without parameters, a ``tools/call`` with a string ``name`` and an
+    object of ``arguments`` (or none), or ``notifications/initialized`` (id ``None``)
+    without parameters, nothing else in any, in a JSON body that says it is JSON to a
+    client that accepts JSON."""
+    message = _lean_message(headers, body)
+    if message is None:
         return None
-    if not _accepts_json(headers.get(b"accept", b"")):
+    method, params = message.get("method"), message.get("params", {})
+    if "id" not in message:
+        if method == "notifications/initialized" and params == {}:
+            return None, method, params
         return None
-    try:
-        message = pydantic_core.from_json(body)
-    except ValueError:
-        return None
-    if not isinstance(message, dict) or message.keys() - _LEAN_FIELDS:
-        return None
-    request_id, method = message.get("id"), message.get("method")
-    if (message.get("jsonrpc") != "2.0" or isinstance(request_id, bool)
-            or not isinstance(request_id, str | int)):  # a bool is no JSON-RPC id
-        return None
-    params: Any = message.get("params", {})
+    request_id = message["id"]
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None  # a bool is no JSON-RPC id
     if method == "tools/list" and params == {}:
         return request_id, method, params
     if (method == "tools/call" and isinstance(params, dict)
@@ -514,6 +607,48 @@ def _lean_request(headers: dict[bytes, bytes], body: bytes
             and isinstance(params.get("arguments", {}), dict)):
         return request_id, method, params
     return None
+
+
+def _lean_message(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC message object of ``body`` when :func:`_lean_envelope` takes it."""
+    try:
+        message = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    return message if _lean_envelope(headers, message) else None
+
+
+def _lean_envelope(headers: dict[bytes, bytes], message: Any) -> bool:
+    """Whether the headers and the envelope are what the SDK's transport takes without a
+    word: a JSON content type, an Accept naming JSON, a JSON-RPC 2.0 object with no field
+    but ``jsonrpc``, ``id``, ``method`` and ``params``."""
+    return (headers.get(b"content-type", b"").split(b";")[0].strip() == b"application/json"
+            and _accepts_json(headers.get(b"accept", b""))
+            and isinstance(message, dict) and not message.keys() - _LEAN_FIELDS
+            and message.get("jsonrpc") == "2.0")
+
+
+def _lean_initialize(headers: dict[bytes, bytes], message: dict[str, Any]
+                     ) -> tuple[str | int, str] | None:
+    """``(id, negotiated protocol version)`` of an ``initialize`` request the lean path
+    answers, else ``None`` (the SDK's transport answers it): the envelope and headers
+    :func:`_lean_envelope` takes, parameters of the protocol's fields (``_meta`` naming
+    only the task) that the SDK's own validation accepts, negotiated by the SDK's rule."""
+    if not _lean_envelope(headers, message):
+        return None
+    request_id, params = message.get("id"), message.get("params")
+    if (isinstance(request_id, bool) or not isinstance(request_id, str | int)
+            or not isinstance(params, dict) or params.keys() - _INITIALIZE_FIELDS):
+        return None
+    meta = params.get("_meta", {})
+    if not isinstance(meta, dict) or meta.keys() - {TASK_ID_META, SEED_META}:
+        return None
+    try:
+        validate_client_request("initialize", LATEST_HANDSHAKE_VERSION, params)
+        _, version = ServerRunner._negotiate_initialize(params)
+    except (ValidationError, KeyError):
+        return None
+    return request_id, version
 
 
 def _text_result_wire(result: CallToolResult) -> dict[str, Any] | None:
@@ -585,6 +720,22 @@ async def _answer(transport: StreamableHTTPServerTransport, scope: Scope, body: 
 
     await transport.handle_request(scope, replay, watch)
     return status
+
+
+async def _answer_lean(send: Send, entry: _McpSession, status: int, payload: bytes) -> None:
+    """An answer of the lean path, with the headers, in the order, of the SDK transport's
+    JSON answers (and the envhub session's header after them, as :func:`_with_header`)."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"),
+        (_SESSION_HEADER, entry.mcp_session_id.encode()),
+        (b"content-length", str(len(payload)).encode()),
+        entry.header,
+    ]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _drop(message: Message) -> None:
+    """A ``send`` for answers nobody reads (the handshake replayed to the SDK)."""
 
 
 def _with_header(send: Send, header: tuple[bytes, bytes]) -> Send:
