@@ -18,15 +18,18 @@ its closed result), so the envhub session's capacity and idle time bound the MCP
 whatever its client keeps open (a ``GET`` stream) or never sends (a ``DELETE``). The MCP
 protocol itself is the official SDK's: each session's
 :func:`~envhub.mcp.door.session_mcp_server` runs on its own
-:class:`~mcp.server.streamable_http.StreamableHTTPServerTransport`.
+:class:`~mcp.server.streamable_http.StreamableHTTPServerTransport` once a request needs it.
 
-The hot requests, ``tools/call`` and ``tools/list``, take a lean path when they are plainly
-well formed (see :meth:`McpEndpoints._lean`): answered here from the session's
-:class:`~envhub.mcp.door.SessionDoor`, with the SDK's own result models, version sieve and
-error mapping, so the bytes are the SDK's, without its per-request task, memory streams,
-request parsing and dispatch. Everything else (initialize, notifications, GET streams,
-DELETE, other methods, any request the lean path does not fully understand) goes to the
-session's SDK transport.
+The requests of every episode take a lean path when they are plainly well formed (see
+:meth:`McpEndpoints._lean` and :func:`_lean_initialize`): the handshake (``initialize``,
+``notifications/initialized``, ``DELETE``) and the hot requests (``tools/call``,
+``tools/list``) are answered here from the session's :class:`~envhub.mcp.door.SessionDoor`,
+with the SDK's own result models, version sieve, negotiation and error mapping, so the
+bytes are the SDK's, without its per-session transport, message loop and memory streams
+or its per-request task, parsing and dispatch. Everything else (GET streams, other
+methods, any request the lean path does not fully understand) goes to the session's SDK
+transport, started at the first such request with the handshake the lean path answered
+replayed to it, so it serves the session from where the client brought it.
 
 Sessions need the handshake era of the protocol: a sessionless (2026-07-28) request is
 answered with ``UNSUPPORTED_PROTOCOL_VERSION`` naming the handshake versions, on which the
