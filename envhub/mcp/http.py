@@ -380,9 +380,11 @@ class McpEndpoints:
 
     def _initialize_result(self, entry: _McpSession, params: dict[str, Any]) -> dict[str, Any]:
         """The wire result the SDK's server answers ``initialize`` with: made by the SDK's own
-        runner once per environment and negotiated version, then only the instructions,
-        the one part that differs between sessions (:func:`door_instructions`), are set."""
-        key = (entry.env, params["protocolVersion"])
+        runner once per environment and negotiated version (never per requested one: a
+        client names any string), then only the instructions, the one part that differs
+        between sessions (:func:`door_instructions`), are set."""
+        assert entry.version is not None
+        key = (entry.env, entry.version)
         result = self._initialize_results.get(key)
         if result is None:
             runner = ServerRunner(door_server(entry.door), cast(Connection, None), {})
