@@ -21,7 +21,7 @@ protocol itself is the official SDK's: each session's
 :class:`~mcp.server.streamable_http.StreamableHTTPServerTransport` once a request needs it.
 
 The requests of every episode take a lean path when they are plainly well formed (see
-:meth:`McpEndpoints._lean` and :func:`_lean_initialize`): the handshake (``initialize``,
+:meth:`McpEndpoints._lean` and :mod:`envhub.mcp._lean`): the handshake (``initialize``,
 ``notifications/initialized``, ``DELETE``) and the hot requests (``tools/call``,
 ``tools/list``) are answered here from the session's :class:`~envhub.mcp.door.SessionDoor`,
 with the SDK's own result models, version sieve, negotiation and error mapping, so the
@@ -66,14 +66,19 @@ from mcp.types import (
     JSONRPCResponse,
     ListToolsResult,
     Result,
-    TextContent,
 )
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
-from mcp_types.methods import serialize_server_result, validate_client_request
-from pydantic import ValidationError
+from mcp_types.methods import serialize_server_result
 from starlette.types import Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError, InvalidRequest
+from envhub.mcp._lean import (
+    SEED_META,
+    TASK_ID_META,
+    lean_initialize,
+    lean_request,
+    text_result_wire,
+)
 from envhub.mcp.door import SessionDoor, door_instructions, door_server, mcp_error
 from envhub.mcp.openenv import OpenEnvSessions, is_openenv_request
 from envhub.protocol import EnvironmentClient, SessionHandle
@@ -89,14 +94,10 @@ __all__ = [
 log = logging.getLogger("envhub.mcp")
 
 ENVHUB_SESSION_HEADER = "envhub-session-id"
-TASK_ID_META = "envhub/task_id"
-SEED_META = "envhub/seed"
 _MAX_TASK_ID = 512
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
-_LEAN_FIELDS = frozenset({"jsonrpc", "id", "method", "params"})
-_INITIALIZE_FIELDS = frozenset({"protocolVersion", "capabilities", "clientInfo", "_meta"})
 _INITIALIZED = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'
 
 
@@ -319,15 +320,15 @@ class McpEndpoints:
     async def _initialize(self, env: str, scope: Scope, body: bytes, send: Send,
                           headers: dict[bytes, bytes]) -> None:
         """Open the envhub session and answer ``initialize``: on the lean path when the
-        request is plainly well formed (:func:`_lean_initialize`), as the SDK's server
-        answers it, with no SDK transport until a request needs one (:meth:`_sdk`);
+        request is plainly well formed (:func:`~envhub.mcp._lean.lean_initialize`), as
+        the SDK's server answers it, with no SDK transport until a request needs one (:meth:`_sdk`);
         otherwise through a new SDK transport, which words any refusal."""
         message = _parse(body)
         if message.get("method") != "initialize":
             raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: the first request "
                                                  "of an MCP session must be initialize")
         task_id, seed = _task_choice(scope, message)
-        lean = _lean_initialize(headers, message) if self.lean else None
+        lean = lean_initialize(headers, message) if self.lean else None
         try:
             session = await self.clients[env].open(task_id, seed=seed)
         except EnvhubError as exc:
@@ -479,11 +480,12 @@ class McpEndpoints:
         streams, Starlette request, dispatch context or tracing span per call. A tool
         result of text alone, what every call answers, skips the sieve (a pydantic
         validation of the protocol's whole result union, half of the step's cost here) for
-        the form it gives in every handshake version (:func:`_text_result_wire`)."""
+        the form it gives in every handshake version
+        (:func:`~envhub.mcp._lean.text_result_wire`)."""
         version = entry.version
         if version is None or not entry.established or not entry.live:
             return False
-        request = _lean_request(headers, body)
+        request = lean_request(headers, body)
         if request is None:
             return False
         request_id, method, params = request
@@ -500,7 +502,7 @@ class McpEndpoints:
                 result = ListToolsResult(tools=entry.door.tools)
             else:
                 result = await entry.door.call(params["name"], params.get("arguments", {}))
-            wire = _text_result_wire(result) if isinstance(result, CallToolResult) else None
+            wire = text_result_wire(result) if isinstance(result, CallToolResult) else None
             if wire is None:
                 dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
                 wire = serialize_server_result(method, version, dumped)
@@ -584,102 +586,6 @@ def _negotiated(answer: bytes) -> str | None:
     except (ValueError, KeyError, TypeError):
         return None
     return version if version in HANDSHAKE_PROTOCOL_VERSIONS else None
-
-
-def _lean_request(headers: dict[bytes, bytes], body: bytes
-                  ) -> tuple[str | int | None, str, dict[str, Any]] | None:
-    """``(id, method, params)`` of a request the lean path answers, else ``None``: a
-    ``tools/list`` without parameters, a ``tools/call`` with a string ``name`` and an
-    object of ``arguments`` (or none), or ``notifications/initialized`` (id ``None``)
-    without parameters, nothing else in any, in a JSON body that says it is JSON to a
-    client that accepts JSON."""
-    message = _lean_message(headers, body)
-    if message is None:
-        return None
-    method, params = message.get("method"), message.get("params", {})
-    if "id" not in message:
-        if method == "notifications/initialized" and params == {}:
-            return None, method, params
-        return None
-    request_id = message["id"]
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        return None  # a bool is no JSON-RPC id
-    if method == "tools/list" and params == {}:
-        return request_id, method, params
-    if (method == "tools/call" and isinstance(params, dict)
-            and not params.keys() - {"name", "arguments"}
-            and isinstance(params.get("name"), str)
-            and isinstance(params.get("arguments", {}), dict)):
-        return request_id, method, params
-    return None
-
-
-def _lean_message(headers: dict[bytes, bytes], body: bytes) -> dict[str, Any] | None:
-    """The JSON-RPC message object of ``body`` when :func:`_lean_envelope` takes it."""
-    try:
-        message = pydantic_core.from_json(body)
-    except ValueError:
-        return None
-    return message if _lean_envelope(headers, message) else None
-
-
-def _lean_envelope(headers: dict[bytes, bytes], message: Any) -> bool:
-    """Whether the headers and the envelope are what the SDK's transport takes without a
-    word: a JSON content type, an Accept naming JSON, a JSON-RPC 2.0 object with no field
-    but ``jsonrpc``, ``id``, ``method`` and ``params``."""
-    return (headers.get(b"content-type", b"").split(b";")[0].strip() == b"application/json"
-            and _accepts_json(headers.get(b"accept", b""))
-            and isinstance(message, dict) and not message.keys() - _LEAN_FIELDS
-            and message.get("jsonrpc") == "2.0")
-
-
-def _lean_initialize(headers: dict[bytes, bytes], message: dict[str, Any]
-                     ) -> tuple[str | int, str] | None:
-    """``(id, negotiated protocol version)`` of an ``initialize`` request the lean path
-    answers, else ``None`` (the SDK's transport answers it): the envelope and headers
-    :func:`_lean_envelope` takes, parameters of the protocol's fields (``_meta`` naming
-    only the task) that the SDK's own validation accepts, negotiated by the SDK's rule."""
-    if not _lean_envelope(headers, message):
-        return None
-    request_id, params = message.get("id"), message.get("params")
-    if (isinstance(request_id, bool) or not isinstance(request_id, str | int)
-            or not isinstance(params, dict) or params.keys() - _INITIALIZE_FIELDS):
-        return None
-    meta = params.get("_meta", {})
-    if not isinstance(meta, dict) or meta.keys() - {TASK_ID_META, SEED_META}:
-        return None
-    try:
-        validate_client_request("initialize", LATEST_HANDSHAKE_VERSION, params)
-        _, version = ServerRunner._negotiate_initialize(params)
-    except (ValidationError, KeyError):
-        return None
-    return request_id, version
-
-
-def _text_result_wire(result: CallToolResult) -> dict[str, Any] | None:
-    """The wire form of a tool result of plain text content, exactly as the SDK's version
-    sieve (:func:`mcp_types.methods.serialize_server_result`) gives it in every handshake
-    version (``tests/mcp/test_http_lean.py`` holds the two equal); ``None`` for any other
-    result, which the sieve then shapes."""
-    if result.structured_content is not None or result.model_extra:
-        return None
-    content = []
-    for part in result.content:
-        if type(part) is not TextContent or part.annotations is not None or part.meta is not None:
-            return None
-        content.append({"text": part.text, "type": "text"})
-    wire: dict[str, Any] = {} if result.meta is None else {"_meta": result.meta}
-    wire["content"] = content
-    if result.is_error is not None:
-        wire["isError"] = result.is_error
-    return wire
-
-
-def _accepts_json(accept: bytes) -> bool:
-    """The SDK transport's test (:func:`mcp.server.streamable_http.check_accept_headers`)
-    that a JSON answer is acceptable."""
-    types_ = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
-    return bool(types_ & {b"*/*", b"application/json", b"application/*"})
 
 
 def _task_choice(scope: Scope, message: dict[str, Any]) -> tuple[str | None, int | None]:
