@@ -12,8 +12,8 @@ latency, CPU per step on each side and the ratios to the WebSocket run (steps/s,
 server CPU per step).
 
 A step through MCP is a JSON-RPC request in an HTTP POST (headers, session lookup, the
-JSON-RPC envelope; the door's lean path answers ``tools/call`` itself, the SDK the
-handshake and the rest) where the WebSocket API sends one small frame; the server-side
+JSON-RPC envelope; the door's lean path answers the handshake and ``tools/call`` itself,
+the SDK the rest) where the WebSocket API sends one small frame; the server-side
 CPU per step bounds the server's throughput, the client's the driver's (both are
 printed).
 

@@ -150,9 +150,10 @@ def mcp_endpoints(store: SessionStore, metrics: ServerMetrics,
     session (reaped idle past the TTL, its closed result expired, shut down), whatever its
     client keeps open or never sends.
 
-    ``ENVHUB_MCP_LEAN=0`` in the environment turns the lean path of ``tools/call`` and
-    ``tools/list`` off (every request through the SDK's transport): the reference the
-    tests hold the lean path to, and a way out should a client meet a difference.
+    ``ENVHUB_MCP_LEAN=0`` in the environment turns the lean path of the handshake,
+    ``tools/call`` and ``tools/list`` off (every request through the SDK's transport):
+    the reference the tests hold the lean path to, and a way out should a client meet a
+    difference.
     ``max_message_bytes`` bounds each message of OpenEnv's WebSocket
     (:mod:`envhub.mcp.openenv`), as the server's body limit bounds HTTP bodies, and its
     sessions count as idle after the store's TTL."""

@@ -57,6 +57,7 @@ __all__ = [
     "REWARD_URI",
     "TASK_URI",
     "SessionDoor",
+    "door_instructions",
     "door_server",
     "mcp_error",
     "serve_session_mcp",
@@ -292,15 +293,10 @@ def door_server(door: SessionDoor) -> Server[Any]:
     see the same tool list and call counter."""
     from envhub import __version__
 
-    env_name, start = door.env_name, door.start
     return Server(
-        f"envhub-{env_name}",
+        f"envhub-{door.env_name}",
         version=__version__,
-        instructions=(
-            f"One episode of the envhub environment {env_name!r} (task {start.task_id}). "
-            f"The task is the prompt {PROMPT_NAME!r} (and {TASK_URI}); solve it with the "
-            f"tools; the final reward is {REWARD_URI} once the episode has ended."
-        ),
+        instructions=door_instructions(door),
         on_list_tools=door.list_tools,
         on_call_tool=door.call_tool,
         on_list_prompts=door.list_prompts,
@@ -308,6 +304,16 @@ def door_server(door: SessionDoor) -> Server[Any]:
         on_list_resources=door.list_resources,
         on_read_resource=door.read_resource,
     )
+
+
+def door_instructions(door: SessionDoor) -> str:
+    """The ``instructions`` of ``door``'s server (:func:`door_server`): the only part of an
+    ``initialize`` answer that differs between the sessions of one environment, so the
+    hosted endpoint's lean path can answer ``initialize`` from one environment's answer."""
+    return (f"One episode of the envhub environment {door.env_name!r} (task "
+            f"{door.start.task_id}). The task is the prompt {PROMPT_NAME!r} (and {TASK_URI}); "
+            f"solve it with the tools; the final reward is {REWARD_URI} once the episode has "
+            "ended.")
 
 
 class _OneToken:

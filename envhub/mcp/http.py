@@ -18,15 +18,18 @@ its closed result), so the envhub session's capacity and idle time bound the MCP
 whatever its client keeps open (a ``GET`` stream) or never sends (a ``DELETE``). The MCP
 protocol itself is the official SDK's: each session's
 :func:`~envhub.mcp.door.session_mcp_server` runs on its own
-:class:`~mcp.server.streamable_http.StreamableHTTPServerTransport`.
+:class:`~mcp.server.streamable_http.StreamableHTTPServerTransport` once a request needs it.
 
-The hot requests, ``tools/call`` and ``tools/list``, take a lean path when they are plainly
-well formed (see :meth:`McpEndpoints._lean`): answered here from the session's
-:class:`~envhub.mcp.door.SessionDoor`, with the SDK's own result models, version sieve and
-error mapping, so the bytes are the SDK's, without its per-request task, memory streams,
-request parsing and dispatch. Everything else (initialize, notifications, GET streams,
-DELETE, other methods, any request the lean path does not fully understand) goes to the
-session's SDK transport.
+The requests of every episode take a lean path when they are plainly well formed (see
+:meth:`McpEndpoints._lean` and :mod:`envhub.mcp._lean`): the handshake (``initialize``,
+``notifications/initialized``, ``DELETE``) and the hot requests (``tools/call``,
+``tools/list``) are answered here from the session's :class:`~envhub.mcp.door.SessionDoor`,
+with the SDK's own result models, version sieve, negotiation and error mapping, so the
+bytes are the SDK's, without its per-session transport, message loop and memory streams
+or its per-request task, parsing and dispatch. Everything else (GET streams, other
+methods, any request the lean path does not fully understand) goes to the session's SDK
+transport, started at the first such request with the handshake the lean path answered
+replayed to it, so it serves the session from where the client brought it.
 
 Sessions need the handshake era of the protocol: a sessionless (2026-07-28) request is
 answered with ``UNSUPPORTED_PROTOCOL_VERSION`` naming the handshake versions, on which the
@@ -41,13 +44,14 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 
 import anyio
 import anyio.abc
 import pydantic_core
-from mcp.server.runner import serve_loop
+from mcp.server.connection import Connection
+from mcp.server.runner import ServerRunner, serve_loop
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
@@ -62,14 +66,20 @@ from mcp.types import (
     JSONRPCResponse,
     ListToolsResult,
     Result,
-    TextContent,
 )
-from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 from mcp_types.methods import serialize_server_result
 from starlette.types import Message, Receive, Scope, Send
 
 from envhub.errors import EnvhubError, InvalidRequest
-from envhub.mcp.door import SessionDoor, door_server, mcp_error
+from envhub.mcp._lean import (
+    SEED_META,
+    TASK_ID_META,
+    lean_initialize,
+    lean_request,
+    text_result_wire,
+)
+from envhub.mcp.door import SessionDoor, door_instructions, door_server, mcp_error
 from envhub.mcp.openenv import OpenEnvSessions, is_openenv_request
 from envhub.protocol import EnvironmentClient, SessionHandle
 from envhub.types import SessionStart
@@ -84,13 +94,11 @@ __all__ = [
 log = logging.getLogger("envhub.mcp")
 
 ENVHUB_SESSION_HEADER = "envhub-session-id"
-TASK_ID_META = "envhub/task_id"
-SEED_META = "envhub/seed"
 _MAX_TASK_ID = 512
 
 _SESSION_HEADER = MCP_SESSION_ID_HEADER.lower().encode()
 _VERSION_HEADER = MCP_PROTOCOL_VERSION_HEADER.lower().encode()
-_LEAN_FIELDS = frozenset({"jsonrpc", "id", "method", "params"})
+_INITIALIZED = b'{"jsonrpc": "2.0", "method": "notifications/initialized"}'
 
 
 class _Refused(Exception):
@@ -103,20 +111,35 @@ class _Refused(Exception):
 
 @dataclass(eq=False)
 class _McpSession:
-    """One MCP session: its transport and the envhub session it is."""
+    """One MCP session: the envhub session it is and, once a request needs the SDK, the
+    SDK's transport serving it (``None`` while the lean path has answered everything)."""
 
-    transport: StreamableHTTPServerTransport
+    mcp_session_id: str
     session: SessionHandle
     start: SessionStart
     env: str
     door: SessionDoor
+    transport: StreamableHTTPServerTransport | None = None
     established: bool = False  # its initialize was answered with success
     version: str | None = None  # the protocol version its initialize negotiated
+    # the lean handshake, replayed to the SDK's transport when one is started
+    opening: tuple[Scope, bytes] | None = None
+    initialized: bool = False  # notifications/initialized answered on the lean path
+    ending: bool = False  # being closed or aborted (:meth:`McpEndpoints._end`)
+    watch: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    loop: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    starting: anyio.Lock = field(default_factory=anyio.Lock)
     ended: anyio.Event = field(default_factory=anyio.Event)
 
     @property
     def header(self) -> tuple[bytes, bytes]:
         return ENVHUB_SESSION_HEADER.encode(), self.start.session_id.encode()
+
+    @property
+    def live(self) -> bool:
+        """Not ended by a DELETE or by its envhub session being gone."""
+        return not (self.ending or self.watch.cancel_called
+                    or (self.transport is not None and self.transport.is_terminated))
 
 
 class McpEndpoints:
@@ -163,6 +186,7 @@ class McpEndpoints:
         self.error_status = error_status
         self.on_error = on_error
         self._sessions: dict[str, _McpSession] = {}
+        self._initialize_results: dict[tuple[str, str], dict[str, Any]] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
 
     def serves(self, path: str) -> bool:
@@ -228,7 +252,7 @@ class McpEndpoints:
             if message is not None:  # OpenEnv's client: no initialize (envhub.mcp.openenv)
                 await _json(send, 200, await self.openenv.rpc(env, message))
                 return
-            await self._initialize(env, scope, body, send)
+            await self._initialize(env, scope, body, send, headers)
         except _Refused as refusal:
             self.on_error(_envhub_code(refusal))
             await _jsonrpc_error(send, refusal, request_id)
@@ -268,28 +292,43 @@ class McpEndpoints:
         if scope["method"] == "POST":
             body = await _read_body(receive)
             if not (self.lean and await self._lean(entry, headers, body, send)):
-                await _answer(entry.transport, scope, body, _with_header(send, entry.header))
+                transport = await self._sdk(entry)
+                await _answer(transport, scope, body, _with_header(send, entry.header))
             return
+        if scope["method"] == "DELETE" and entry.transport is None and entry.live:
+            # as the SDK's transport answers the DELETE of its session (the session id is
+            # the one it was opened with, nothing else is read), once the episode is scored
+            entry.watch.cancel()
+            await entry.ended.wait()
+            await _answer_lean(send, entry, 200, b"")
+            return
+        transport = await self._sdk(entry)
         if scope["method"] != "DELETE":
-            await entry.transport.handle_request(scope, receive, _with_header(send, entry.header))
+            await transport.handle_request(scope, receive, _with_header(send, entry.header))
             return
         held: list[Message] = []
 
         async def hold(message: Message) -> None:
             held.append(message)
 
-        await entry.transport.handle_request(scope, receive, _with_header(hold, entry.header))
-        if entry.transport.is_terminated:
+        await transport.handle_request(scope, receive, _with_header(hold, entry.header))
+        if transport.is_terminated:
             await entry.ended.wait()
         for message in held:
             await send(message)
 
-    async def _initialize(self, env: str, scope: Scope, body: bytes, send: Send) -> None:
+    async def _initialize(self, env: str, scope: Scope, body: bytes, send: Send,
+                          headers: dict[bytes, bytes]) -> None:
+        """Open the envhub session and answer ``initialize``: on the lean path when the
+        request is plainly well formed (:func:`~envhub.mcp._lean.lean_initialize`), as
+        the SDK's server answers it, with no SDK transport until a request needs one (:meth:`_sdk`);
+        otherwise through a new SDK transport, which words any refusal."""
         message = _parse(body)
         if message.get("method") != "initialize":
             raise _Refused(400, INVALID_REQUEST, "no Mcp-Session-Id header: the first request "
                                                  "of an MCP session must be initialize")
         task_id, seed = _task_choice(scope, message)
+        lean = lean_initialize(headers, message) if self.lean else None
         try:
             session = await self.clients[env].open(task_id, seed=seed)
         except EnvhubError as exc:
@@ -298,68 +337,138 @@ class McpEndpoints:
                            error.data) from exc
         try:
             start = await session.reset()
-            entry = _McpSession(
-                StreamableHTTPServerTransport(uuid.uuid4().hex, is_json_response_enabled=True),
-                session, start, env, SessionDoor(session, start, env_name=env),
-            )
+            entry = _McpSession(uuid.uuid4().hex, session, start, env,
+                                SessionDoor(session, start, env_name=env))
             if self._tasks is None:
                 raise RuntimeError("McpEndpoints is not running (enter running() first)")
-            await self._tasks.start(self._serve, entry)
+            if lean is None:
+                entry.transport = StreamableHTTPServerTransport(
+                    entry.mcp_session_id, is_json_response_enabled=True)
+                await self._tasks.start(self._serve, entry, entry.transport)
+            await self._tasks.start(self._watch, entry)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await session.abort()
             raise
-        assert entry.transport.mcp_session_id is not None
         # known before the answer leaves: the client's next request may come at once
-        self._sessions[entry.transport.mcp_session_id] = entry
-        answer: list[bytes] = []
+        self._sessions[entry.mcp_session_id] = entry
+        if lean is not None:
+            request_id, entry.version = lean
+            entry.established, entry.opening = True, (scope, body)
+            answer = JSONRPCResponse(jsonrpc="2.0", id=request_id,
+                                     result=self._initialize_result(entry, message["params"]))
+            await _answer_lean(send, entry, 200,
+                               answer.model_dump_json(by_alias=True, exclude_unset=True).encode())
+            return
+        assert entry.transport is not None
+        answer_body: list[bytes] = []
 
         async def keep(message: Message) -> None:
             if message["type"] == "http.response.body":
-                answer.append(message.get("body", b""))
+                answer_body.append(message.get("body", b""))
             await send(message)
 
         try:
             status = await _answer(entry.transport, scope, body, _with_header(keep, entry.header))
             entry.established = status is not None and status < 400
             if entry.established:
-                entry.version = _negotiated(b"".join(answer))
+                entry.version = _negotiated(b"".join(answer_body))
         finally:
             if not entry.established:  # the loop ends and the envhub session is aborted
-                self._sessions.pop(entry.transport.mcp_session_id, None)
+                self._sessions.pop(entry.mcp_session_id, None)
                 with anyio.CancelScope(shield=True):
                     await entry.transport.terminate()
 
+    def _initialize_result(self, entry: _McpSession, params: dict[str, Any]) -> dict[str, Any]:
+        """The wire result the SDK's server answers ``initialize`` with: made by the SDK's own
+        runner once per environment and negotiated version (never per requested one: a
+        client names any string), then only the instructions, the one part that differs
+        between sessions (:func:`door_instructions`), are set."""
+        assert entry.version is not None
+        key = (entry.env, entry.version)
+        result = self._initialize_results.get(key)
+        if result is None:
+            runner = ServerRunner(door_server(entry.door), cast(Connection, None), {})
+            result = runner._serialize("initialize", LATEST_HANDSHAKE_VERSION,
+                                       runner._handle_initialize(params))
+            self._initialize_results[key] = result
+        return {**result, "instructions": door_instructions(entry.door)}
+
+    async def _sdk(self, entry: _McpSession) -> StreamableHTTPServerTransport:
+        """The session's SDK transport, started at the first request the lean path leaves
+        to the SDK: the handshake the lean path answered is replayed to it first (its
+        answers dropped), so the SDK's session is where the client brought it."""
+        async with entry.starting:
+            if entry.transport is not None:
+                return entry.transport
+            if not entry.live or entry.opening is None or self._tasks is None:
+                raise _Refused(404, INVALID_REQUEST, "Session not found: the MCP session "
+                                                     f"{entry.mcp_session_id!r} has ended",
+                               {"code": "session_not_found"})
+            transport = entry.transport = StreamableHTTPServerTransport(
+                entry.mcp_session_id, is_json_response_enabled=True)
+            await self._tasks.start(self._serve, entry, transport)
+            scope, body = entry.opening
+            await _answer(transport, scope, body, _drop)
+            if entry.initialized:
+                session = (_SESSION_HEADER, entry.mcp_session_id.encode())
+                await _answer(transport, {**scope, "headers": [*scope["headers"], session]},
+                              _INITIALIZED, _drop)
+            return transport
+
     async def _serve(
-        self, entry: _McpSession, *, task_status: anyio.abc.TaskStatus[None]
+        self, entry: _McpSession, transport: StreamableHTTPServerTransport, *,
+        task_status: anyio.abc.TaskStatus[None],
     ) -> None:
-        """The session's message loop, until a DELETE or the envhub session is gone; then
-        the envhub session is closed (scored, if it is still open); after a failed
-        initialize, a crash or at shutdown, aborted."""
-        transport, finished = entry.transport, False
+        """The SDK's message loop of the session, until a DELETE or the envhub session is
+        gone; then the envhub session is closed (scored, if it is still open); after a
+        failed initialize, a crash or at shutdown, aborted."""
+        finished = False
         try:
             async with transport.connect() as (read_stream, write_stream):
                 task_status.started()
-                server = door_server(entry.door)
-                async with anyio.create_task_group() as loop:
-                    loop.start_soon(self._stop_when_gone, entry, loop.cancel_scope)
-                    await serve_loop(server, read_stream, write_stream, lifespan_state={},
-                                     session_id=transport.mcp_session_id)
-                    loop.cancel_scope.cancel()
+                with entry.loop:
+                    await serve_loop(door_server(entry.door), read_stream, write_stream,
+                                     lifespan_state={}, session_id=entry.mcp_session_id)
             finished = True
         except Exception:
-            log.exception("MCP session %s of %s crashed", transport.mcp_session_id, entry.env)
+            log.exception("MCP session %s of %s crashed", entry.mcp_session_id, entry.env)
         finally:
-            assert transport.mcp_session_id is not None
-            self._sessions.pop(transport.mcp_session_id, None)
+            self._sessions.pop(entry.mcp_session_id, None)
+            entry.watch.cancel()
             with anyio.CancelScope(shield=True):
                 await self._end(entry, score=finished and entry.established)
 
+    async def _watch(self, entry: _McpSession, *,
+                     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+                     ) -> None:
+        """The session's life beside its requests: it ends when its envhub session is gone
+        or at a DELETE (``entry.watch`` cancelled); later requests then find no session
+        (404), those in flight end as at a DELETE. A session the SDK serves is closed by
+        its loop (:meth:`_serve`), which this stops; one the lean path alone served is
+        closed (scored) here, or aborted at shutdown."""
+        shutdown = True
+        try:
+            with entry.watch:
+                task_status.started()
+                await self.session_gone(entry.start.session_id)
+            shutdown = False
+        finally:
+            self._sessions.pop(entry.mcp_session_id, None)
+            with anyio.CancelScope(shield=True):
+                if entry.transport is None:
+                    await self._end(entry, score=not shutdown)
+                else:
+                    if not entry.transport.is_terminated:
+                        await entry.transport.terminate()
+                    entry.loop.cancel()
+
     async def _lean(self, entry: _McpSession, headers: dict[bytes, bytes], body: bytes,
                     send: Send) -> bool:
-        """Answer a ``tools/call`` or ``tools/list`` here, as the session's SDK server would,
+        """Answer a ``tools/call``, a ``tools/list`` or (before the SDK's transport is
+        started) ``notifications/initialized`` here, as the session's SDK server would,
         when the request is plainly well formed: headers the SDK's transport accepts
-        without a word (JSON content type, an Accept naming JSON), one JSON-RPC request
+        without a word (JSON content type, an Accept naming JSON), one JSON-RPC message
         object with exactly the fields and types the SDK validates without a word, on an
         established, live session whose protocol version is known. ``False`` (nothing read
         beyond ``body``, nothing sent) leaves every other request to the SDK, which words
@@ -371,14 +480,21 @@ class McpEndpoints:
         streams, Starlette request, dispatch context or tracing span per call. A tool
         result of text alone, what every call answers, skips the sieve (a pydantic
         validation of the protocol's whole result union, half of the step's cost here) for
-        the form it gives in every handshake version (:func:`_text_result_wire`)."""
+        the form it gives in every handshake version
+        (:func:`~envhub.mcp._lean.text_result_wire`)."""
         version = entry.version
-        if version is None or not entry.established or entry.transport.is_terminated:
+        if version is None or not entry.established or not entry.live:
             return False
-        request = _lean_request(headers, body)
+        request = lean_request(headers, body)
         if request is None:
             return False
         request_id, method, params = request
+        if request_id is None:  # notifications/initialized: the SDK's 202, its state kept
+            if entry.transport is not None:
+                return False
+            entry.initialized = True
+            await _answer_lean(send, entry, 202, b"")
+            return True
         message: JSONRPCResponse | JSONRPCError
         try:
             result: Result
@@ -386,7 +502,7 @@ class McpEndpoints:
                 result = ListToolsResult(tools=entry.door.tools)
             else:
                 result = await entry.door.call(params["name"], params.get("arguments", {}))
-            wire = _text_result_wire(result) if isinstance(result, CallToolResult) else None
+            wire = text_result_wire(result) if isinstance(result, CallToolResult) else None
             if wire is None:
                 dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
                 wire = serialize_server_result(method, version, dumped)
@@ -397,29 +513,16 @@ class McpEndpoints:
                 log.exception("handler for %r raised", method)
                 error = ErrorData(code=0, message=str(exc))
             message = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
-        payload = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
-        assert entry.transport.mcp_session_id is not None
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"application/json"),
-            (_SESSION_HEADER, entry.transport.mcp_session_id.encode()),
-            (b"content-length", str(len(payload)).encode()),
-            entry.header,
-        ]})
-        await send({"type": "http.response.body", "body": payload})
+        await _answer_lean(send, entry, 200,
+                           message.model_dump_json(by_alias=True, exclude_unset=True).encode())
         return True
 
-    async def _stop_when_gone(self, entry: _McpSession, loop: anyio.CancelScope) -> None:
-        """End the session once its envhub session is gone: later requests find no
-        session (404), those in flight end as at a DELETE, then the loop stops."""
-        await self.session_gone(entry.start.session_id)
-        assert entry.transport.mcp_session_id is not None
-        self._sessions.pop(entry.transport.mcp_session_id, None)
-        await entry.transport.terminate()
-        loop.cancel()
-
     async def _end(self, entry: _McpSession, *, score: bool) -> None:
+        if entry.ending:
+            return
+        entry.ending = True
         try:
-            if not entry.transport.is_terminated:
+            if entry.transport is not None and not entry.transport.is_terminated:
                 await entry.transport.terminate()
             if score:
                 await entry.session.close()
@@ -485,63 +588,6 @@ def _negotiated(answer: bytes) -> str | None:
     return version if version in HANDSHAKE_PROTOCOL_VERSIONS else None
 
 
-def _lean_request(headers: dict[bytes, bytes], body: bytes
-                  ) -> tuple[str | int, str, dict[str, Any]] | None:
-    """``(id, method, params)`` of a request the lean path answers, else ``None``: a
-    ``tools/list`` without parameters, or a ``tools/call`` with a string ``name`` and
-    an object of ``arguments`` (or none), nothing else in either, in a JSON body that
-    says it is JSON to a client that accepts JSON."""
-    if headers.get(b"content-type", b"").split(b";")[0].strip() != b"application/json":
-        return None
-    if not _accepts_json(headers.get(b"accept", b"")):
-        return None
-    try:
-        message = pydantic_core.from_json(body)
-    except ValueError:
-        return None
-    if not isinstance(message, dict) or message.keys() - _LEAN_FIELDS:
-        return None
-    request_id, method = message.get("id"), message.get("method")
-    if (message.get("jsonrpc") != "2.0" or isinstance(request_id, bool)
-            or not isinstance(request_id, str | int)):  # a bool is no JSON-RPC id
-        return None
-    params: Any = message.get("params", {})
-    if method == "tools/list" and params == {}:
-        return request_id, method, params
-    if (method == "tools/call" and isinstance(params, dict)
-            and not params.keys() - {"name", "arguments"}
-            and isinstance(params.get("name"), str)
-            and isinstance(params.get("arguments", {}), dict)):
-        return request_id, method, params
-    return None
-
-
-def _text_result_wire(result: CallToolResult) -> dict[str, Any] | None:
-    """The wire form of a tool result of plain text content, exactly as the SDK's version
-    sieve (:func:`mcp_types.methods.serialize_server_result`) gives it in every handshake
-    version (``tests/mcp/test_http_lean.py`` holds the two equal); ``None`` for any other
-    result, which the sieve then shapes."""
-    if result.structured_content is not None or result.model_extra:
-        return None
-    content = []
-    for part in result.content:
-        if type(part) is not TextContent or part.annotations is not None or part.meta is not None:
-            return None
-        content.append({"text": part.text, "type": "text"})
-    wire: dict[str, Any] = {} if result.meta is None else {"_meta": result.meta}
-    wire["content"] = content
-    if result.is_error is not None:
-        wire["isError"] = result.is_error
-    return wire
-
-
-def _accepts_json(accept: bytes) -> bool:
-    """The SDK transport's test (:func:`mcp.server.streamable_http.check_accept_headers`)
-    that a JSON answer is acceptable."""
-    types_ = {part.split(b";")[0].strip().lower() for part in accept.split(b",")}
-    return bool(types_ & {b"*/*", b"application/json", b"application/*"})
-
-
 def _task_choice(scope: Scope, message: dict[str, Any]) -> tuple[str | None, int | None]:
     """The task the client chose: query parameters first, then the request's ``_meta``."""
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -585,6 +631,22 @@ async def _answer(transport: StreamableHTTPServerTransport, scope: Scope, body: 
 
     await transport.handle_request(scope, replay, watch)
     return status
+
+
+async def _answer_lean(send: Send, entry: _McpSession, status: int, payload: bytes) -> None:
+    """An answer of the lean path, with the headers, in the order, of the SDK transport's
+    JSON answers (and the envhub session's header after them, as :func:`_with_header`)."""
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"),
+        (_SESSION_HEADER, entry.mcp_session_id.encode()),
+        (b"content-length", str(len(payload)).encode()),
+        entry.header,
+    ]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _drop(message: Message) -> None:
+    """A ``send`` for answers nobody reads (the handshake replayed to the SDK)."""
 
 
 def _with_header(send: Send, header: tuple[bytes, bytes]) -> Send:

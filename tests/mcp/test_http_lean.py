@@ -1,5 +1,5 @@
-"""The lean path of ``tools/call`` and ``tools/list`` answers byte for byte as the SDK's
-transport does: the same requests (well formed, malformed, hostile, refused) go to a
+"""The lean path (the handshake, ``tools/call`` and ``tools/list``) answers byte for byte
+as the SDK's transport does: the same requests (well formed, malformed, hostile, refused) go to a
 server with the lean path and to one without it (``ENVHUB_MCP_LEAN=0``), and the HTTP
 statuses, headers and bodies must be equal once the session ids are set aside.
 
@@ -189,3 +189,160 @@ def test_turn_rewards_user_turns_and_tool_changes_match(lean_url: str, sdk_url: 
     assert lean == _exchange(sdk_url, turns, env="user", task_id="chat-0")
     assert b"envhub/user_messages" in lean[0][2] and b"envhub/tools_changed" in lean[1][2]
     assert LATE_TOOL.encode() in lean[2][2] and b'"envhub/reward":1.0' in lean[4][2]
+
+
+# -- the handshake: initialize, notifications/initialized, DELETE, and what follows ---------
+
+VERSION = HANDSHAKE_PROTOCOL_VERSIONS[-1]
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+Step = tuple[str, Any, dict[str, str | None]]  # (HTTP method, body or None, header changes)
+
+
+def _initialize(request_id: Any = 1, **params: Any) -> dict[str, Any]:
+    fields = {**INITIALIZE["params"], "protocolVersion": VERSION, **params}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize",
+            "params": {name: value for name, value in fields.items() if value is not None}}
+
+
+def _conversation(url: str, steps: list[Step], task_id: str = TASKS["calc"]
+                  ) -> list[tuple[int, list[tuple[str, str]], bytes]]:
+    """The answers to ``steps``, in order, on one connection: once an answer names an MCP
+    session, the later steps send its id and negotiated version (unless their changes
+    drop or set them); session ids are replaced by placeholders (a refused initialize
+    names the MCP session it would have opened too)."""
+    answers, ids, session = [], {}, {}
+    with httpx.Client(timeout=30) as http:
+        for method, body, changes in steps:
+            headers = {**HEADERS, **session}
+            for name, value in changes.items():
+                headers.pop(name, None)
+                if value is not None:
+                    headers[name] = value
+            content = (None if body is None else body if isinstance(body, bytes)
+                       else json.dumps(body).encode())
+            answer = http.request(method, f"{url}/mcp/calc?task_id={task_id}",
+                                  content=content, headers=headers)
+            for name, placeholder in [("mcp-session-id", "MCP-SESSION"),
+                                      ("envhub-session-id", "ENVHUB-SESSION")]:
+                if name in answer.headers:
+                    ids.setdefault(answer.headers[name], f"{placeholder}-{len(ids)}")
+            opened = (answer.json().get("result", {}) if answer.status_code == 200
+                      and answer.content.startswith(b"{") else {})
+            if "protocolVersion" in opened and not session:
+                session = {"Mcp-Session-Id": answer.headers["mcp-session-id"],
+                           "Mcp-Protocol-Version": opened["protocolVersion"]}
+            text, kept = answer.content, []
+            for name, value in answer.headers.items():
+                if name != "date":
+                    for real, placeholder in ids.items():
+                        value = value.replace(real, placeholder)
+                    kept.append((name, value))
+            for real, placeholder in ids.items():
+                text = text.replace(real.encode(), placeholder.encode())
+            answers.append((answer.status_code, kept, text))
+    return answers
+
+
+def _opening(body: Any, changes: dict[str, str | None] | None = None) -> list[Step]:
+    """An odd initialize; when it opens a session, a call and its DELETE follow."""
+    return [("POST", body, changes or {}), ("POST", INITIALIZED, {}),
+            ("POST", _call(2, "calculate", {"expression": "1"}), {}), ("DELETE", None, {})]
+
+
+HANDSHAKES: dict[str, list[Step]] = {
+    **{f"version {version}": [
+        ("POST", _initialize(protocolVersion=version), {}), ("POST", INITIALIZED, {}),
+        ("POST", _list(2), {}), ("DELETE", None, {}), ("DELETE", None, {}),
+        ("POST", _call(3, "calculate", {"expression": "1"}), {})]
+       for version in [*HANDSHAKE_PROTOCOL_VERSIONS, "1999-01-01", "2026-07-28", "x" * 300]},
+    "string id": _opening(_initialize("init-1")),
+    "id 2**70": _opening(_initialize(2**70)),
+    "bool id": _opening(_initialize(True)),
+    "null id": _opening(_initialize(None) | {"id": None}),
+    "float id": _opening(_initialize(1.5)),
+    "no id": _opening({k: v for k, v in _initialize().items() if k != "id"}),
+    "no params": _opening({"jsonrpc": "2.0", "id": 1, "method": "initialize"}),
+    "empty params": _opening({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+    "version not a string": _opening(_initialize(protocolVersion=20250618)),
+    "no clientInfo": _opening(_initialize(clientInfo=None)),
+    "clientInfo without version": _opening(_initialize(clientInfo={"name": "x"})),
+    "capabilities not an object": _opening(_initialize(capabilities=[])),
+    "client capabilities": _opening(_initialize(capabilities={
+        "roots": {"listChanged": True}, "sampling": {}, "elicitation": {}})),
+    "an unknown parameter": _opening(_initialize(extra=1)),
+    "task in _meta": _opening(_initialize(_meta={"envhub/task_id": TASKS["calc"]})),
+    "progress token in _meta": _opening(_initialize(_meta={"progressToken": 7})),
+    "an unknown field": _opening(_initialize() | {"extra": 1}),
+    "jsonrpc 1.0": _opening(_initialize() | {"jsonrpc": "1.0"}),
+    "a batch": _opening([_initialize()]),
+    "malformed JSON": _opening(b'{"jsonrpc": "2.0", "id": 1, "method": "initia'),
+    "text/plain": _opening(_initialize(), {"Content-Type": "text/plain"}),
+    "charset": _opening(_initialize(), {"Content-Type": "application/json; charset=utf-8"}),
+    "JSON in a list of types": _opening(_initialize(),
+                                        {"Content-Type": "text/plain, application/json"}),
+    "SSE only": _opening(_initialize(), {"Accept": "text/event-stream"}),
+    "no Accept": _opening(_initialize(), {"Accept": None}),
+    "Accept */*": _opening(_initialize(), {"Accept": "*/*"}),
+    "Accept application/*": _opening(_initialize(), {"Accept": "application/*;q=0.5"}),
+    "no token": _opening(_initialize(), {"Authorization": None}),
+    "version header too new": _opening(_initialize(), {"Mcp-Protocol-Version": "2026-07-28"}),
+    "another task": _opening(_initialize()),  # the task is in initialize's instructions
+    "a notification first": [("POST", INITIALIZED, {})],
+    "a call first": [("POST", _call(1, "calculate", {"expression": "1"}), {})],
+    "notification variants": [
+        ("POST", _initialize(), {}), ("POST", INITIALIZED | {"params": {}}, {}),
+        ("POST", INITIALIZED, {}), ("POST", INITIALIZED, {"Content-Type": "text/plain"}),
+        ("POST", INITIALIZED, {"Accept": "text/event-stream"}),
+        ("POST", INITIALIZED, {"Mcp-Protocol-Version": None}),
+        ("POST", INITIALIZED | {"id": 9}, {}),
+        ("POST", INITIALIZED | {"params": {"_meta": {"x": 1}}}, {}),
+        ("POST", _call(2, "calculate", {"expression": "1"}), {}), ("DELETE", None, {})],
+    "no notification, then the SDK's methods": [
+        ("POST", _initialize(), {}), ("POST", {"jsonrpc": "2.0", "id": 2,
+                                               "method": "prompts/list"}, {}),
+        ("POST", _call(3, "calculate", {"expression": "1"}), {}),
+        ("POST", INITIALIZED, {}),
+        ("POST", {"jsonrpc": "2.0", "id": 4, "method": "resources/list"}, {}),
+        ("POST", _list(5), {}), ("DELETE", None, {})],
+    "the SDK's methods after the notification": [
+        ("POST", _initialize(), {}), ("POST", INITIALIZED, {}),
+        ("POST", {"jsonrpc": "2.0", "id": 2, "method": "ping"}, {}),
+        ("POST", {"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+                  "params": {"uri": "envhub://task"}}, {}),
+        ("POST", _call(4, "calculate", {"expression": "1"}), {}),
+        ("DELETE", None, {}), ("POST", _list(5), {})],
+    "a second initialize": [
+        ("POST", _initialize(), {}), ("POST", INITIALIZED, {}),
+        ("POST", _initialize(2), {}), ("POST", _initialize(3, protocolVersion="2024-11-05"), {}),
+        ("POST", _call(4, "calculate", {"expression": "1"}), {}), ("DELETE", None, {})],
+    "other HTTP methods": [
+        ("POST", _initialize(), {}), ("POST", INITIALIZED, {}),
+        ("GET", None, {"Accept": "application/json"}), ("PUT", b"{}", {}),
+        ("POST", _call(2, "calculate", {"expression": "1"}), {}), ("DELETE", None, {})],
+    "odd DELETEs": [
+        ("POST", _initialize(), {}), ("DELETE", None, {"Mcp-Session-Id": None}),
+        ("DELETE", None, {"Mcp-Session-Id": "0" * 32}),
+        ("DELETE", None, {"Mcp-Protocol-Version": "1999-01-01"}),
+        ("DELETE", None, {"Accept": None, "Content-Type": None}),
+        ("DELETE", None, {}), ("POST", INITIALIZED, {})],
+    "the episode ends before the DELETE": [
+        ("POST", _initialize(), {}), ("POST", INITIALIZED, {}),
+        ("POST", _call(2, "answer", {"value": "-1"}), {}),
+        ("POST", _call(3, "calculate", {"expression": "1"}), {}), ("DELETE", None, {})],
+}
+
+
+TASK_OF = {"another task": "calc-0-00003"}
+
+
+@pytest.mark.parametrize("name", list(HANDSHAKES))
+def test_lean_handshake_is_the_sdks_byte_for_byte(lean_url: str, sdk_url: str,
+                                                   name: str) -> None:
+    """Every handshake request, well formed or odd, and what follows it: the lean path
+    answers initialize, the notification and DELETE itself and starts the SDK's transport
+    only for a request it leaves to the SDK (the handshake replayed to it first)."""
+    steps, task_id = HANDSHAKES[name], TASK_OF.get(name, TASKS["calc"])
+    lean, sdk = _conversation(lean_url, steps, task_id), _conversation(sdk_url, steps, task_id)
+    for (method, body, changes), lean_answer, sdk_answer in zip(steps, lean, sdk, strict=True):
+        shown = body[:80] if isinstance(body, bytes) else json.dumps(body)[:200]
+        assert lean_answer == sdk_answer, f"{method} {shown} {changes}"
