@@ -55,6 +55,7 @@ __all__ = [
     "InvalidRequest",
     "JudgeError",
     "NotDeterministic",
+    "OptionsRequired",
     "PackageIndexError",
     "PolicyError",
     "PublishRefused",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -15,7 +15,9 @@ from envhub.cli._app import app
 from envhub.cli.options import EnvArgOption, parse_env_args, warn_tool_gaps
 from envhub.errors import EnvhubError
 from envhub.hub import INDEX_URL_ENV, PLUGIN_PREFIX
-from envhub.types import EnvironmentInfo
+
+if TYPE_CHECKING:  # the models load with the command that uses them, not with the CLI
+    from envhub.types import EnvironmentInfo
 
 console = Console()
 

@@ -35,6 +35,7 @@ PUBLIC_MODULES = (
     "envhub.rewards.web",
     "envhub.sandboxes",
     "envhub.sandboxes.docker",  # the Docker sandbox, for plugins that run task containers
+    "envhub.sandboxes.disposable_child",  # a confined child per score: scorers of hostile text
     "envhub.sandboxes.docker_cli",  # the docker CLI, for plugins that build images
     "envhub.sandboxes.images",
     "envhub.sandboxes.shared_pools",  # warm sandboxes shared by an environment's episodes

@@ -93,8 +93,9 @@ def test_cli_list_and_info(fake_plugins: Path) -> None:
     assert '"yo 0"' in info.stdout and '"name": "add"' in info.stdout
     bad = runner.invoke(app, ["info", "toy", "--env-arg", "colour=red"])
     assert bad.exit_code == 2 and "bad options" in bad.stderr and not bad.stdout
-    table = runner.invoke(app, ["list"], env={"COLUMNS": "200"}).stdout
-    assert "needy needs server=" in table and "OptionsRequired" not in table
+    assert '"needs_options": "needy needs server= (the server it reaches)"' in listed.stdout
+    table = runner.invoke(app, ["list"]).stdout
+    assert "needy needs" in table and "OptionsRequired" not in table
     needy = runner.invoke(app, ["info", "needy"])
     assert needy.exit_code == 2 and needy.stderr.strip() == (
         "error: needy needs server= (the server it reaches)"
