@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import threading
 import weakref
 from collections import Counter
@@ -277,12 +276,13 @@ class LocalEnvironment:
         more. Those resources belong to the class, not to a client: two clients of one
         class (gymnasium's ``check_env`` makes a second to close it; a rollout's
         ``--tasks-from``) share them, and closing one must not end the other's episodes.
-        A client nobody holds any more does not count."""
+        A client nobody holds any more does not count, once it is freed: at once (a client
+        keeps no reference to itself), or at the next garbage collection should a reference
+        cycle hold it (no collection is forced here: a full one costs up to a second in a
+        large process, at every close while another client lives)."""
         clients = _open_clients.get(self.env_class)
         if clients is not None:
             clients.discard(self)
-            if clients:
-                gc.collect()  # clients only a reference cycle still holds
             if clients:
                 return
         await self.env_class.aclose_shared()
