@@ -1,6 +1,7 @@
 """A real multi-node Ray cluster on this machine for the fleet tests.
 
-``ray_cluster`` (session-scoped) is a :class:`~envhub.fleet.local_cluster.LocalRayCluster`
+``ray_cluster`` (package-scoped: it stops with the last fleet test, since an idle
+three-node cluster burns about 5% of a core for as long as it runs) is a :class:`~envhub.fleet.local_cluster.LocalRayCluster`
 (``ray start``, dashboard off, every address 127.0.0.1, a private ``--temp-dir``) of a
 head node and two worker nodes:
 
@@ -15,7 +16,7 @@ head node and two worker nodes:
   actors' workers included), as a machine failure would; returns once Ray reports the
   node dead (about 3 s) and drops it from ``.nodes``.
 
-The three base nodes are shared by every test of the session: kill only nodes you added,
+The three base nodes are shared by every fleet test: kill only nodes you added,
 and remove what a test starts (``fleet_down``, one namespace per test or module).
 
 Teardown kills only this cluster's processes, never ``ray stop``. Test modules that need
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from envhub.fleet.local_cluster import LocalRayCluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ray_cluster() -> Iterator[LocalRayCluster]:
     if importlib.util.find_spec("ray") is None:
         raise RuntimeError("the ray_cluster fixture needs Ray: pip install 'envhub-rl[ray]'")
