@@ -1,9 +1,9 @@
 """A real multi-node Ray cluster on this machine for the fleet tests.
 
 ``ray_cluster`` (package-scoped: it stops with the last fleet test, since an idle
-three-node cluster burns about 5% of a core for as long as it runs) is a :class:`~envhub.fleet.local_cluster.LocalRayCluster`
-(``ray start``, dashboard off, every address 127.0.0.1, a private ``--temp-dir``) of a
-head node and two worker nodes:
+three-node cluster burns about 5% of a core for as long as it runs) is a
+:class:`~envhub.fleet.local_cluster.LocalRayCluster` (``ray start``, dashboard off, every
+address 127.0.0.1, a private ``--temp-dir``) of a head node and two worker nodes:
 
 - ``.address``: ``"127.0.0.1:PORT"``, the head's GCS address for ``fleet_up`` /
   ``FleetEnvironment`` / ``envhub fleet --address``;

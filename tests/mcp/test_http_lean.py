@@ -138,19 +138,25 @@ def _exchange(url: str, exchanges: list[tuple[Any, dict[str, str | None]]],
                 body = _call(35, "calculate", {"expression": "1"})
             content = body if isinstance(body, bytes) else json.dumps(body).encode()
             answer = http.post(f"{url}/mcp/{env}", content=content, headers=headers)
-            text = answer.content
-            kept = []
-            for name, value in answer.headers.items():
-                if name == "date":
-                    continue
-                for real, placeholder in ids.items():
-                    value = value.replace(real, placeholder)
-                kept.append((name, value))
-            for real, placeholder in ids.items():
-                text = text.replace(real.encode(), placeholder.encode())
-            answers.append((answer.status_code, kept, text))
+            answers.append(_comparable(answer, ids))
     return answers
 
+
+Comparable = tuple[int, list[tuple[str, str]], bytes]
+
+
+def _comparable(answer: httpx.Response, ids: dict[str, str]) -> Comparable:
+    """An answer's status, headers (but ``date``) and body, with the session ids it names
+    replaced by their placeholders: what the two paths must give alike."""
+    text, kept = answer.content, []
+    for name, value in answer.headers.items():
+        if name != "date":
+            for real, placeholder in ids.items():
+                value = value.replace(real, placeholder)
+            kept.append((name, value))
+    for real, placeholder in ids.items():
+        text = text.replace(real.encode(), placeholder.encode())
+    return answer.status_code, kept, text
 
 def test_lean_answers_are_the_sdks_byte_for_byte(lean_url: str, sdk_url: str) -> None:
     lean, sdk = _exchange(lean_url, EXCHANGES), _exchange(sdk_url, EXCHANGES)
@@ -231,15 +237,7 @@ def _conversation(url: str, steps: list[Step], task_id: str = TASKS["calc"]
             if "protocolVersion" in opened and not session:
                 session = {"Mcp-Session-Id": answer.headers["mcp-session-id"],
                            "Mcp-Protocol-Version": opened["protocolVersion"]}
-            text, kept = answer.content, []
-            for name, value in answer.headers.items():
-                if name != "date":
-                    for real, placeholder in ids.items():
-                        value = value.replace(real, placeholder)
-                    kept.append((name, value))
-            for real, placeholder in ids.items():
-                text = text.replace(real.encode(), placeholder.encode())
-            answers.append((answer.status_code, kept, text))
+            answers.append(_comparable(answer, ids))
     return answers
 
 
