@@ -5,7 +5,7 @@ end: the episode goes on and is scored."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +14,6 @@ from mcp.types import PARSE_ERROR
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import envhub
-from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from envhub.testing.hostile import deeply_nested_json
 from tests.mcp.clients import ACCEPT, INITIALIZE, TASKS
@@ -25,9 +24,9 @@ _RAW = "\x00raw"  # stands for the raw JSON text _with_raw splices in
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
+def url(mcp_app: Callable[..., Any]) -> Iterator[str]:
     """calc with the default 4 MiB body limit, named so the tests can outgrow it."""
-    with serve_in_thread(create_app(["calc"], mcp=True, max_body_bytes=MAX_BODY)) as base_url:
+    with serve_in_thread(mcp_app(["calc"], max_body_bytes=MAX_BODY)) as base_url:
         yield base_url
 
 

@@ -3,8 +3,8 @@ as the SDK's transport does: the same requests (well formed, malformed, hostile,
 server with the lean path and to one without it (``ENVHUB_MCP_LEAN=0``), and the HTTP
 statuses, headers and bodies must be equal once the session ids are set aside.
 
-The rest of ``tests/mcp/`` runs against the lean path; ``ENVHUB_MCP_LEAN=0`` runs it
-against the SDK's transport alone (docs/tests.md)."""
+The rest of ``tests/mcp/`` runs on both paths (the ``door`` fixture of conftest.py), where
+the answers are checked for meaning rather than bytes (docs/tests.md)."""
 
 from __future__ import annotations
 

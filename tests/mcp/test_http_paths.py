@@ -5,11 +5,13 @@ server; the HTTP API keeps its routes whatever the hosted environments are named
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import httpx
 import pytest
 
 import envhub
-from envhub.server import create_app
 from envhub.testing import serve_in_subprocess, serve_in_thread
 from tests.mcp.clients import ACCEPT, INITIALIZE, http_session, text_of
 
@@ -23,12 +25,10 @@ async def test_one_hosted_environment_answers_at_every_mcp_path() -> None:
 
 
 @pytest.fixture(scope="module")
-def named_like_the_api() -> object:
+def named_like_the_api(mcp_app: Callable[..., Any]) -> object:
     """calc hosted as ``v1`` and as ``health`` (the API's first path segments), and sql."""
-    app = create_app(
-        {"v1": envhub.make("calc"), "health": envhub.make("calc"), "sql": envhub.make("sql")},
-        mcp=True,
-    )
+    app = mcp_app(
+        {"v1": envhub.make("calc"), "health": envhub.make("calc"), "sql": envhub.make("sql")})
     with serve_in_thread(app) as url:
         yield url
 

@@ -8,12 +8,12 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from tests.mcp.clients import ACCEPT, INITIALIZE
 
@@ -21,9 +21,9 @@ TTL_S = 0.5
 
 
 @pytest.fixture
-def one_slot() -> Iterator[str]:
+def one_slot(mcp_app: Callable[..., Any]) -> Iterator[str]:
     """A server holding one session, reaped after half a second idle."""
-    app = create_app(["calc"], max_sessions=1, session_ttl_s=TTL_S, mcp=True)
+    app = mcp_app(["calc"], max_sessions=1, session_ttl_s=TTL_S)
     with serve_in_thread(app) as url:
         yield url
 
@@ -88,11 +88,13 @@ async def test_an_open_get_stream_does_not_hold_a_reaped_sessions_slot(one_slot:
         assert (await _tools_list(http, headers)).status_code == 404
 
 
-async def test_an_mcp_session_closed_through_another_door_frees_its_slot() -> None:
+async def test_an_mcp_session_closed_through_another_door_frees_its_slot(
+    mcp_app: Callable[..., Any],
+) -> None:
     """Closed through the REST API: the slot is free at once; the MCP session answers as
     after the episode (a tool error the model reads) while the server keeps the closed
     result, and is gone once that expired, idle past the TTL, without a DELETE."""
-    app = create_app(["calc"], max_sessions=1, session_ttl_s=3.0, mcp=True)
+    app = mcp_app(["calc"], max_sessions=1, session_ttl_s=3.0)
     with serve_in_thread(app) as url:
         async with mcp_client(url) as (http, headers, session_id):
             assert await _initialize_status(url) == 429  # the one slot is held
