@@ -65,15 +65,19 @@ def build_adder_image(python: Path) -> str:
         with tempfile.TemporaryDirectory(prefix="envhub-openenv-image-") as tmp:
             (Path(tmp) / "Dockerfile").write_text(dockerfile)
             shutil.copy(SERVERS, tmp)
+            # --warning=no-file-changed, and exit status 1 taken as success: CI's uv
+            # installs into other venvs meanwhile hard-link the same cached files, and a
+            # new link changes a file's ctime (not its content), which GNU tar reports as
+            # "file changed as we read it", exit 1; this venv itself is not written to
             tar = subprocess.Popen(
-                ["tar", "-c", "-C", tmp, "Dockerfile", SERVERS.name, "-C", str(site),
-                 "--transform", "s,^\\./,site/,",
+                ["tar", "-c", "--warning=no-file-changed", "-C", tmp, "Dockerfile",
+                 SERVERS.name, "-C", str(site), "--transform", "s,^\\./,site/,",
                  *(f"--exclude=./{name}" for name in NOT_IN_IMAGE), "."],
                 stdout=subprocess.PIPE)  # fmt: skip
             proc = run_docker("build", "--network", "none", "--force-rm", "-q", "-t", tag, "-",
                               stdin=tar.stdout, timeout=600)
             tar.wait()
-        if tar.returncode != 0 or proc.returncode != 0:
+        if tar.returncode not in (0, 1) or proc.returncode != 0:
             raise SandboxError(f"building {tag} failed: {proc.stderr.strip()[-1500:]}")
 
     return build_image_once(tag, build)
