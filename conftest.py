@@ -1,4 +1,5 @@
-"""Test-run wiring shared by ``tests/`` and ``environments/*/tests``: xdist groups.
+"""Test-run wiring shared by ``tests/`` and ``environments/*/tests``: xdist groups, and
+the ``earlier_clients_freed`` fixture.
 
 CI runs the suite on two pytest-xdist workers (``-n auto --dist loadgroup``): most tests
 wait on servers, subprocesses and sockets, so two workers keep both cores busy. Tests that
@@ -33,6 +34,7 @@ Without xdist (``pytest path/to/test.py``) nothing changes.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from typing import Any
 
@@ -114,3 +116,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             -sizes[_scope(item.nodeid)],
         )
     )
+
+
+@pytest.fixture
+def earlier_clients_freed() -> None:
+    """For a test that checks what closing an environment class's last client releases
+    (``aclose_shared``: workers, servers, browsers): a client an earlier test of this
+    process dropped inside a reference cycle (a kept traceback's frames) counts as open
+    until a garbage collection frees it (``LocalEnvironment.aclose`` forces none), and
+    would keep the shared resources alive."""
+    gc.collect()

@@ -3,6 +3,7 @@ Streamable HTTP, and gets what the envhub API gives for the same calls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -15,7 +16,6 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 import envhub
 from envhub.clients.remote import RemoteEnvironment
-from envhub.server import create_app
 from envhub.testing import serve_in_thread
 from tests.mcp.clients import (
     PROBE_CALLS,
@@ -206,8 +206,8 @@ async def test_the_bearer_token_guards_the_mcp_endpoint(strict_url: str) -> None
         assert text_of(await session.call_tool("calculate", {"expression": "5 - 1"})) == "4"
 
 
-async def test_sessions_count_against_the_servers_capacity() -> None:
-    with serve_in_thread(create_app(["calc"], max_sessions=1, mcp=True)) as base:
+async def test_sessions_count_against_the_servers_capacity(mcp_app: Callable[..., Any]) -> None:
+    with serve_in_thread(mcp_app(["calc"], max_sessions=1)) as base:
         seen: list[httpx2.Response] = []
         async with http_session(f"{base}/mcp/calc") as first:
             error = await connect_error(f"{base}/mcp/calc", seen=seen)

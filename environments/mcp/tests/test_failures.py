@@ -91,6 +91,7 @@ async def test_server_killed_mid_episode_masks_the_episode() -> None:
     assert "is gone" in trajectory.error.message
 
 
+@pytest.mark.usefixtures("earlier_clients_freed")
 async def test_a_dead_shared_server_is_infrastructure_and_the_next_episode_gets_a_new_one(
 ) -> None:
     """time-zones shares one server per process: killed, the episode in flight meets a

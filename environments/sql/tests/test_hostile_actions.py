@@ -135,6 +135,7 @@ def _query_worker_pids() -> set[int]:
     return pids
 
 
+@pytest.mark.usefixtures("earlier_clients_freed")
 async def test_shared_close_stops_the_query_workers(call: CallTool) -> None:
     env = envhub.make("sql")
     session = await env.open("chinook-0000")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import envhub
 from envhub.cli import app
 
-pytestmark = pytest.mark.chromium
+pytestmark = [pytest.mark.chromium, pytest.mark.usefixtures("earlier_clients_freed")]
 
 
 async def test_leaving_async_with_make_stops_the_browsers() -> None:
