@@ -143,6 +143,7 @@ class WorkerPool:
         self.max_idle = max_idle
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
+        self._closes = 0  # a worker whose query began before the last close is not kept
 
     def _take(self) -> _Worker:
         with self._lock:
@@ -153,9 +154,9 @@ class WorkerPool:
                 worker.kill()
         return _Worker()
 
-    def _put(self, worker: _Worker) -> None:
+    def _put(self, worker: _Worker, closes: int) -> None:
         with self._lock:
-            if len(self._idle) < self.max_idle:
+            if closes == self._closes and len(self._idle) < self.max_idle:
                 self._idle.append(worker)
                 return
         worker.kill()
@@ -164,6 +165,7 @@ class WorkerPool:
         """Run an already gated ``query`` on ``db``; raises ``QueryError`` for the model."""
         request = {"db": str(db), "query": query, "timeout_s": timeout_s, "max_rows": max_rows}
         line = (json.dumps(request) + "\n").encode()
+        closes = self._closes
         for _ in range(2):  # a worker that died while idle is replaced once
             worker = self._take()
             try:
@@ -181,7 +183,7 @@ class WorkerPool:
                 raise QueryError(
                     f"the query crashed the process running it (exit status {status})"
                 ) from None
-            self._put(worker)
+            self._put(worker, closes)
             return decode_result(reply.decode())
         raise SandboxError("SQL worker processes exit before they can take a query")
 
@@ -189,6 +191,7 @@ class WorkerPool:
         """Stop the idle workers (busy ones stop when their query ends)."""
         with self._lock:
             idle, self._idle = self._idle, []
+            self._closes += 1
         for worker in idle:
             worker.kill()
 

@@ -13,11 +13,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from envhub_sql.connection import QueryResult
 from envhub_sql.executor import make_executor
+from envhub_sql.workers import WorkerPool
 
 import envhub
 from envhub import StepResult
@@ -148,6 +153,30 @@ async def test_shared_close_stops_the_query_workers(call: CallTool) -> None:
     result = await call(again, "run_sql", query="SELECT 2")
     assert result.observations[0].content == "2\n2\n(1 row)"
     await again.close()
+
+
+def test_a_query_running_through_a_close_does_not_keep_its_worker(tmp_path: Path) -> None:
+    """The shared close while a query runs (another client's episode): its worker stops
+    when the query ends instead of going back to the idle workers, which nothing would
+    stop before the process exits."""
+    db = tmp_path / "empty.sqlite"
+    sqlite3.connect(db).close()
+    pool = WorkerPool()
+    before = _query_worker_pids()
+    results: list[QueryResult] = []
+    query = ("WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 3000000) "
+             "SELECT count(*) FROM n")  # about a second of sqlite
+    running = threading.Thread(
+        target=lambda: results.append(pool.run(db, query, timeout_s=120.0, max_rows=None)))
+    running.start()
+    own: set[int] = set()
+    while not own:
+        own = _query_worker_pids() - before
+        time.sleep(0.01)
+    pool.close()
+    running.join()
+    assert results[0].rows == [(3000000,)]
+    assert not _query_worker_pids() & own
 
 
 async def test_a_worker_killed_while_idle_is_replaced(call: CallTool) -> None:
