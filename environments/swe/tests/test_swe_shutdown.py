@@ -101,6 +101,7 @@ def test_stopping_the_server_releases_the_warm_pool(
     assert leaked == []
 
 
+@pytest.mark.usefixtures("earlier_clients_freed")
 def test_envhub_check_releases_the_pools(ci_task_ids: list[str]) -> None:
     """In-process, so a pool left open would still hold its sandbox directories here."""
     result = CliRunner().invoke(
