@@ -5,7 +5,7 @@ Anything these do not recognise is the SDK's to answer."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import pydantic_core
 from mcp.server.runner import ServerRunner
@@ -14,7 +14,14 @@ from mcp.types.version import LATEST_HANDSHAKE_VERSION
 from mcp_types.methods import validate_client_request
 from pydantic import ValidationError
 
-__all__ = ["SEED_META", "TASK_ID_META", "lean_initialize", "lean_request", "text_result_wire"]
+__all__ = [
+    "SEED_META",
+    "TASK_ID_META",
+    "is_request_id",
+    "lean_initialize",
+    "lean_request",
+    "text_result_wire",
+]
 
 #: the ``_meta`` keys of an initialize that choose the episode's task (:mod:`envhub.mcp.http`)
 TASK_ID_META = "envhub/task_id"
@@ -22,6 +29,12 @@ SEED_META = "envhub/seed"
 
 _LEAN_FIELDS = frozenset({"jsonrpc", "id", "method", "params"})
 _INITIALIZE_FIELDS = frozenset({"protocolVersion", "capabilities", "clientInfo", "_meta"})
+
+
+def is_request_id(value: Any) -> TypeGuard[str | int]:
+    """Whether ``value`` is a JSON-RPC request id as the SDK takes one: a string or an
+    integer (a JSON ``true`` is no id, though Python's bool is an int)."""
+    return isinstance(value, str | int) and not isinstance(value, bool)
 
 
 def lean_request(headers: dict[bytes, bytes], body: bytes
@@ -40,8 +53,8 @@ def lean_request(headers: dict[bytes, bytes], body: bytes
             return None, method, params
         return None
     request_id = message["id"]
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        return None  # a bool is no JSON-RPC id
+    if not is_request_id(request_id):
+        return None
     if method == "tools/list" and params == {}:
         return request_id, method, params
     if (method == "tools/call" and isinstance(params, dict)
@@ -80,7 +93,7 @@ def lean_initialize(headers: dict[bytes, bytes], message: dict[str, Any]
     if not _lean_envelope(headers, message):
         return None
     request_id, params = message.get("id"), message.get("params")
-    if (isinstance(request_id, bool) or not isinstance(request_id, str | int)
+    if (not is_request_id(request_id)
             or not isinstance(params, dict) or params.keys() - _INITIALIZE_FIELDS):
         return None
     meta = params.get("_meta", {})

@@ -54,7 +54,8 @@ from mcp.shared.exceptions import MCPError
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from envhub.errors import EnvhubError, SessionClosed
+from envhub.errors import EnvhubError
+from envhub.mcp._lean import is_request_id
 from envhub.mcp.door import META_DONE, META_REWARD, META_TURN_REWARD, SessionDoor, mcp_error
 from envhub.protocol import EnvironmentClient, SessionHandle
 
@@ -129,7 +130,7 @@ class OpenEnvSessions:
     async def rpc(self, env: str, message: dict[str, Any]) -> dict[str, Any]:
         """The JSON-RPC answer to one OpenEnv request on ``env``'s door."""
         request_id = message.get("id")
-        if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        if not is_request_id(request_id):
             request_id = None
         try:
             if message.get("jsonrpc") != "2.0":
@@ -382,7 +383,7 @@ class OpenEnvSessions:
         """Close (score) an episode; one already gone (reaped, closed) needs nothing."""
         try:
             await episode.session.close()
-        except (SessionClosed, EnvhubError) as exc:
+        except EnvhubError as exc:  # SessionClosed among them
             log.info("closing envhub session %s of an OpenEnv session: %s",
                      episode.door.start.session_id, exc)
 
